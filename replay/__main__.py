@@ -1,0 +1,5 @@
+"""``python -m replay`` runs the CLI."""
+
+from replay.cli import main
+
+main()

@@ -1,0 +1,215 @@
+"""The incident bundle (``replay-bundle/1``): the one contract between recording, replay and analysis.
+
+A bundle is a directory written by the recorder (production evidence) and by the replayer (a
+replay run) alike: ``bundle.json`` (metadata and every input with its hash and counts),
+``requests.parquet``, ``samples.parquet`` (long format ``t_us, gpu, source, metric, value``),
+``events.jsonl`` and ``quarantine.jsonl``. Samples are flushed to numbered part files while a
+recording runs, so a crash or Ctrl-C still leaves a readable bundle; ``close()`` merges them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from replay.errors import ReplayError
+
+SCHEMA = "replay-bundle/1"
+SCHEMA_VERSION = 1
+
+SAMPLES_SCHEMA = {
+    "t_us": pl.Int64, "gpu": pl.Int32, "source": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64,
+}
+REQUESTS_SCHEMA = {
+    "id": pl.Utf8, "arrival_us": pl.Int64, "sent_us": pl.Int64, "first_token_us": pl.Int64,
+    "finish_us": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
+    "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64, "n": pl.Int64,
+    "best_of": pl.Int64, "mm_items": pl.Int64, "prefix_blocks": pl.Int64, "status": pl.Utf8,
+    "error": pl.Utf8, "source": pl.Utf8,
+}
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class BundleMeta:
+    kind: str  # production | replay
+    t0_utc: str | None = None
+    vllm_version: str | None = None
+    vllm_version_inferred: str | None = None
+    engine: str | None = None  # v0 | v1
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    keep_prompts: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "kind": self.kind, "t0_utc": self.t0_utc,
+            "vllm_version": self.vllm_version, "vllm_version_inferred": self.vllm_version_inferred,
+            "engine": self.engine, "engine_args": self.engine_args, "model": self.model,
+            "gpus": self.gpus, "inputs": self.inputs, "notes": self.notes,
+            "keep_prompts": self.keep_prompts, "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> BundleMeta:
+        return cls(
+            kind=obj["kind"], t0_utc=obj.get("t0_utc"), vllm_version=obj.get("vllm_version"),
+            vllm_version_inferred=obj.get("vllm_version_inferred"), engine=obj.get("engine"),
+            engine_args=obj.get("engine_args") or {}, model=obj.get("model"),
+            gpus=obj.get("gpus") or [], inputs=obj.get("inputs") or [], notes=obj.get("notes") or [],
+            keep_prompts=bool(obj.get("keep_prompts")), extra=obj.get("extra") or {},
+        )
+
+
+class BundleWriter:
+    """Write a bundle incrementally; every ``flush()`` leaves a valid, readable directory."""
+
+    def __init__(self, path: Path, meta: BundleMeta, *, flush_every: int = 5000) -> None:
+        self.path = path
+        self.meta = meta
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in ("samples.parquet", "requests.parquet", "events.jsonl", "quarantine.jsonl"):
+            (path / stale).unlink(missing_ok=True)
+        for part in path.glob("samples.part*.parquet"):
+            part.unlink()
+        self._samples: list[tuple[int, int | None, str, str, float]] = []
+        self._parts = 0
+        self._flush_every = flush_every
+        self._requests: list[dict[str, Any]] = []
+        self._events = (path / "events.jsonl").open("a", encoding="utf-8")
+        self._quarantine = (path / "quarantine.jsonl").open("a", encoding="utf-8")
+        self.counts = {"samples": 0, "events": 0, "quarantined": 0, "requests": 0}
+        self.write_meta()
+
+    def write_meta(self) -> None:
+        tmp = self.path / "bundle.json.tmp"
+        tmp.write_text(json.dumps(self.meta.to_json(), indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path / "bundle.json")
+
+    def sample(self, t_us: int, gpu: int | None, source: str, metric: str, value: float | None) -> None:
+        if value is None:
+            return  # unknown is not recorded as a number
+        self._samples.append((int(t_us), gpu, source, metric, float(value)))
+        self.counts["samples"] += 1
+        if len(self._samples) >= self._flush_every:
+            self.flush()
+
+    def samples_frame(self, df: pl.DataFrame) -> None:
+        """Append an already-built samples frame (vectorised parsers)."""
+        if df.height == 0:
+            return
+        df = df.select([pl.col(k).cast(v) for k, v in SAMPLES_SCHEMA.items()]).drop_nulls("value")
+        df.write_parquet(self.path / f"samples.part{self._parts:05d}.parquet")
+        self._parts += 1
+        self.counts["samples"] += df.height
+
+    def event(self, ev: dict[str, Any]) -> None:
+        self._events.write(json.dumps(ev, sort_keys=True, default=str) + "\n")
+        self.counts["events"] += 1
+
+    def quarantine(self, file: str, line: int | None, reason: str, raw: str | None = None) -> None:
+        rec = {"file": file, "line": line, "reason": reason,
+               "raw": None if raw is None else raw[:500]}
+        self._quarantine.write(json.dumps(rec) + "\n")
+        self.counts["quarantined"] += 1
+
+    def request(self, row: dict[str, Any]) -> None:
+        self._requests.append(row)
+        self.counts["requests"] += 1
+
+    def flush(self) -> None:
+        if self._samples:
+            df = pl.DataFrame(self._samples, schema=SAMPLES_SCHEMA, orient="row")
+            df.write_parquet(self.path / f"samples.part{self._parts:05d}.parquet")
+            self._parts += 1
+            self._samples = []
+        if self._requests:
+            _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
+        self._events.flush()
+        self._quarantine.flush()
+        self.write_meta()
+
+    def close(self) -> None:
+        self.flush()
+        parts = sorted(self.path.glob("samples.part*.parquet"))
+        if parts:
+            df = pl.concat([pl.read_parquet(p) for p in parts]).sort(["t_us", "source", "metric"])
+        else:
+            df = pl.DataFrame(schema=SAMPLES_SCHEMA)
+        df.write_parquet(self.path / "samples.parquet")
+        for p in parts:
+            p.unlink()
+        _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
+        self._events.close()
+        self._quarantine.close()
+        self.write_meta()
+
+
+def _requests_df(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    clean = [{k: r.get(k) for k in REQUESTS_SCHEMA} for r in rows]
+    return pl.DataFrame(clean, schema=REQUESTS_SCHEMA)
+
+
+@dataclass
+class Bundle:
+    """A bundle read back from disk: metadata plus its frames."""
+
+    path: Path
+    meta: BundleMeta
+    samples: pl.DataFrame
+    requests: pl.DataFrame
+    events: list[dict[str, Any]]
+    quarantine_count: int
+
+    def events_of(self, *kinds: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("kind") in kinds]
+
+
+def read_bundle(path: Path) -> Bundle:
+    """Read a bundle; refuse one written by a newer schema with a clear message."""
+    meta_path = path / "bundle.json"
+    if not path.is_dir() or not meta_path.exists():
+        raise ReplayError(f"{path}: not a replay bundle (no bundle.json)")
+    try:
+        obj = json.loads(meta_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ReplayError(f"{meta_path}:{e.lineno}: bundle.json is not valid JSON ({e.msg})") from None
+    schema = str(obj.get("schema", ""))
+    name, _, ver = schema.partition("/")
+    if name != "replay-bundle" or not ver.isdigit():
+        raise ReplayError(f"{meta_path}: unknown schema {schema!r}; expected {SCHEMA}")
+    if int(ver) > SCHEMA_VERSION:
+        raise ReplayError(
+            f"{meta_path}: written by a newer replay ({schema}); this replay reads {SCHEMA}. "
+            "Upgrade replay to read this bundle."
+        )
+    meta = BundleMeta.from_json(obj)
+    frames = [pl.read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
+    samples = pl.concat(frames).sort("t_us") if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
+    req_path = path / "requests.parquet"
+    requests = pl.read_parquet(req_path) if req_path.exists() else pl.DataFrame(schema=REQUESTS_SCHEMA)
+    events: list[dict[str, Any]] = []
+    ev_path = path / "events.jsonl"
+    if ev_path.exists():
+        for line in ev_path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a torn last line from a crash; everything before it is kept
+    q_path = path / "quarantine.jsonl"
+    q = sum(1 for ln in q_path.read_text(encoding="utf-8").splitlines() if ln.strip()) if q_path.exists() else 0
+    return Bundle(path, meta, samples, requests, events, q)

@@ -1,0 +1,24 @@
+"""One exception type that the CLI turns into a clear message and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_ENGINE = 4
+EXIT_OOM_REPRODUCED = 10
+EXIT_INTERRUPTED = 130
+EXIT_CHECK_FAILED = 1
+
+
+class ReplayError(Exception):
+    """An error the user can act on: the message names the file/line or the setting at fault."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_INPUT) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def where(path: object, line: int | None = None) -> str:
+    """``file:line`` as used in every message and in the bundle's evidence references."""
+    return f"{path}:{line}" if line is not None else str(path)

@@ -1,0 +1,168 @@
+"""Reading and writing ``replay-trace/1`` files; the schema is documented in docs/trace-format.md.
+
+A trace is the traffic to replay. Its header says where the rows came from and how time was
+interpreted; each request carries what changes memory in vLLM (lengths, max_tokens, sampling,
+multimodal items, prefix sharing). Unknown source columns are kept in ``extra`` so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from replay.errors import ReplayError, where
+
+SCHEMA = "replay-trace/1"
+SCHEMA_NAME, SCHEMA_VERSION = "replay-trace", 1
+OUTPUT_KINDS = ("observed", "cap", "unknown", "failed", "aborted")
+STATUSES = ("ok", "error", "timeout", "oom", "aborted", "unknown")
+
+REQUEST_FIELDS = (
+    "id", "t_us", "src_ts", "src_row", "input_tokens", "output_tokens", "output_kind",
+    "max_tokens", "prefix_blocks", "session_id", "sampling", "mm", "status", "extra",
+)
+
+
+@dataclass
+class TraceHeader:
+    source: dict[str, Any]
+    time: dict[str, Any]
+    tokens: dict[str, Any] = field(default_factory=lambda: {"tokenizer": "unknown"})
+    prefix: dict[str, Any] = field(default_factory=lambda: {"block_size": None})
+    import_counts: dict[str, Any] = field(default_factory=dict)
+    engine_args: dict[str, Any] | None = None
+    production: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": "header", "schema": SCHEMA, "source": self.source, "time": self.time,
+            "tokens": self.tokens, "prefix": self.prefix, "import": self.import_counts,
+        }
+        if self.engine_args is not None:
+            out["engine_args"] = self.engine_args
+        if self.production is not None:
+            out["production"] = self.production
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], path: Path) -> TraceHeader:
+        schema = str(obj.get("schema", ""))
+        name, _, ver = schema.partition("/")
+        if name not in (SCHEMA_NAME, "replay-trace") or not ver.lstrip("v").isdigit():
+            raise ReplayError(f"{where(path, 1)}: not a replay trace header (schema={schema!r})")
+        if int(ver.lstrip("v")) > SCHEMA_VERSION:
+            raise ReplayError(
+                f"{where(path, 1)}: written by a newer replay ({schema}); this replay reads "
+                f"{SCHEMA}. Upgrade replay to read it."
+            )
+        return cls(
+            source=obj.get("source", {}), time=obj.get("time", {}),
+            tokens=obj.get("tokens", {}), prefix=obj.get("prefix", {}),
+            import_counts=obj.get("import", {}), engine_args=obj.get("engine_args"),
+            production=obj.get("production"),
+        )
+
+
+def _open_text(path: Path) -> Any:
+    if path.is_dir():
+        raise ReplayError(f"{path}: is a directory, expected a trace file")
+    if not path.exists():
+        raise ReplayError(f"{path}: no such file")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def read_header(path: Path) -> TraceHeader:
+    with _open_text(path) as fh:
+        first = fh.readline()
+    if not first.strip():
+        raise ReplayError(f"{where(path, 1)}: empty trace (expected a header line)")
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError as e:
+        raise ReplayError(f"{where(path, 1)}: header is not JSON ({e.msg})") from None
+    if not isinstance(obj, dict) or obj.get("kind") != "header":
+        raise ReplayError(f"{where(path, 1)}: first line must be the header object (kind=header)")
+    return TraceHeader.from_json(obj, path)
+
+
+def validate_request(obj: Any, path: Path, line: int) -> dict[str, Any]:
+    """Check one request line; raise ReplayError naming file:line on the first problem."""
+    loc = where(path, line)
+    if not isinstance(obj, dict):
+        raise ReplayError(f"{loc}: request must be a JSON object")
+    if obj.get("kind", "request") != "request":
+        raise ReplayError(f"{loc}: unexpected kind {obj.get('kind')!r}")
+    t = obj.get("t_us")
+    if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+        raise ReplayError(f"{loc}: t_us must be a non-negative integer (µs from t0), got {t!r}")
+    n_in = obj.get("input_tokens")
+    has_text = obj.get("prompt") is not None or obj.get("prompt_token_ids") is not None
+    if not has_text and (not isinstance(n_in, int) or n_in < 0):
+        raise ReplayError(f"{loc}: input_tokens must be an integer >= 0, got {n_in!r}")
+    n_out = obj.get("output_tokens")
+    if n_out is not None and (not isinstance(n_out, int) or n_out < 0):
+        raise ReplayError(f"{loc}: output_tokens must be null or an integer >= 0, got {n_out!r}")
+    kind = obj.get("output_kind", "observed")
+    if kind not in OUTPUT_KINDS:
+        raise ReplayError(f"{loc}: output_kind {kind!r} is not one of {', '.join(OUTPUT_KINDS)}")
+    if "id" not in obj:
+        obj["id"] = f"{path.name}#{line}"
+    return obj
+
+
+def iter_requests(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield validated requests in file order (the header is checked first)."""
+    read_header(path)
+    with _open_text(path) as fh:
+        fh.readline()
+        for i, raw in enumerate(fh, start=2):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise ReplayError(f"{where(path, i)}: not JSON ({e.msg} at column {e.colno})") from None
+            yield validate_request(obj, path, i)
+
+
+def read_trace(path: Path) -> tuple[TraceHeader, list[dict[str, Any]]]:
+    header = read_header(path)
+    return header, list(iter_requests(path))
+
+
+def write_trace(path: Path, header: TraceHeader, requests: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write(json.dumps(header.to_json(), sort_keys=False) + "\n")
+        for r in requests:
+            fh.write(json.dumps(r, separators=(",", ":")) + "\n")
+
+
+def requests_frame(requests: list[dict[str, Any]]) -> pl.DataFrame:
+    """Flatten the memory-relevant request attributes for analysis (one row per request)."""
+    rows = []
+    for r in requests:
+        s = r.get("sampling") or {}
+        mm = r.get("mm") or []
+        rows.append({
+            "id": str(r["id"]), "t_us": int(r["t_us"]),
+            "input_tokens": r.get("input_tokens"), "output_tokens": r.get("output_tokens"),
+            "max_tokens": r.get("max_tokens"),
+            "prompt_logprobs": s.get("prompt_logprobs"), "logprobs": s.get("logprobs"),
+            "n": s.get("n"), "best_of": s.get("best_of"),
+            "mm_items": sum(int(m.get("count", 1)) for m in mm) if mm else 0,
+            "prefix_blocks": len(r.get("prefix_blocks") or []),
+        })
+    return pl.DataFrame(rows, schema={
+        "id": pl.Utf8, "t_us": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
+        "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64,
+        "n": pl.Int64, "best_of": pl.Int64, "mm_items": pl.Int64, "prefix_blocks": pl.Int64,
+    })

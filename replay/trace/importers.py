@@ -1,0 +1,407 @@
+"""Importers from public trace formats to ``replay-trace/1``.
+
+Each importer maps columns by name (never by position), keeps every unmapped column in ``extra``,
+keeps the raw timestamp in ``src_ts``, and sends rows that cannot be parsed to a quarantine file
+next to the output (``<out>.quarantine.jsonl``) with their line numbers. Work is done with lazy
+polars queries streamed to disk, so a 10-million-row CSV does not become 10 million Python objects.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import shutil
+import tempfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from replay.errors import ReplayError, where
+from replay.trace.format import TraceHeader
+
+FORMATS: dict[str, str] = {
+    "azure": "Azure LLM inference 2023/2024 and Azure multimodal 2025 CSV (TIMESTAMP, ContextTokens, GeneratedTokens[, NumImages])",
+    "burstgpt": "BurstGPT v1/v2 CSV (Timestamp, [Session ID, Elapsed time,] Model, Request tokens, Response tokens, ...)",
+    "mooncake": "Mooncake/Kimi JSONL (timestamp ms, input_length, output_length, hash_ids)",
+    "bailian": "Alibaba Qwen-Bailian JSONL/CSV (chat_id, parent_chat_id, timestamp s, input_length, output_length, type, turn, hash_ids)",
+    "vidur": "Vidur processed-trace CSV (arrived_at s, num_prefill_tokens, num_decode_tokens)",
+    "splitwise": "splitwise-sim CSV (request_id, arrival_timestamp s, prompt_size, token_size, ...)",
+    "vllm-bench": "vLLM benchmark custom dataset JSONL (prompt, output_tokens[, timestamp])",
+}
+
+
+@dataclass
+class ImportResult:
+    out: Path
+    rows_read: int
+    rows_emitted: int
+    quarantined: int
+    quarantine_path: Path | None
+    input_tokens_sum: int
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _materialise(src: Path, tmpdir: Path) -> Path:
+    """Check the source exists and is a non-empty file; decompress .gz with a clear truncation error."""
+    if src.is_dir():
+        raise ReplayError(f"{src}: is a directory, expected a trace file")
+    if not src.exists():
+        raise ReplayError(f"{src}: no such file")
+    if src.stat().st_size == 0:
+        raise ReplayError(f"{src}: empty file")
+    if src.suffix != ".gz":
+        return src
+    out = tmpdir / src.stem
+    try:
+        with gzip.open(src, "rb") as fin, out.open("wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
+        raise ReplayError(f"{src}: damaged or truncated gzip ({e}); re-download or re-export it") from None
+    if out.stat().st_size == 0:
+        raise ReplayError(f"{src}: empty after decompression")
+    return out
+
+
+def _csv_columns(path: Path, label: Path) -> list[str]:
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+        first = fh.readline()
+    if not first.strip():
+        raise ReplayError(f"{where(label, 1)}: no header row")
+    return next(csv.reader([first]))
+
+
+def _find_bad_csv_line(path: Path, label: Path, n_cols: int) -> str:
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+        for i, row in enumerate(csv.reader(fh), start=1):
+            if row and len(row) != n_cols:
+                return f"{where(label, i)}: expected {n_cols} fields, found {len(row)}"
+    return f"{label}: the CSV could not be parsed"
+
+
+def _require(cols: list[str], need: list[str], label: Path, fmt: str) -> None:
+    missing = [c for c in need if c not in cols]
+    if missing:
+        raise ReplayError(
+            f"{where(label, 1)}: not a {fmt} file: missing column(s) {', '.join(missing)}; "
+            f"found {', '.join(cols) or 'none'}. Expected: {FORMATS[fmt]}"
+        )
+
+
+def _parse_timestamp_us(col: str) -> pl.Expr:
+    """Parse Azure-style datetimes in any of their three shapes to epoch µs (UTC where stated)."""
+    s = pl.col(col).str.strip_chars()
+    off = s.str.extract(r"([+-]\d\d):?(\d\d)$", 1).cast(pl.Int64, strict=False) * 60 + s.str.extract(
+        r"[+-]\d\d:?(\d\d)$", 1
+    ).cast(pl.Int64, strict=False)
+    sign = pl.when(s.str.contains(r"-\d\d:?\d\d$")).then(-1).otherwise(1)
+    body = s.str.replace(r"(Z|[+-]\d\d:?\d\d)$", "").str.replace("T", " ")
+    dt = pl.coalesce(
+        body.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False),
+        body.str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False),
+    )
+    return dt.dt.epoch("us") - (sign * off.fill_null(0) * 60_000_000)
+
+
+def _int(col: str) -> pl.Expr:
+    return pl.col(col).str.strip_chars().str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
+
+
+def _seconds_us(col: str) -> pl.Expr:
+    return (pl.col(col).str.strip_chars().cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64)
+
+
+@dataclass
+class _Plan:
+    """A lazy frame with ``src_row`` plus parsed columns, and the rules for a valid row."""
+
+    lf: pl.LazyFrame
+    abs_us: pl.Expr  # arrival in µs on the source's own axis (absolute or relative)
+    required: dict[str, pl.Expr]  # name -> parsed expr; null means unparseable
+    fields: dict[str, pl.Expr]  # trace field -> expression
+    extra_cols: list[str]
+    time: dict[str, Any]
+    prefix: dict[str, Any]
+    line_offset: int  # file line of src_row 0
+
+
+def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str) -> ImportResult:
+    q_path = out.with_name(out.name + ".quarantine.jsonl")
+    lf = plan.lf.with_columns(_abs_us=plan.abs_us, **plan.required)
+    bad = pl.any_horizontal([pl.col(k).is_null() for k in plan.required] + [pl.col("_abs_us").is_null()])
+    # pass 1: counts, origin and order on the good rows; quarantined rows written with reasons.
+    try:
+        stats = lf.select(
+            pl.len().alias("n"), bad.sum().alias("bad"),
+            pl.col("_abs_us").filter(~bad).min().alias("t_min"),
+            (pl.col("_abs_us").filter(~bad).diff() < 0).sum().alias("backwards"),
+        ).collect()
+    except pl.exceptions.PolarsError as e:
+        raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
+    n, n_bad = int(stats["n"][0]), int(stats["bad"][0] or 0)
+    if n == 0:
+        raise ReplayError(f"{src}: no data rows")
+    t_min = stats["t_min"][0]
+    backwards = int(stats["backwards"][0] or 0)
+    if n_bad:
+        reasons = [
+            pl.when(pl.col(k).is_null()).then(pl.lit(f"{k} unparseable")).otherwise(None)
+            for k in ["_abs_us", *plan.required]
+        ]
+        qdf = (
+            lf.filter(bad)
+            .select(
+                pl.lit(str(src)).alias("file"),
+                (pl.col("src_row") + plan.line_offset).alias("line"),
+                pl.concat_str(reasons, separator="; ", ignore_nulls=True).alias("reason"),
+                pl.struct([c for c in plan.lf.collect_schema().names() if c != "src_row"]).alias("raw"),
+            )
+            .collect()
+        )
+        qdf.write_ndjson(q_path)
+    elif q_path.exists():
+        q_path.unlink()
+    if t_min is None:
+        raise ReplayError(f"{src}: every row was quarantined ({n_bad}); see {q_path}")
+    good = lf.filter(~bad)
+    if backwards:
+        good = good.sort(["_abs_us", "src_row"])
+    good = good.with_columns(t_us=(pl.col("_abs_us") - int(t_min)))
+    cols = [plan.fields[k].alias(k) for k in plan.fields]
+    if plan.extra_cols:
+        cols.append(pl.struct([pl.col(c) for c in plan.extra_cols]).alias("extra"))
+    body = good.select(cols)
+    sums = good.select(pl.col("input_tokens").sum()).collect() if "input_tokens" in plan.required else None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as td:
+        tmp = Path(td) / "body.jsonl"
+        try:
+            body.sink_ndjson(tmp)
+        except pl.exceptions.PolarsError:
+            body.collect().write_ndjson(tmp)
+        header = TraceHeader(
+            source={"format": fmt, "path": str(src), "sha256": _sha256(src)},
+            time={**plan.time, "sorted": backwards == 0, "backwards_steps": backwards,
+                  "t0_src_us": int(t_min)},
+            prefix=plan.prefix,
+            import_counts={"rows_read": n, "rows_emitted": n - n_bad, "quarantined": n_bad,
+                           "quarantine_file": q_path.name if n_bad else None},
+        )
+        with out.open("wb") as fo:
+            fo.write((json.dumps(header.to_json()) + "\n").encode())
+            with tmp.open("rb") as fi:
+                shutil.copyfileobj(fi, fo, 1 << 20)
+    in_sum = int(sums["input_tokens"][0] or 0) if sums is not None else 0
+    return ImportResult(out, n, n - n_bad, n_bad, q_path if n_bad else None, in_sum)
+
+
+def _scan_csv(path: Path, label: Path, separator: str = ",") -> tuple[pl.LazyFrame, list[str]]:
+    cols = _csv_columns(path, label)
+    try:
+        lf = pl.scan_csv(path, infer_schema=False, separator=separator, row_index_name="src_row",
+                         quote_char='"')
+        lf.head(1).collect()
+    except pl.exceptions.PolarsError:
+        raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
+    return lf, cols
+
+
+def _common_fields(**over: pl.Expr) -> dict[str, pl.Expr]:
+    base: dict[str, pl.Expr] = {
+        "id": pl.concat_str([pl.lit("r"), pl.col("src_row").cast(pl.Utf8)]),
+        "t_us": pl.col("t_us"),
+        "src_row": pl.col("src_row"),
+        "input_tokens": pl.col("input_tokens"),
+        "output_tokens": pl.col("output_tokens"),
+        "output_kind": pl.lit("observed"),
+        "max_tokens": pl.lit(None, dtype=pl.Int64),
+        "status": pl.lit("ok"),
+    }
+    base.update(over)
+    return base
+
+
+def import_azure(path: Path, label: Path) -> _Plan:
+    lf, cols = _scan_csv(path, label)
+    _require(cols, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], label, "azure")
+    fields = _common_fields(src_ts=pl.col("TIMESTAMP"))
+    if "NumImages" in cols:
+        n_img = _int("NumImages")
+        fields["mm"] = pl.when(n_img > 0).then(
+            pl.concat_list([pl.struct(type=pl.lit("image"), count=n_img)])
+        ).otherwise(None)
+    extra = [c for c in cols if c not in ("TIMESTAMP", "ContextTokens", "GeneratedTokens", "NumImages")]
+    tz = "UTC" if "NumImages" in cols or "trace" in cols else "unknown"
+    return _Plan(lf, _parse_timestamp_us("TIMESTAMP"),
+                 {"input_tokens": _int("ContextTokens"), "output_tokens": _int("GeneratedTokens")},
+                 fields, extra, {"src_unit": "datetime", "src_origin": "absolute", "tz_assumed": tz,
+                                 "clock": "unknown", "quantum_ms": None}, {"block_size": None}, 2)
+
+
+def import_burstgpt(path: Path, label: Path) -> _Plan:
+    lf, cols = _scan_csv(path, label)
+    _require(cols, ["Timestamp", "Request tokens", "Response tokens"], label, "burstgpt")
+    out_tok = _int("Response tokens")
+    fields = _common_fields(
+        src_ts=pl.col("Timestamp"),
+        output_kind=pl.when(pl.col("output_tokens") == 0).then(pl.lit("failed")).otherwise(pl.lit("observed")),
+        status=pl.when(pl.col("output_tokens") == 0).then(pl.lit("error")).otherwise(pl.lit("ok")),
+    )
+    if "Session ID" in cols:
+        fields["session_id"] = pl.col("Session ID").replace("", None)
+    mapped = {"Timestamp", "Request tokens", "Response tokens", "Session ID"}
+    extra = [c for c in cols if c not in mapped]
+    return _Plan(lf, _seconds_us("Timestamp"),
+                 {"input_tokens": _int("Request tokens"), "output_tokens": out_tok}, fields, extra,
+                 {"src_unit": "s", "src_origin": "source-local-day", "tz_assumed": "source-local",
+                  "clock": "unknown", "quantum_ms": 1000}, {"block_size": None}, 2)
+
+
+def _scan_jsonl(path: Path, label: Path) -> tuple[pl.LazyFrame, list[str]]:
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        for i, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                first = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ReplayError(f"{where(label, i)}: not JSON ({e.msg})") from None
+            break
+        else:
+            raise ReplayError(f"{label}: no data rows")
+    if not isinstance(first, dict):
+        raise ReplayError(f"{where(label, 1)}: each line must be a JSON object")
+    try:
+        lf = pl.scan_ndjson(path, row_index_name="src_row", infer_schema_length=1000)
+        lf.head(1).collect()
+    except pl.exceptions.PolarsError as e:
+        bad = _find_bad_json_line(path, label)
+        raise ReplayError(bad or f"{label}: cannot be read as JSONL ({str(e).splitlines()[0]})") from None
+    return lf, list(first.keys())
+
+
+def _find_bad_json_line(path: Path, label: Path) -> str | None:
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        for i, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as e:
+                    return f"{where(label, i)}: not JSON ({e.msg})"
+    return None
+
+
+def _jint(col: str) -> pl.Expr:
+    return pl.col(col).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
+
+
+def import_mooncake(path: Path, label: Path) -> _Plan:
+    lf, cols = _scan_jsonl(path, label)
+    _require(cols, ["timestamp", "input_length", "output_length"], label, "mooncake")
+    fields = _common_fields(src_ts=pl.col("timestamp"))
+    if "hash_ids" in cols:
+        fields["prefix_blocks"] = pl.col("hash_ids")
+    extra = [c for c in cols if c not in ("timestamp", "input_length", "output_length", "hash_ids")]
+    abs_us = (pl.col("timestamp").cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64)
+    return _Plan(lf, abs_us, {"input_tokens": _jint("input_length"), "output_tokens": _jint("output_length")},
+                 fields, extra, {"src_unit": "ms", "src_origin": "relative", "tz_assumed": None,
+                                 "clock": "unknown", "quantum_ms": None},
+                 {"block_size": 512, "hash_scope": "global"}, 1)
+
+
+def import_bailian(path: Path, label: Path) -> _Plan:
+    lf, cols = (_scan_csv(path, label) if path.suffix == ".csv" else _scan_jsonl(path, label))
+    _require(cols, ["timestamp", "input_length", "output_length"], label, "bailian")
+    is_csv = path.suffix == ".csv"
+    num = _int if is_csv else _jint
+    fields = _common_fields(src_ts=pl.col("timestamp"))
+    if "chat_id" in cols:
+        fields["id"] = pl.col("chat_id").cast(pl.Utf8)
+    if "hash_ids" in cols and not is_csv:
+        fields["prefix_blocks"] = pl.col("hash_ids")
+    if "parent_chat_id" in cols:
+        fields["session_id"] = pl.col("parent_chat_id").cast(pl.Utf8).replace("-1", None)
+    mapped = {"timestamp", "input_length", "output_length", "hash_ids", "chat_id"}
+    extra = [c for c in cols if c not in mapped]
+    abs_us = (pl.col("timestamp").cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64)
+    return _Plan(lf, abs_us, {"input_tokens": num("input_length"), "output_tokens": num("output_length")},
+                 fields, extra, {"src_unit": "s", "src_origin": "relative", "tz_assumed": None,
+                                 "clock": "unknown", "quantum_ms": None},
+                 {"block_size": 16, "hash_scope": "global"}, 1 if not is_csv else 2)
+
+
+def import_vidur(path: Path, label: Path) -> _Plan:
+    lf, cols = _scan_csv(path, label)
+    _require(cols, ["num_prefill_tokens", "num_decode_tokens"], label, "vidur")
+    has_t = "arrived_at" in cols
+    abs_us = _seconds_us("arrived_at") if has_t else pl.lit(0, dtype=pl.Int64)
+    fields = _common_fields(src_ts=pl.col("arrived_at") if has_t else pl.lit(None, dtype=pl.Utf8))
+    extra = [c for c in cols if c not in ("arrived_at", "num_prefill_tokens", "num_decode_tokens")]
+    return _Plan(lf, abs_us, {"input_tokens": _int("num_prefill_tokens"), "output_tokens": _int("num_decode_tokens")},
+                 fields, extra, {"src_unit": "s" if has_t else None,
+                                 "src_origin": "relative" if has_t else "none (length-only dataset: all arrive at 0)",
+                                 "tz_assumed": None, "clock": "unknown", "quantum_ms": None},
+                 {"block_size": None}, 2)
+
+
+def import_splitwise(path: Path, label: Path) -> _Plan:
+    lf, cols = _scan_csv(path, label)
+    _require(cols, ["arrival_timestamp", "prompt_size", "token_size"], label, "splitwise")
+    fields = _common_fields(src_ts=pl.col("arrival_timestamp"))
+    if "request_id" in cols:
+        fields["id"] = pl.col("request_id")
+    extra = [c for c in cols if c not in ("arrival_timestamp", "prompt_size", "token_size", "request_id")]
+    return _Plan(lf, _seconds_us("arrival_timestamp"),
+                 {"input_tokens": _int("prompt_size"), "output_tokens": _int("token_size")}, fields, extra,
+                 {"src_unit": "s", "src_origin": "relative", "tz_assumed": None, "clock": "unknown",
+                  "quantum_ms": None}, {"block_size": None}, 2)
+
+
+def import_vllm_bench(path: Path, label: Path) -> _Plan:
+    lf, cols = _scan_jsonl(path, label)
+    _require(cols, ["prompt"], label, "vllm-bench")
+    has_t = "timestamp" in cols
+    abs_us = (pl.col("timestamp").cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64) if has_t else pl.lit(0, dtype=pl.Int64)
+    out_expr = _jint("output_tokens") if "output_tokens" in cols else pl.lit(None, dtype=pl.Int64)
+    fields = _common_fields(
+        src_ts=pl.col("timestamp").cast(pl.Utf8) if has_t else pl.lit(None, dtype=pl.Utf8),
+        input_tokens=pl.lit(None, dtype=pl.Int64),
+        output_tokens=out_expr,
+        output_kind=pl.lit("observed") if "output_tokens" in cols else pl.lit("unknown"),
+        prompt=pl.col("prompt"),
+    )
+    extra = [c for c in cols if c not in ("prompt", "output_tokens", "timestamp")]
+    return _Plan(lf, abs_us, {"prompt_chars": pl.col("prompt").cast(pl.Utf8).str.len_chars()},
+                 fields, extra, {"src_unit": "s" if has_t else None, "src_origin": "relative" if has_t else "none",
+                                 "tz_assumed": None, "clock": "unknown", "quantum_ms": None},
+                 {"block_size": None}, 1)
+
+
+_IMPORTERS: dict[str, Callable[[Path, Path], _Plan]] = {
+    "azure": import_azure, "burstgpt": import_burstgpt, "mooncake": import_mooncake,
+    "bailian": import_bailian, "vidur": import_vidur, "splitwise": import_splitwise,
+    "vllm-bench": import_vllm_bench,
+}
+
+
+def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
+    """Import ``src`` (format ``fmt``) to the trace file ``out``; see FORMATS for the choices."""
+    if fmt not in _IMPORTERS:
+        raise ReplayError(f"unknown format {fmt!r}; choose one of: {', '.join(_IMPORTERS)}", 2)
+    with tempfile.TemporaryDirectory() as td:
+        real = _materialise(src, Path(td))
+        plan = _IMPORTERS[fmt](real, src)
+        res = _run_plan(plan, src, out, fmt)
+    return res

@@ -1,0 +1,42 @@
+"""Byte and time units: GiB is 2**30 bytes everywhere, durations are integer microseconds."""
+
+from __future__ import annotations
+
+import re
+
+GiB = 1 << 30
+MiB = 1 << 20
+KiB = 1 << 10
+
+_SIZE_RE = re.compile(r"^\s*([0-9][0-9,]*(?:\.[0-9]+)?)\s*([KMGT]i?B|bytes?|B)?\s*$", re.I)
+_SIZE_MULT = {
+    "b": 1, "byte": 1, "bytes": 1,
+    "kib": KiB, "mib": MiB, "gib": GiB, "tib": 1 << 40,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+}
+
+
+def parse_size_bytes(text: str) -> int | None:
+    """'1.63 GiB' -> bytes; torch's format_size uses binary units. None when unparseable."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        return None
+    num = float(m.group(1).replace(",", ""))
+    unit = (m.group(2) or "B").lower()
+    return int(round(num * _SIZE_MULT.get(unit, 1)))
+
+
+def gib(n_bytes: float | None) -> float | None:
+    return None if n_bytes is None else n_bytes / GiB
+
+
+_DUR_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(us|ms|s|m|h)?\s*$")
+_DUR_MULT = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
+
+
+def parse_duration_us(text: str) -> int | None:
+    """'1s', '250ms', '10m', '2.5' (seconds) -> integer microseconds; None when unparseable."""
+    m = _DUR_RE.match(text)
+    if not m:
+        return None
+    return int(round(float(m.group(1)) * _DUR_MULT[m.group(2) or "s"]))
