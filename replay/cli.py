@@ -1,0 +1,361 @@
+"""The ``replay`` command line: one thin adapter per verb; the work lives in the pipeline modules.
+
+record -> bundle -> run (replay) -> analyze -> report / postmortem / check.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from replay.errors import EXIT_CHECK_FAILED, ReplayError
+
+app = typer.Typer(
+    name="replay", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+    help="Postmortem replay and forensics for vLLM out-of-memory incidents.\n\n"
+    "Typical flow: [bold]replay record[/] the evidence into a bundle, [bold]replay run[/] the traffic "
+    "through a real vLLM of the chosen version, [bold]replay report[/] the divergence between what vLLM "
+    "reported and what was actually used.",
+)
+versions_app = typer.Typer(help="Manage the per-version vLLM environments (one virtualenv each).", no_args_is_help=True)
+app.add_typer(versions_app, name="versions")
+out_console = Console()
+err = Console(stderr=True)
+
+
+def _window(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    from replay.units import parse_duration_us
+    a, _, b = text.partition(":")
+    lo = parse_duration_us(a) if a else 0
+    hi = parse_duration_us(b) if b else 2**62
+    if lo is None or hi is None or hi <= lo:
+        raise ReplayError(f"--window {text!r}: expected START:END such as 600s:1200s or 10m:20m", 2)
+    return lo, hi
+
+
+@app.command("import")
+def import_cmd(
+    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench.")],
+    src: Annotated[Path, typer.Argument(help="The public trace file (.csv, .jsonl, optionally .gz).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write (replay-trace/1 JSONL).")] = Path("trace.jsonl"),
+) -> None:
+    """Import a public LLM serving trace into the replay-trace/1 format (lossless: unmapped columns kept)."""
+    from replay.trace.importers import import_trace
+    with err.status(f"importing {src}"):
+        r = import_trace(fmt, src, out)
+    err.print(f"[green]wrote[/] {out}: {r.rows_emitted} requests of {r.rows_read} rows"
+              + (f", [yellow]{r.quarantined} quarantined[/] -> {r.quarantine_path}" if r.quarantined else ""))
+
+
+@app.command("export")
+def export_cmd(
+    src: Annotated[Path, typer.Argument(help="A replay-trace/1 file, or a bundle directory with --perfetto.")],
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="Trace export format: vllm-bench, aiperf-mooncake.")] = None,
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="File to write.")] = None,
+    perfetto: Annotated[Optional[Path], typer.Option("--perfetto", help="Write the bundle's timeline as Chrome trace events.")] = None,
+) -> None:
+    """Export a trace to another tool's format, or a bundle's timeline to Perfetto."""
+    if perfetto is not None:
+        from replay.bundle import read_bundle
+        from replay.report.perfetto import write_perfetto
+        n = write_perfetto(read_bundle(src), perfetto)
+        err.print(f"[green]wrote[/] {perfetto}: {n} trace events (open in ui.perfetto.dev)")
+        return
+    if fmt is None or out is None:
+        raise ReplayError("give --format and -o for a trace export, or --perfetto FILE for a bundle", 2)
+    from replay.trace.exporters import export_trace
+    n = export_trace(fmt, src, out)
+    err.print(f"[green]wrote[/] {out}: {n} requests")
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write.")] = Path("synth.jsonl"),
+    requests: Annotated[int, typer.Option(help="Number of requests.")] = 1000,
+    rate: Annotated[float, typer.Option(help="Mean arrival rate, requests/s.")] = 5.0,
+    arrival: Annotated[str, typer.Option(help="poisson or bursty.")] = "poisson",
+    context_len: Annotated[int, typer.Option(help="Model context length; prompt+output never exceed it.")] = 8192,
+    input_median: Annotated[int, typer.Option(help="Median prompt tokens (lognormal).")] = 1024,
+    output_median: Annotated[int, typer.Option(help="Median output tokens (lognormal).")] = 128,
+    multimodal: Annotated[float, typer.Option(help="Share of requests with one image item (0-1).")] = 0.0,
+    prompt_logprobs_share: Annotated[float, typer.Option(help="Share of requests asking for prompt_logprobs (0-1).")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same file.")] = 0,
+) -> None:
+    """Generate a deterministic synthetic workload (Poisson or bursty arrivals)."""
+    from replay.trace.format import write_trace
+    from replay.trace.synth import SynthSpec
+    from replay.trace.synth import synth as make
+    if arrival not in ("poisson", "bursty"):
+        raise ReplayError("--arrival must be poisson or bursty", 2)
+    if requests <= 0 or rate <= 0:
+        raise ReplayError("--requests and --rate must be positive", 2)
+    h, rs = make(SynthSpec(requests, rate, arrival, context_len, input_median, output_median, multimodal,
+                           prompt_logprobs_share, 20, seed))
+    write_trace(out, h, rs)
+    err.print(f"[green]wrote[/] {out}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s")
+
+
+@app.command()
+def record(
+    evidence: Annotated[Optional[list[Path]], typer.Argument(help="Evidence files: vLLM logs, Prometheus/DCGM scrapes or exports, nvidia-smi CSV/dmon, kubectl output.")] = None,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
+    year: Annotated[Optional[int], typer.Option(help="Year of log lines (vLLM logs carry none).")] = None,
+    tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
+    at: Annotated[Optional[str], typer.Option(help="Scrape time for exposition files that do not state one.")] = None,
+    as_kind: Annotated[Optional[list[str]], typer.Option("--as", help="Force a kind: FILE=KIND or KIND for all.")] = None,
+    keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
+    nvsmi_columns: Annotated[Optional[str], typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
+    metric: Annotated[Optional[list[str]], typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
+    live: Annotated[Optional[str], typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
+    nvml: Annotated[bool, typer.Option(help="With --live: also sample NVML (read-only).")] = False,
+    interval: Annotated[str, typer.Option(help="With --live: sampling interval.")] = "1s",
+    duration: Annotated[Optional[str], typer.Option(help="With --live: stop after this long (default: Ctrl-C).")] = None,
+) -> None:
+    """Turn the evidence of an incident into one bundle on one UTC timeline, losing nothing."""
+    from replay.units import parse_duration_us
+    if live:
+        from replay.record.live import record_live
+        iv = parse_duration_us(interval)
+        dur = parse_duration_us(duration) if duration else None
+        if iv is None or (duration and dur is None):
+            raise ReplayError("--interval/--duration: use forms like 1s, 250ms, 10m", 2)
+        res = record_live(live, out, interval_s=iv / 1e6, duration_s=None if dur is None else dur / 1e6,
+                          use_nvml=nvml, console=err)
+        err.print(f"[green]wrote[/] {out}: {res['samples']} samples over {res['seconds']:.1f} s "
+                  f"({res['metrics_errors']} failed scrapes)")
+        for w in res["warnings"]:
+            err.print(f"[yellow]{w}[/]")
+        return
+    if not evidence:
+        raise ReplayError("give evidence files, or --live URL", 2)
+    from replay.record.recorder import RecordOptions
+    from replay.record.recorder import record as do_record
+    kinds: dict[str, str] = {}
+    for a in as_kind or []:
+        f, _, k = a.rpartition("=")
+        kinds[f or "*"] = k
+    m = __import__("re").fullmatch(r"([+-])(\d\d):?(\d\d)", tz)
+    if not m:
+        raise ReplayError(f"--tz {tz!r}: expected an offset like +02:00", 2)
+    off = (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
+    opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
+                         nvsmi_columns=nvsmi_columns, metrics=metric or [])
+    with err.status("recording"):
+        reports, summary = do_record(list(evidence), out, opts)
+    t = Table(title=f"bundle {out}")
+    for c in ("file", "kind", "lines", "parsed", "quarantined", "time span"):
+        t.add_column(c)
+    from datetime import datetime, timezone
+    def ts(u: int | None) -> str:
+        return "—" if u is None else datetime.fromtimestamp(u / 1e6, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
+    for r in reports:
+        t.add_row(Path(r.path).name, r.kind, str(r.lines), str(r.parsed), str(r.quarantined),
+                  f"{ts(r.t_first_us)} – {ts(r.t_last_us)}" if r.t_first_us else "—")
+    err.print(t)
+    for n in summary["notes"]:
+        err.print(f"[yellow]note:[/] {n}")
+    err.print(f"t0 {summary['t0_utc']}: {summary['samples']} samples, {summary['events']} events, "
+              f"{summary['quarantined']} quarantined lines")
+
+
+@app.command()
+def inspect(
+    bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fixed-key JSON summary.")] = False,
+) -> None:
+    """Summarise what a bundle says (null where the evidence is silent)."""
+    from replay.bundle import read_bundle
+    from replay.record.inspect import inspect_bundle
+    d = inspect_bundle(read_bundle(bundle))
+    if as_json:
+        print(json.dumps(d, indent=2))
+        return
+    t = Table(title=f"{bundle}", show_header=False)
+    for k, v in d.items():
+        s = json.dumps(v) if not isinstance(v, str) else v
+        t.add_row(k, s if len(s) < 120 else s[:117] + "...")
+    out_console.print(t)
+
+
+@app.command()
+def run(
+    trace: Annotated[Path, typer.Argument(help="A replay-trace/1 file.")],
+    vllm: Annotated[str, typer.Option(help="vLLM version: 0.32 = newest 0.32.x, 0.32.0 pins it.")] = "0.32",
+    out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("replay.bundle"),
+    speed: Annotated[float, typer.Option(help="Time scale: 2 = twice as fast as recorded.")] = 1.0,
+    window: Annotated[Optional[str], typer.Option(help="Replay a slice START:END of trace time, e.g. 10m:20m.")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="Cap outstanding requests (turns the open loop closed; off by default).")] = None,
+    engine_args: Annotated[Optional[Path], typer.Option(help="JSON file of engine arguments.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override an engine argument: key=value.")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="A real model directory (GPU hosts); default: the tiny local Llama.")] = None,
+    vocab: Annotated[int, typer.Option(help="Vocabulary of the tiny model (prompt_logprobs cost grows with it).")] = 131072,
+    interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 0.25,
+    kv_cache_gib: Annotated[float, typer.Option(help="KV cache size on the CPU engine (VLLM_CPU_KVCACHE_SPACE).")] = 1.0,
+    capacity_gib: Annotated[Optional[float], typer.Option(help="Emulated capacity: an actual-memory limit that ends the run as an emulated OOM.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
+) -> None:
+    """Replay a trace through a real vLLM server at recorded times, measuring reported and actual memory.
+
+    Exit codes: 0 completed, 10 the engine died or the capacity guard fired (OOM reproduced),
+    130 interrupted; a valid bundle is written in every case.
+    """
+    from replay.drive.runner import RunOptions
+    from replay.drive.runner import run as do_run
+    opts = RunOptions(vllm=vllm, out=out, speed=speed, window=_window(window), concurrency=concurrency,
+                      engine_args_file=engine_args, set_args=set_ or [], model=model, vocab=vocab, seed=seed,
+                      interval_s=interval, kv_cache_gib=kv_cache_gib,
+                      capacity_bytes=int(capacity_gib * 2**30) if capacity_gib else None)
+    res = do_run(trace, opts, err)
+    gib = 2**30
+    err.print(f"[bold]{res.outcome}[/]: {res.sent} sent, {res.ok} ok, {res.failed} failed, {res.aborted} aborted; "
+              f"memory at ready {(res.baseline_rss_bytes or 0) / gib:.2f} GiB, peak {(res.peak_rss_bytes or 0) / gib:.2f} GiB")
+    if res.engine_cpu_s:
+        err.print(f"overhead: replay process CPU {res.replay_cpu_s:.2f} s = "
+                  f"{100 * res.replay_cpu_s / res.engine_cpu_s:.1f}% of the engine's {res.engine_cpu_s:.1f} s "
+                  f"(sampler {res.sampler_cpu_s:.2f} s)")
+    err.print(f"bundle: {res.bundle}")
+    raise typer.Exit(res.exit_code)
+
+
+@versions_app.command("list")
+def versions_list() -> None:
+    """Installed environments and the versions this host can run."""
+    from replay.engine import envs
+    dev = "cuda" if envs.has_nvidia_gpu() else "cpu"
+    inst = envs.installed()
+    out_console.print(f"host: {dev}; environments under {envs.replay_home() / 'envs'}")
+    for s in inst:
+        out_console.print(f"  installed  {s.name}")
+    pool = envs.CUDA_RELEASES if dev == "cuda" else envs.CPU_RELEASES_LOCAL
+    out_console.print("runnable here: " + ", ".join(pool))
+
+
+@versions_app.command("install")
+def versions_install(version: Annotated[str, typer.Argument(help="0.32 or 0.32.0")]) -> None:
+    """Create the environment for a vLLM version (reused by every later run)."""
+    from replay.engine import envs
+    spec = envs.resolve(version)
+    envs.adopt_existing(spec)
+    with err.status(f"installing {spec.dist}=={spec.version}"):
+        envs.install(spec, log=lambda m: err.print(m))
+    err.print(f"[green]ready[/] {spec.path}")
+
+
+@versions_app.command("remove")
+def versions_remove(version: Annotated[str, typer.Argument(help="0.32 or 0.32.0")]) -> None:
+    """Delete an installed environment."""
+    from replay.engine import envs
+    spec = envs.resolve(version)
+    err.print(f"removed {spec.path}" if envs.remove(spec) else f"{spec.path} was not installed")
+
+
+@versions_app.command("doctor")
+def versions_doctor(
+    start: Annotated[bool, typer.Option(help="Also start each server once and check /health.")] = True,
+) -> None:
+    """For each installed environment: vLLM, torch, device, and whether a server starts."""
+    from replay.engine import envs
+    from replay.engine.args import known_args, to_argv
+    from replay.engine.model import ensure_tiny_model
+    from replay.engine.server import EngineServer
+    from replay.drive.runner import CPU_DEFAULT_ARGS
+    t = Table()
+    for c in ("env", "vllm", "torch", "device", "server"):
+        t.add_column(c)
+    for spec in envs.installed():
+        info = envs.env_info(spec)
+        status = "not checked"
+        if start:
+            try:
+                m = ensure_tiny_model(spec)
+                argv = to_argv(CPU_DEFAULT_ARGS if spec.device == "cpu" else {}, known_args(spec), spec.version)
+                s = EngineServer(spec, m, argv, envs.replay_home() / "doctor" / f"{spec.name}.log",
+                                 env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+                with err.status(f"starting {spec.name}"):
+                    s.start()
+                    s.stop()
+                status = "[green]starts[/]"
+            except ReplayError as e:
+                status = f"[red]fails[/]: {e.message.splitlines()[0]}"
+        t.add_row(spec.name, info.get("vllm") or "?", info.get("torch") or "?", spec.device, status)
+    out_console.print(t)
+
+
+@app.command()
+def analyze(
+    bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
+) -> None:
+    """Where reported and actual memory diverged: gap, onset, attribution, findings."""
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.bundle import read_bundle
+    a = analyze_bundle(read_bundle(bundle))
+    if as_json:
+        print(json.dumps(a.summary(), indent=2, default=str))
+        return
+    s = a.summary()
+    out_console.print(f"[bold]{bundle}[/]: peak actual {s['peak_actual_gib']} GiB, accounted {s['accounted_gib']} GiB, "
+                      f"max gap {s['max_gap_gib']} GiB, onset {s['onset_s']} s, OOM {s['oom_s']} s")
+    for f in s["findings"]:
+        out_console.print(f"- [{f['confidence']}] {f['title']}: {f['detail']}")
+
+
+@app.command()
+def report(
+    bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    compare: Annotated[Optional[list[Path]], typer.Option(help="Other bundles of the same incident to compare.")] = None,
+    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="HTML file (default reports/<bundle>.html).")] = None,
+) -> None:
+    """Write a self-contained HTML report: memory timeline, divergence, requests, findings, evidence."""
+    from replay.report.html import write_report
+    path = out or Path("reports") / f"{bundle.name.removesuffix('.bundle')}.html"
+    with err.status("rendering report"):
+        size = write_report(bundle, compare or [], path)
+    err.print(f"[green]wrote[/] {path} ({size / 1e6:.1f} MB)")
+
+
+@app.command()
+def postmortem(
+    bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Markdown file.")] = Path("postmortem.md"),
+    report_link: Annotated[Optional[str], typer.Option(help="Link to the HTML report.")] = None,
+) -> None:
+    """Draft a postmortem (Google SRE shape) prefilled with what the evidence shows."""
+    from replay.report.postmortem import write_postmortem
+    write_postmortem(bundle, out, report_link)
+    err.print(f"[green]wrote[/] {out}")
+
+
+@app.command()
+def check(
+    bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    max_discrepancy: Annotated[float, typer.Option(help="Max gap between actual and accounted memory, % of accounted.")] = 3.0,
+    max_gap_bytes: Annotated[Optional[int], typer.Option(help="Max absolute gap in bytes.")] = None,
+    no_oom: Annotated[bool, typer.Option("--no-oom", help="Fail when the bundle holds an OOM (real or emulated).")] = False,
+) -> None:
+    """CI gate: exit non-zero when reported and actual memory disagree beyond the thresholds."""
+    from replay.report.check import run_check
+    failures, lines = run_check(bundle, max_discrepancy, max_gap_bytes, no_oom)
+    for ln in lines:
+        out_console.print(ln)
+    if failures:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def main() -> None:
+    try:
+        app()
+    except ReplayError as e:
+        err.print(f"[red]error:[/] {e.message}")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        sys.exit(130)

@@ -1,0 +1,186 @@
+"""Open-loop driver: each request leaves at its scheduled time, never held back by outstanding ones.
+
+One scheduler coroutine wakes for the next due request and launches every request that is due,
+so timing error does not grow with the number of outstanding requests (unlike one ``asyncio.sleep``
+per request). Responses are streamed to record time to first token and finish; errors and aborts
+are recorded per request, never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass
+class Outcome:
+    id: str
+    scheduled_us: int
+    sent_us: int | None = None
+    first_token_us: int | None = None
+    finish_us: int | None = None
+    output_tokens: int | None = None
+    status: str = "pending"  # ok | error | aborted | pending
+    error: str | None = None
+
+
+@dataclass
+class DriverStats:
+    sent: int = 0
+    finished: int = 0
+    failed: int = 0
+    lateness_us: list[int] = field(default_factory=list)
+
+
+class Driver:
+    def __init__(self, base_url: str, model: str, *, speed: float = 1.0, concurrency: int | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 600.0) -> None:
+        self.base_url = base_url
+        self.model = model
+        self.speed = speed
+        self.concurrency = concurrency
+        self.transport = transport
+        self.timeout_s = timeout_s
+        self.stats = DriverStats()
+        self.outcomes: dict[str, Outcome] = {}
+        self._stop = asyncio.Event()
+        self.t0: float = 0.0
+
+    def now_us(self) -> int:
+        return int((time.perf_counter() - self.t0) * 1_000_000)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, items: list[tuple[int, str, dict[str, Any]]], *,
+                  t0: float | None = None, on_tick: Callable[[], None] | None = None) -> dict[str, Outcome]:
+        """items: (scheduled µs from start at speed 1, request id, JSON body)."""
+        self.t0 = t0 if t0 is not None else time.perf_counter()
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
+        sem = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        tasks: set[asyncio.Task[None]] = set()
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, limits=limits,
+                                     transport=self.transport) as client:
+            i = 0
+            n = len(items)
+            while i < n and not self._stop.is_set():
+                due_us = int(items[i][0] / self.speed)
+                wait = due_us - self.now_us()
+                if wait > 1500:
+                    try:
+                        await asyncio.wait_for(self._stop.wait(), (wait - 1000) / 1e6)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                while wait > 0:  # final approach: yield to the loop without oversleeping
+                    await asyncio.sleep(0)
+                    wait = due_us - self.now_us()
+                while i < n and int(items[i][0] / self.speed) <= self.now_us():
+                    sched, rid, body = items[i]
+                    oc = Outcome(rid, int(sched / self.speed))
+                    self.outcomes[rid] = oc
+                    t = asyncio.create_task(self._one(client, oc, body, sem))
+                    tasks.add(t)
+                    t.add_done_callback(tasks.discard)
+                    i += 1
+                if on_tick:
+                    on_tick()
+            for sched, rid, _ in items[i:]:  # never sent: stopped (engine died, Ctrl-C)
+                self.outcomes[rid] = Outcome(rid, int(sched / self.speed), status="aborted",
+                                             error="not sent: replay stopped")
+            while tasks and not self._stop.is_set():
+                await asyncio.wait(set(tasks), timeout=0.2)
+                if on_tick:
+                    on_tick()
+            for t in list(tasks):
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        for oc in self.outcomes.values():
+            if oc.status == "pending":
+                oc.status, oc.error = "aborted", oc.error or "in flight when the replay stopped"
+        return self.outcomes
+
+    async def _one(self, client: httpx.AsyncClient, oc: Outcome, body: dict[str, Any],
+                   sem: asyncio.Semaphore | None) -> None:
+        if sem:
+            await sem.acquire()
+        try:
+            oc.sent_us = self.now_us()
+            self.stats.sent += 1
+            self.stats.lateness_us.append(oc.sent_us - oc.scheduled_us)
+            n_out = 0
+            if body.get("prompt_logprobs") is not None:
+                # vLLM refuses prompt_logprobs with stream=True: one non-streamed call, no TTFT.
+                r0 = await client.post("/v1/completions", json={**body, "model": self.model, "stream": False})
+                oc.finish_us = self.now_us()
+                if r0.status_code != 200:
+                    oc.status, oc.error = "error", f"HTTP {r0.status_code}: {r0.text[:300]}"
+                    self.stats.failed += 1
+                    return
+                usage = (r0.json().get("usage") or {})
+                oc.output_tokens = usage.get("completion_tokens")
+                oc.status = "ok"
+                self.stats.finished += 1
+                return
+            async with client.stream("POST", "/v1/completions", json={**body, "model": self.model, "stream": True}) as r:
+                if r.status_code != 200:
+                    text = (await r.aread()).decode(errors="replace")[:300]
+                    oc.status, oc.error = "error", f"HTTP {r.status_code}: {text}"
+                    oc.finish_us = self.now_us()
+                    self.stats.failed += 1
+                    return
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:]
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except json.JSONDecodeError:
+                        continue
+                    if "error" in chunk:
+                        oc.status, oc.error = "error", str(chunk["error"])[:300]
+                        continue
+                    if oc.first_token_us is None:
+                        oc.first_token_us = self.now_us()
+                    n_out += 1
+            oc.finish_us = self.now_us()
+            oc.output_tokens = n_out
+            if oc.status == "pending":
+                oc.status = "ok"
+                self.stats.finished += 1
+            else:
+                self.stats.failed += 1
+        except asyncio.CancelledError:
+            oc.status, oc.error = "aborted", "in flight when the replay stopped"
+            raise
+        except httpx.HTTPError as e:
+            oc.status, oc.error = "error", f"{type(e).__name__}: {e}"[:300]
+            oc.finish_us = self.now_us()
+            self.stats.failed += 1
+        finally:
+            if sem:
+                sem.release()
+
+
+def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_policy: str = "observed") -> dict[str, Any]:
+    """Trace request -> completions body that reproduces its memory-relevant shape."""
+    s = r.get("sampling") or {}
+    n_out = r.get("output_tokens")
+    if n_out is None or output_policy == "max_tokens":
+        n_out = r.get("max_tokens") or n_out or 16
+    body: dict[str, Any] = {"prompt": prompt_ids if prompt_ids is not None else r.get("prompt"),
+                            "max_tokens": max(1, int(n_out)), "ignore_eos": True,
+                            "temperature": s.get("temperature", 0.0)}
+    for k in ("top_p", "n", "best_of", "logprobs", "prompt_logprobs", "min_tokens", "stop"):
+        if s.get(k) is not None:
+            body[k] = s[k]
+    return body

@@ -1,0 +1,285 @@
+"""``replay run``: a trace through a real vLLM server of a chosen version, measured, into a bundle.
+
+The run survives what it reproduces: when the engine dies (OOM, killed, capacity guard) or the
+user presses Ctrl-C, it records the event with the last samples and the server log tail, marks
+in-flight requests aborted, stops the driver, writes a complete bundle and exits with a distinct
+code. The server's process group is always terminated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from replay.bundle import BundleMeta, BundleWriter
+from replay.drive.driver import Driver, request_body
+from replay.drive.sampler import Sampler
+from replay.engine import args as eargs
+from replay.engine import envs
+from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model
+from replay.engine.server import EngineServer
+from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError
+from replay.nvml import open_nvml
+from replay.record.vllm_log import fact_time_us, parse_log
+from replay.trace.format import read_trace
+from replay.trace.prompts import synth_prompt_ids
+
+CPU_DEFAULT_ARGS: dict[str, Any] = {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 8192,
+                                    "max_logprobs": 20}
+
+
+@dataclass
+class RunOptions:
+    vllm: str = "0.32"
+    out: Path = Path("bundles/replay")
+    speed: float = 1.0
+    window: tuple[int, int] | None = None  # µs
+    concurrency: int | None = None
+    engine_args_file: Path | None = None
+    set_args: list[str] = field(default_factory=list)
+    model: Path | None = None
+    vocab: int = DEFAULT_VOCAB
+    seed: int = 0
+    interval_s: float = 0.25
+    kv_cache_gib: float = 1.0
+    capacity_bytes: int | None = None
+    install: bool = True
+    output_policy: str = "observed"
+
+
+@dataclass
+class RunResult:
+    bundle: Path
+    exit_code: int
+    outcome: str  # completed | engine_died | capacity_guard | interrupted
+    sent: int
+    ok: int
+    failed: int
+    aborted: int
+    peak_rss_bytes: int | None
+    baseline_rss_bytes: int | None
+    sampler_cpu_s: float
+    engine_cpu_s: float
+    replay_cpu_s: float
+    lateness_p99_us: float | None
+
+
+def _p99(xs: list[int]) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return float(s[min(len(s) - 1, int(0.99 * len(s)))])
+
+
+def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
+    console = console or Console(stderr=True)
+    header, reqs = read_trace(trace_path)
+    if opts.window:
+        a, b = opts.window
+        reqs = [r for r in reqs if a <= r["t_us"] < b]
+        for r in reqs:
+            r["t_us"] -= a
+    if not reqs:
+        raise ReplayError(f"{trace_path}: no requests to replay (check --window)", 2)
+    spec = envs.resolve(opts.vllm)
+    envs.adopt_existing(spec)
+    if not envs.is_installed(spec):
+        if not opts.install:
+            raise ReplayError(f"vLLM {spec.version} is not installed; run `replay versions install {spec.version}`", 4)
+        with console.status(f"installing {spec.dist}=={spec.version} into {spec.path} (once)"):
+            envs.install(spec, log=lambda m: console.print(f"[dim]{m}[/]"))
+    engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
+    engine_args.update(header.engine_args or {})
+    if opts.engine_args_file:
+        try:
+            engine_args.update(json.loads(opts.engine_args_file.read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ReplayError(f"{opts.engine_args_file}: cannot read engine args JSON ({e})", 2) from None
+    engine_args.update(eargs.parse_set(opts.set_args))
+    with console.status(f"reading vLLM {spec.version}'s argument list"):
+        allowed = eargs.known_args(spec)
+    argv = eargs.to_argv(engine_args, allowed, spec.version)
+    if opts.model is None:
+        with console.status("building the tiny local model (once)"):
+            model_dir: Path | str = ensure_tiny_model(spec, opts.vocab, opts.seed)
+    else:
+        model_dir = opts.model
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    server_env = {"VLLM_CPU_KVCACHE_SPACE": str(int(opts.kv_cache_gib)) if float(opts.kv_cache_gib).is_integer() else str(opts.kv_cache_gib)} if spec.device == "cpu" else {}
+    server = EngineServer(spec, model_dir, argv, out / "server.log", env=server_env)
+    prod = header.production or {}
+    meta = BundleMeta(kind="replay", vllm_version=spec.version, engine="v1", engine_args=engine_args,
+                      model=str(model_dir),
+                      gpus=[], inputs=[{"path": str(trace_path), "kind": "trace", "requests": len(reqs)}],
+                      extra={"device": spec.device, "speed": opts.speed, "seed": opts.seed, "window_us": opts.window,
+                             "concurrency": opts.concurrency, "production": prod,
+                             "capacity_bytes": opts.capacity_bytes, "kv_cache_gib": opts.kv_cache_gib,
+                             "output_policy": opts.output_policy, "interval_s": opts.interval_s})
+    writer = BundleWriter(out, meta)
+    block = (header.prefix or {}).get("block_size")
+    items = []
+    for r in reqs:
+        ids = None if r.get("prompt") or r.get("prompt_token_ids") else synth_prompt_ids(
+            int(r.get("input_tokens") or 1), opts.seed, str(r["id"]), prefix_blocks=r.get("prefix_blocks"),
+            block_size=block)
+        if r.get("prompt_token_ids"):
+            ids = r["prompt_token_ids"]
+        items.append((int(r["t_us"]), str(r["id"]), request_body(r, ids, output_policy=opts.output_policy)))
+    items.sort(key=lambda x: x[0])
+
+    outcome = "completed"
+    died = threading.Event()
+    guard_hit: list[int] = []
+    driver = Driver(server.url, str(model_dir), speed=opts.speed, concurrency=opts.concurrency)
+    loop_ref: list[asyncio.AbstractEventLoop] = []
+
+    def stop_driver() -> None:
+        if loop_ref:
+            loop_ref[0].call_soon_threadsafe(driver.stop)
+
+    def on_capacity(v: int) -> None:
+        if not guard_hit:
+            guard_hit.append(v)
+            died.set()
+            stop_driver()
+
+    interrupted = False
+    prev_handler = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        stop_driver()
+
+    t_wall0 = time.time()
+    cpu0 = time.process_time()
+    meta.t0_utc = datetime.fromtimestamp(t_wall0, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    sampler: Sampler | None = None
+    baseline = None
+    try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, on_sigint)
+        with console.status(f"starting vLLM {spec.version} ({spec.device}) server"):
+            server.start()
+        ready_us = int((server.ready_at or time.time()) * 1e6 - t_wall0 * 1e6)
+        baseline = server.rss_bytes()
+        nvml = open_nvml() if spec.device == "cuda" else None
+        sampler = Sampler(writer, t_wall0, metrics_url=f"{server.url}/metrics",
+                          rss=server.rss_bytes if spec.device == "cpu" else None, nvml=nvml, pids=server.pids,
+                          interval_s=opts.interval_s, capacity_bytes=opts.capacity_bytes, on_capacity=on_capacity)
+        writer.event({"t_us": ready_us, "kind": "engine_ready", "source": "replay", "rss_bytes": baseline,
+                      "device": spec.device, "note": "engine memory at ready: weights + KV pool + runtime, "
+                      "everything vLLM sized at startup"})
+        sampler.start()
+
+        def watchdog() -> None:
+            while not died.is_set() and not driver._stop.is_set():
+                if not server.alive():
+                    died.set()
+                    stop_driver()
+                    return
+                time.sleep(0.2)
+
+        wd = threading.Thread(target=watchdog, daemon=True)
+        wd.start()
+        t_drive0_perf = time.perf_counter()
+        offset_us = int((time.time() - t_wall0) * 1e6)
+        with Progress(TextColumn("[bold]replay[/]"), BarColumn(), TextColumn("{task.completed}/{task.total} sent"),
+                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
+                      transient=False) as prog:
+            task = prog.add_task("replay", total=len(items), detail="")
+
+            def tick() -> None:
+                s = driver.stats
+                rss = sampler.last_rss if sampler else None
+                prog.update(task, completed=s.sent, detail=f"ok {s.finished} failed {s.failed} "
+                            f"mem {rss / 2**30 if rss else 0:.2f} GiB")
+
+            async def go() -> None:
+                loop_ref.append(asyncio.get_running_loop())
+                await driver.run(items, t0=t_drive0_perf, on_tick=tick)
+
+            asyncio.run(go())
+            tick()
+        if interrupted:
+            outcome = "interrupted"
+        elif guard_hit:
+            outcome = "capacity_guard"
+        elif died.is_set() or not server.alive():
+            outcome = "engine_died"
+    finally:
+        if sampler:
+            if outcome != "completed" or died.is_set():
+                sampler.sample_once(None)  # the last samples before the end
+            sampler.stop()
+        engine_cpu = server.cpu_seconds()
+        server.stop()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, prev_handler)
+
+    # Requests
+    for sched, rid, body in items:
+        oc = driver.outcomes.get(rid)
+        r = next(x for x in reqs if str(x["id"]) == rid)
+        s = r.get("sampling") or {}
+        writer.request({
+            "id": rid, "arrival_us": offset_us + int(sched / opts.speed),
+            "sent_us": offset_us + oc.sent_us if oc and oc.sent_us is not None else None,
+            "first_token_us": offset_us + oc.first_token_us if oc and oc.first_token_us is not None else None,
+            "finish_us": offset_us + oc.finish_us if oc and oc.finish_us is not None else None,
+            "input_tokens": len(body["prompt"]) if isinstance(body["prompt"], list) else r.get("input_tokens"),
+            "output_tokens": oc.output_tokens if oc else None, "max_tokens": body.get("max_tokens"),
+            "prompt_logprobs": s.get("prompt_logprobs"), "logprobs": s.get("logprobs"), "n": s.get("n"),
+            "best_of": s.get("best_of"), "mm_items": len(r.get("mm") or []),
+            "prefix_blocks": len(r.get("prefix_blocks") or []),
+            "status": oc.status if oc else "aborted", "error": oc.error if oc else "not sent", "source": "replay"})
+    # Server log -> events (the recorder's parser), times on the run's clock.
+    year = datetime.now(timezone.utc).year
+    parsed = parse_log((out / "server.log").read_text(encoding="utf-8", errors="replace").splitlines())
+    for f in parsed.facts:
+        t = fact_time_us(f.ts, year)
+        if f.kind == "stats":
+            for key, metric, scale in (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
+                                       ("waiting", "requests_waiting", 1.0)):
+                if t is not None and f.data.get(key) is not None:
+                    writer.sample(t - int(t_wall0 * 1e6), None, "vllm-log", metric, f.data[key] * scale)
+            continue
+        writer.event({"t_us": None if t is None else t - int(t_wall0 * 1e6), "kind": f.kind,
+                      "source": f"server.log:{f.line}", "rank": f.rank, **f.data})
+    meta.vllm_version_inferred = parsed.version
+    end_us = int((time.time() - t_wall0) * 1e6)
+    if outcome in ("engine_died", "capacity_guard"):
+        writer.event({"t_us": end_us, "kind": "emulated_oom" if outcome == "capacity_guard" else "engine_death",
+                      "source": "replay", "label": "EMULATED OOM (capacity guard on CPU), not a real device OOM"
+                      if outcome == "capacity_guard" else "engine process exited during the replay",
+                      "rss_bytes": guard_hit[0] if guard_hit else None, "capacity_bytes": opts.capacity_bytes,
+                      "log_tail": server.log_tail(30)})
+    if outcome == "interrupted":
+        writer.event({"t_us": end_us, "kind": "interrupted", "source": "replay", "label": "Ctrl-C"})
+    statuses = [o.status for o in driver.outcomes.values()]
+    replay_cpu = time.process_time() - cpu0
+    meta.extra.update({
+        "outcome": outcome, "baseline_rss_bytes": baseline,
+        "peak_rss_bytes": sampler.peak_rss if sampler else None,
+        "overhead": {"sampler_cpu_s": round(sampler.cpu_s, 3) if sampler else None,
+                     "replay_process_cpu_s": round(replay_cpu, 3), "engine_cpu_s": round(engine_cpu, 3),
+                     "samples": sampler.n if sampler else 0},
+        "driver": {"sent": driver.stats.sent, "lateness_p99_us": _p99(driver.stats.lateness_us)},
+    })
+    writer.close()
+    code = {"completed": 0, "engine_died": EXIT_OOM_REPRODUCED, "capacity_guard": EXIT_OOM_REPRODUCED,
+            "interrupted": EXIT_INTERRUPTED}[outcome]
+    return RunResult(out, code, outcome, driver.stats.sent, statuses.count("ok"), statuses.count("error"),
+                     statuses.count("aborted"), sampler.peak_rss if sampler else None, baseline,
+                     sampler.cpu_s if sampler else 0.0, engine_cpu, replay_cpu, _p99(driver.stats.lateness_us))

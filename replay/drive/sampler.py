@@ -1,0 +1,98 @@
+"""One-clock sampler for a running engine: vLLM ``/metrics``, actual memory (process-tree RSS on CPU,
+NVML device and per-process on CUDA), from its own thread. It measures its own CPU time so the run
+can report the sampler's overhead next to the engine's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from replay.bundle import BundleWriter
+from replay.nvml import NvmlReader
+from replay.record.evidence import parse_exposition
+
+
+class Sampler:
+    def __init__(self, writer: BundleWriter, t0_wall: float, *, metrics_url: str | None,
+                 rss: Callable[[], int | None] | None = None, nvml: NvmlReader | None = None,
+                 pids: Callable[[], list[int]] | None = None, interval_s: float = 0.25,
+                 capacity_bytes: int | None = None, on_capacity: Callable[[int], None] | None = None) -> None:
+        self.w = writer
+        self.t0 = t0_wall
+        self.metrics_url = metrics_url
+        self.rss = rss
+        self.nvml = nvml
+        self.pids = pids
+        self.interval_s = interval_s
+        self.capacity_bytes = capacity_bytes
+        self.on_capacity = on_capacity
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="replay-sampler", daemon=True)
+        self.cpu_s = 0.0
+        self.n = 0
+        self.last_rss: int | None = None
+        self.peak_rss: int | None = None
+        self.last_kv: float | None = None
+        self.metrics_errors = 0
+
+    def t_us(self) -> int:
+        return int((time.time() - self.t0) * 1_000_000)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def sample_once(self, client: httpx.Client | None) -> None:
+        t = self.t_us()
+        if self.rss is not None:
+            v = self.rss()
+            if v is not None:
+                self.last_rss = v
+                self.peak_rss = max(self.peak_rss or 0, v)
+                with self.lock:
+                    self.w.sample(t, None, "process", "process_rss_bytes", v)
+                if self.capacity_bytes and v > self.capacity_bytes and self.on_capacity:
+                    self.on_capacity(v)
+        if self.nvml is not None:
+            mine = set(self.pids() if self.pids else [])
+            for g in self.nvml.read():
+                with self.lock:
+                    self.w.sample(t, g.index, "nvml", "device_used_bytes", g.used_bytes)
+                    self.w.sample(t, g.index, "nvml", "device_total_bytes", g.total_bytes)
+                    self.w.sample(t, g.index, "nvml", "device_free_bytes", g.free_bytes)
+                    self.w.sample(t, g.index, "nvml", "device_reserved_bytes", g.reserved_bytes)
+                    own = sum(v or 0 for p, v in g.processes.items() if p in mine)
+                    other = sum(v or 0 for p, v in g.processes.items() if p not in mine)
+                    if mine:
+                        self.w.sample(t, g.index, "nvml", "process_used_bytes", own)
+                    self.w.sample(t, g.index, "nvml", "other_processes_bytes", other)
+        if client is not None and self.metrics_url:
+            try:
+                r = client.get(self.metrics_url)
+                p = parse_exposition(Path("metrics"), r.text, at=str(time.time()))
+                with self.lock:
+                    for _, gpu, source, metric, value in p.samples:
+                        self.w.sample(t, gpu, source, metric, value)
+                        if metric == "kv_usage_ratio":
+                            self.last_kv = value
+            except httpx.HTTPError:
+                self.metrics_errors += 1
+        self.n += 1
+
+    def _loop(self) -> None:
+        start_cpu = time.thread_time()
+        with httpx.Client(timeout=2.0) as client:
+            nxt = time.monotonic()
+            while not self._stop.is_set():
+                self.sample_once(client)
+                self.cpu_s = time.thread_time() - start_cpu
+                nxt += self.interval_s
+                self._stop.wait(max(0.0, nxt - time.monotonic()))

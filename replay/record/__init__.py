@@ -1,0 +1,1 @@
+"""Recording: evidence files (and live endpoints) -> one incident bundle on one UTC timeline."""

@@ -1,0 +1,475 @@
+"""Parsers for the non-log evidence: Prometheus (exposition, query_range JSON, Grafana CSV), DCGM,
+nvidia-smi (query-gpu CSV, query-compute-apps, dmon) and Kubernetes (events, pod status, describe).
+
+Every parser returns ``Parsed``: samples and events with absolute UTC epoch µs (or ``None`` when
+the evidence does not say), plus quarantined lines with reasons. Metric names are mapped to the
+bundle's names across vLLM versions here, in one table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from replay.units import MiB
+
+# vLLM metric name (any version) -> (bundle metric, scale)
+VLLM_METRICS: dict[str, tuple[str, float]] = {
+    "vllm:gpu_cache_usage_perc": ("kv_usage_ratio", 1.0),  # V0, V1 0.7.3-0.10 (fraction 0-1)
+    "vllm:kv_cache_usage_perc": ("kv_usage_ratio", 1.0),  # V1 0.9.2+
+    "vllm:cpu_cache_usage_perc": ("cpu_kv_usage_ratio", 1.0),  # V0 only
+    "vllm:num_requests_running": ("requests_running", 1.0),
+    "vllm:num_requests_waiting": ("requests_waiting", 1.0),
+    "vllm:num_requests_swapped": ("requests_swapped", 1.0),  # V0 only
+    "vllm:num_preemptions": ("preemptions_total", 1.0),
+    "vllm:num_preemptions_total": ("preemptions_total", 1.0),
+    "vllm:prompt_tokens": ("prompt_tokens_total", 1.0),
+    "vllm:prompt_tokens_total": ("prompt_tokens_total", 1.0),
+    "vllm:generation_tokens": ("generation_tokens_total", 1.0),
+    "vllm:generation_tokens_total": ("generation_tokens_total", 1.0),
+}
+DCGM_METRICS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_FB_USED": ("device_used_bytes", MiB),
+    "DCGM_FI_DEV_FB_FREE": ("device_free_bytes", MiB),
+    "DCGM_FI_DEV_FB_RESERVED": ("device_reserved_bytes", MiB),
+    "DCGM_FI_DEV_FB_TOTAL": ("device_total_bytes", MiB),
+}
+NEVER_EXISTED_METRICS = {
+    "vllm_gpu_memory_usage_bytes": "vllm_gpu_memory_usage_bytes has never existed in any vLLM version "
+    "(0.6-0.33): no vLLM metric reports GPU memory bytes. A monitor that scraped it read nothing, not "
+    "zero. Device memory comes from DCGM (DCGM_FI_DEV_FB_USED) or NVML; vLLM's own view is "
+    "vllm:kv_cache_usage_perc (the fill of its KV pool, not device memory).",
+}
+NEVER_EXISTED_METRICS["vllm:gpu_memory_usage_bytes"] = NEVER_EXISTED_METRICS["vllm_gpu_memory_usage_bytes"]
+
+
+@dataclass
+class Parsed:
+    kind: str
+    samples: list[tuple[int | None, int | None, str, str, float]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    quarantine: list[tuple[int | None, str, str]] = field(default_factory=list)
+    lines: int = 0
+    parsed: int = 0
+    notes: list[str] = field(default_factory=list)
+    gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    naive_local_times: bool = False
+
+
+def _utc(dt: datetime, tz_offset_s: int = 0) -> int:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc) - timedelta(seconds=tz_offset_s)
+    return int(dt.timestamp() * 1_000_000)
+
+
+def parse_time(s: str, tz_offset_s: int = 0) -> int | None:
+    """ISO, 'YYYY/MM/DD HH:MM:SS.fff' (nvidia-smi), epoch seconds -> epoch µs; naive = host local."""
+    s = s.strip().strip('"')
+    if re.fullmatch(r"\d{9,10}(\.\d+)?", s):
+        return int(float(s) * 1_000_000)
+    if re.fullmatch(r"\d{12,13}", s):
+        return int(s) * 1000
+    t = s.replace("/", "-").replace("Z", "+00:00")
+    try:
+        return _utc(datetime.fromisoformat(t), tz_offset_s)
+    except ValueError:
+        pass
+    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%a %b %d %H:%M:%S %Y"):
+        try:
+            return _utc(datetime.strptime(t, fmt), tz_offset_s)
+        except ValueError:
+            continue
+    return None
+
+
+# --- Prometheus exposition (vLLM /metrics, DCGM exporter) ----------------------------------------
+SCRAPED_AT = re.compile(r"^#\s*scraped[_ ]at[:=]?\s*(\S+(?: \S+)?)\s*$", re.I | re.M)
+NAME_TS = re.compile(r"(\d{4}-?\d\d-?\d\d[T_]\d\d[:-]?\d\d[:-]?\d\d(?:Z)?)|(?<!\d)(\d{10}(?:\.\d+)?)(?!\d)")
+
+
+def scrape_time(path: Path, text: str, at: str | None, tz_offset_s: int) -> tuple[int | None, str]:
+    if at:
+        t = parse_time(at, tz_offset_s)
+        if t is not None:
+            return t, "--at"
+    m = SCRAPED_AT.search(text)
+    if m:
+        t = parse_time(m.group(1), tz_offset_s)
+        if t is not None:
+            return t, "# scraped_at line"
+    m2 = NAME_TS.search(path.name)
+    if m2:
+        raw = m2.group(1) or m2.group(2)
+        if m2.group(1):
+            d = re.sub(r"[^0-9]", "", raw)
+            raw = f"{d[0:4]}-{d[4:6]}-{d[6:8]}T{d[8:10]}:{d[10:12]}:{d[12:14]}" + ("Z" if raw.endswith("Z") else "")
+        t = parse_time(raw, tz_offset_s)
+        if t is not None:
+            return t, "file name"
+    return None, "none"
+
+
+def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
+                     want: list[str] | None = None) -> Parsed:
+    p = Parsed(kind="prometheus-text")
+    p.lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    t, how = scrape_time(path, text, at, tz_offset_s)
+    if t is None:
+        p.notes.append(f"{path}: no scrape time found (file name, '# scraped_at' line or --at); "
+                       "its samples are quarantined, not placed on the timeline")
+    for name in want or []:
+        if name in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[name])
+    lines = text.splitlines()
+    clean, bad = [], []
+    for i, ln in enumerate(lines, start=1):
+        s = ln.strip()
+        if not s or s.startswith("#"):
+            p.parsed += 1
+            clean.append(ln)
+            continue
+        if not re.match(r"^[a-zA-Z_:][\w:]*(\{.*\})?\s+\S+(\s+\d+)?\s*$", s):
+            bad.append((i, "not a Prometheus exposition sample line", ln))
+            continue
+        clean.append(ln)
+        p.parsed += 1
+    p.quarantine += bad
+    try:
+        families = list(text_string_to_metric_families("\n".join(clean) + "\n"))
+    except (ValueError, TypeError, IndexError) as e:
+        p.quarantine.append((None, f"exposition could not be parsed: {e}", ""))
+        return p
+    is_dcgm = False
+    for fam in families:
+        for s in fam.samples:
+            name, labels, value = s.name, s.labels, s.value
+            ts = int(s.timestamp * 1_000_000) if s.timestamp else t
+            if name in DCGM_METRICS:
+                is_dcgm = True
+                metric, scale = DCGM_METRICS[name]
+                gpu = int(labels.get("gpu", labels.get("GPU", "0")) or 0)
+                info = p.gpus.setdefault(gpu, {"index": gpu})
+                info.update({k: v for k, v in (("uuid", labels.get("UUID") or labels.get("uuid")),
+                                               ("name", labels.get("modelName"))) if v})
+                p.samples.append((ts, gpu, "dcgm", metric, float(value) * scale))
+                if labels.get("pod") or labels.get("exported_pod"):
+                    p.samples.append((ts, gpu, "dcgm", f"pod_used_bytes:{labels.get('exported_pod') or labels.get('pod')}",
+                                      float(value) * scale)) if metric == "device_used_bytes" else None
+            elif name in VLLM_METRICS:
+                metric, scale = VLLM_METRICS[name]
+                p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
+            elif name == "vllm:cache_config_info":
+                p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
+            elif name in NEVER_EXISTED_METRICS:
+                p.notes.append(NEVER_EXISTED_METRICS[name])
+    if is_dcgm:
+        p.kind = "dcgm"
+    elif any(s[2] == "vllm-metrics" for s in p.samples):
+        p.kind = "vllm-metrics"
+    if t is None and p.samples:
+        n = sum(1 for s in p.samples if s[0] is None)
+        p.quarantine.append((None, f"{n} samples without a scrape time", ""))
+        p.samples = [s for s in p.samples if s[0] is not None]
+    elif t is not None:
+        p.notes.append(f"{path.name}: scrape time from {how}")
+    return p
+
+
+def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None) -> Parsed:
+    p = Parsed(kind="prometheus-query-range")
+    data = obj.get("data") or {}
+    results = data.get("result") or []
+    p.lines = len(results)
+    for name in want or []:
+        if name in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[name])
+    for i, series in enumerate(results):
+        labels = series.get("metric") or {}
+        name = labels.get("__name__", "")
+        vals = series.get("values") or ([series["value"]] if "value" in series else [])
+        if name in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[name])
+            continue
+        if name in DCGM_METRICS:
+            metric, scale = DCGM_METRICS[name]
+            source, gpu = "dcgm", int(labels.get("gpu", "0") or 0)
+        elif name in VLLM_METRICS:
+            (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics", None
+        else:
+            metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
+        for ts, v in vals:
+            try:
+                p.samples.append((int(float(ts) * 1_000_000), gpu, source, metric, float(v) * scale))
+            except (TypeError, ValueError):
+                p.quarantine.append((None, f"series {i} ({name}): bad point {ts!r}, {v!r}", ""))
+        p.parsed += 1
+    if obj.get("status") not in (None, "success"):
+        p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
+    return p
+
+
+def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
+    """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series; ';' or ',' delimiter."""
+    p = Parsed(kind="grafana-csv")
+    first = text.splitlines()[0] if text else ""
+    delim = ";" if first.count(";") > first.count(",") else ("\t" if "\t" in first else ",")
+    rows = list(csv.reader(io.StringIO(text), delimiter=delim))
+    p.lines = len(rows)
+    if not rows:
+        return p
+    header = [h.strip().strip('"') for h in rows[0]]
+    series = []
+    for h in header[1:]:
+        key = h.split("{")[0]
+        m = VLLM_METRICS.get(key) or DCGM_METRICS.get(key)
+        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" if key in VLLM_METRICS else "grafana"
+        series.append((h, m[0] if m else h, m[1] if m else 1.0, src))
+        if key in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[key])
+    p.parsed = 1
+    for i, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        t = parse_time(row[0], tz_offset_s)
+        if t is None:
+            p.quarantine.append((i, "unparseable time", delim.join(row)))
+            continue
+        p.parsed += 1
+        for (_, metric, scale, src), cell in zip(series, row[1:]):
+            c = cell.strip()
+            if c in ("", "null", "NaN"):
+                continue
+            if delim == ";" and "," in c and "." not in c:
+                c = c.replace(",", ".")  # locale decimal comma
+            try:
+                p.samples.append((t, None, src, metric, float(c) * scale))
+            except ValueError:
+                p.quarantine.append((i, f"unparseable value {cell!r}", delim.join(row)))
+    return p
+
+
+# --- nvidia-smi ----------------------------------------------------------------------------------
+NVSMI_GPU_FIELDS = {
+    "memory.used": "device_used_bytes", "memory.free": "device_free_bytes",
+    "memory.total": "device_total_bytes", "memory.reserved": "device_reserved_bytes",
+    "utilization.gpu": "util_gpu_pct", "utilization.memory": "util_mem_pct",
+}
+
+
+def _nv_value(cell: str, header: str) -> float | None:
+    c = cell.strip()
+    if c in ("[N/A]", "N/A", "[Not Supported]", "-", ""):
+        return None
+    m = re.match(r"^([\d.]+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$", c)
+    if not m:
+        return None
+    v = float(m.group(1))
+    unit = m.group(2) or ("MiB" if "[MiB]" in header else "")
+    return v * {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}.get(unit, 1)
+
+
+def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None) -> Parsed:
+    p = Parsed(kind="nvidia-smi")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    header: list[str] | None = [c.strip() for c in columns.split(",")] if columns else None
+    bus_to_idx: dict[str, int] = {}
+    for i, ln in enumerate(lines, start=1):
+        if not ln.strip():
+            p.parsed += 1
+            continue
+        cells = [c.strip() for c in ln.split(",")]
+        if any(c.startswith(("name", "timestamp", "index", "gpu_name", "pid")) for c in cells[:2]) and not re.search(r"\d{4}/\d\d/\d\d", ln):
+            header = cells  # (repeated) header line
+            p.parsed += 1
+            continue
+        if header is None:
+            p.quarantine.append((i, "headerless nvidia-smi CSV: pass --nvsmi-columns with the --query-gpu list", ln))
+            continue
+        if len(cells) != len(header):
+            p.quarantine.append((i, f"expected {len(header)} fields, found {len(cells)}", ln))
+            continue
+        row = dict(zip([h.split(" [")[0] for h in header], cells))
+        units = dict(zip([h.split(" [")[0] for h in header], header))
+        t = parse_time(row["timestamp"], tz_offset_s) if "timestamp" in row else None
+        if "timestamp" in row and t is None:
+            p.quarantine.append((i, f"unparseable timestamp {row['timestamp']!r}", ln))
+            continue
+        if "timestamp" in row:
+            p.naive_local_times = True
+        if "pid" in row:  # --query-compute-apps
+            p.kind = "nvidia-smi-apps"
+            used = _nv_value(row.get("used_gpu_memory", ""), units.get("used_gpu_memory", ""))
+            bus = row.get("gpu_bus_id", "")
+            gpu = bus_to_idx.setdefault(bus, len(bus_to_idx))
+            p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{row['pid']}", used if used is not None else float("nan")))
+            p.parsed += 1
+            continue
+        if "index" in row and row["index"].isdigit():
+            gpu = int(row["index"])
+        else:
+            bus = row.get("pci.bus_id", row.get("uuid", ""))
+            gpu = bus_to_idx.setdefault(bus, len(bus_to_idx))
+        info = p.gpus.setdefault(gpu, {"index": gpu})
+        for k_src, k in (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id")):
+            if row.get(k_src):
+                info[k] = row[k_src]
+        for k_src, metric in NVSMI_GPU_FIELDS.items():
+            if k_src in row:
+                v = _nv_value(row[k_src], units[k_src])
+                if v is not None:
+                    p.samples.append((t, gpu, "nvidia-smi", metric, v))
+                    if metric == "device_total_bytes":
+                        info["total_bytes"] = int(v)
+        p.parsed += 1
+    p.samples = [s for s in p.samples if not (isinstance(s[4], float) and s[4] != s[4])]
+    return p
+
+
+def parse_dmon(path: Path, text: str) -> Parsed:
+    """``nvidia-smi dmon``: columns from the two '#' header lines (they change across drivers); no times
+    unless -o T/D was used, so rows are placed by sample index only when a time column exists."""
+    p = Parsed(kind="nvidia-smi-dmon")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    cols: list[str] = []
+    n = 0
+    for i, ln in enumerate(lines, start=1):
+        s = ln.strip()
+        if not s:
+            p.parsed += 1
+            continue
+        if s.startswith("#"):
+            toks = s.lstrip("#").split()
+            if not cols or toks[0].lower() in ("gpu", "date", "time"):
+                if toks and toks[0].lower() in ("gpu", "date", "time"):
+                    cols = [t.lower() for t in toks]
+            p.parsed += 1
+            continue
+        vals = s.split()
+        if len(vals) != len(cols):
+            p.quarantine.append((i, f"expected {len(cols)} fields, found {len(vals)}", ln))
+            continue
+        row = dict(zip(cols, vals))
+        t = None
+        if "date" in row and "time" in row:
+            t = parse_time(f"{row['date'][:4]}-{row['date'][4:6]}-{row['date'][6:]} {row['time']}")
+        gpu = int(row.get("gpu", row.get("idx", "0")) or 0)
+        if "fb" in row and row["fb"] != "-":
+            p.samples.append((t, gpu, "nvidia-smi", "device_used_bytes", float(row["fb"]) * MiB))
+        if "mem" in row and row["mem"] != "-":
+            p.samples.append((t, gpu, "nvidia-smi", "util_mem_pct", float(row["mem"])))
+        n += 1
+        p.parsed += 1
+    if p.samples and all(s[0] is None for s in p.samples):
+        p.notes.append(f"{path.name}: dmon rows carry no time (use `nvidia-smi dmon -o DT`); "
+                       f"{len(p.samples)} values quarantined")
+        p.quarantine.append((None, f"{len(p.samples)} dmon values without time", ""))
+        p.samples = []
+    return p
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+def _walk_container_statuses(obj: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if isinstance(obj, dict):
+        if "lastState" in obj or "state" in obj and "restartCount" in obj:
+            out.append(obj)
+        for v in obj.values():
+            out += _walk_container_statuses(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _walk_container_statuses(v)
+    return out
+
+
+def parse_k8s(path: Path, text: str) -> Parsed:
+    p = Parsed(kind="k8s")
+    p.lines = text.count("\n") + 1
+    try:
+        obj = json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        mark = getattr(e, "problem_mark", None)
+        line = getattr(e, "lineno", None) or (mark.line + 1 if mark else None)
+        p.quarantine.append((line, f"not valid JSON/YAML: {str(e).splitlines()[0]}", ""))
+        return p
+    items = obj.get("items") if isinstance(obj, dict) and isinstance(obj.get("items"), list) else None
+    if items is not None and items and isinstance(items[0], dict) and items[0].get("kind") == "Event" or (
+            isinstance(obj, dict) and obj.get("kind") == "EventList"):
+        p.kind = "k8s-events"
+        for ev in items or []:
+            t = None
+            for k in ("lastTimestamp", "eventTime", "firstTimestamp"):
+                if ev.get(k):
+                    t = parse_time(str(ev[k]))
+                    break
+            if ev.get("metadata", {}).get("creationTimestamp") and t is None:
+                t = parse_time(str(ev["metadata"]["creationTimestamp"]))
+            inv = ev.get("involvedObject", {})
+            p.events.append({"t": t, "kind": "k8s_event", "line": None,
+                             "data": {"reason": ev.get("reason"), "type": ev.get("type"), "message": ev.get("message"),
+                                      "object": f"{inv.get('kind')}/{inv.get('name')}", "count": ev.get("count")}})
+            p.parsed += 1
+        return p
+    statuses = _walk_container_statuses(obj)
+    p.kind = "k8s-pod"
+    for st in statuses:
+        term = (st.get("lastState") or {}).get("terminated") or {}
+        if term:
+            reason = term.get("reason")
+            code = term.get("exitCode")
+            t = parse_time(str(term["finishedAt"])) if term.get("finishedAt") else None
+            kind = "host_oom_killed" if reason == "OOMKilled" or code == 137 else "container_terminated"
+            p.events.append({"t": t, "kind": kind, "line": None, "data": {
+                "container": st.get("name"), "reason": reason, "exit_code": code,
+                "restart_count": st.get("restartCount"),
+                "meaning": ("the container was killed for host/cgroup memory (OOMKilled, exit 137); "
+                            "a CUDA OOM is an application error and does not show up as OOMKilled")
+                if kind == "host_oom_killed" else None}})
+        if st.get("restartCount"):
+            p.events.append({"t": None, "kind": "restart_count", "line": None,
+                             "data": {"container": st.get("name"), "restart_count": st.get("restartCount")}})
+    p.parsed = p.lines if statuses else 0
+    if not statuses:
+        p.quarantine.append((None, "Kubernetes object without container statuses or events", ""))
+    return p
+
+
+DESCRIBE_EV = re.compile(r"^\s+(Normal|Warning)\s+(\S+)\s+(\S+(?: \(x\d+ over \S+\))?)\s+(\S+(?:, \S+)*)\s+(.*)$")
+
+
+def parse_describe(path: Path, text: str) -> Parsed:
+    p = Parsed(kind="k8s-describe")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    in_events = False
+    for i, ln in enumerate(lines, start=1):
+        if ln.startswith("Events:"):
+            in_events = True
+            p.parsed += 1
+            continue
+        m = DESCRIBE_EV.match(ln) if in_events else None
+        if m and m.group(2) != "------":
+            p.events.append({"t": None, "kind": "k8s_event", "line": i, "data": {
+                "type": m.group(1), "reason": m.group(2), "age": m.group(3), "from": m.group(4),
+                "message": m.group(5)}})
+            p.parsed += 1
+        elif in_events and (ln.strip().startswith(("Type", "----")) or not ln.strip()):
+            p.parsed += 1
+        elif re.search(r"Reason:\s+OOMKilled|Exit Code:\s+137", ln):
+            p.events.append({"t": None, "kind": "host_oom_killed", "line": i, "data": {"text": ln.strip()}})
+            p.parsed += 1
+        else:
+            p.parsed += 1  # describe prose: kept in the input hash, not a timeline fact
+    if any(e["kind"] == "k8s_event" for e in p.events):
+        p.notes.append(f"{path.name}: describe output gives event ages, not times; events are listed without a time")
+    return p

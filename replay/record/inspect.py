@@ -1,0 +1,68 @@
+"""``replay inspect``: the facts a bundle holds, as a fixed set of keys (null where the evidence is silent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from replay.bundle import Bundle
+from replay.units import GiB
+
+OOM_KEYS = ("tried_to_allocate_bytes", "gpu_total_bytes", "free_bytes", "process_in_use_bytes",
+            "allocated_by_pytorch_bytes", "reserved_unallocated_bytes")
+
+
+def _first(b: Bundle, kind: str, key: str) -> Any:
+    for e in b.events:
+        if e.get("kind") == kind and e.get(key) is not None:
+            return e[key]
+    return None
+
+
+def inspect_bundle(b: Bundle) -> dict[str, Any]:
+    s = b.samples.filter(pl.col("source") == "vllm-log")
+
+    def series(metric: str, scale: float = 1.0) -> list[float]:
+        col = s.filter(pl.col("metric") == metric).sort("t_us", maintain_order=True)["value"].to_list()
+        return [round(v * scale, 4) if scale != 1.0 else (int(v) if float(v).is_integer() else v) for v in col]
+
+    weights = _first(b, "memory_profile", "weights_gib") or _first(b, "weights", "weights_gib")
+    kv_gib = _first(b, "memory_profile", "kv_cache_gib") or _first(b, "kv_memory", "kv_cache_gib")
+    act = _first(b, "memory_profile", "activation_peak_gib")
+    if act is None:
+        peak, init = _first(b, "memory_profile", "peak_torch_gib"), _first(b, "memory_profile", "initial_gib")
+        act = round(peak - init, 4) if peak is not None and init is not None else None
+    graph = _first(b, "cuda_graph", "cuda_graph_gib")
+    if graph is None:
+        graph = _first(b, "cuda_graph_estimate", "cuda_graph_gib")
+    per_source: dict[str, int] = {}
+    for row in b.samples.group_by("source").len().iter_rows():
+        per_source[str(row[0])] = int(row[1])
+    return {
+        "vllm_version": b.meta.vllm_version,
+        "vllm_version_inferred": b.meta.vllm_version_inferred,
+        "engine": b.meta.engine,
+        "gpu_blocks": _first(b, "kv_blocks", "gpu_blocks"),
+        "cpu_blocks": _first(b, "kv_blocks", "cpu_blocks"),
+        "kv_cache_tokens": _first(b, "kv_tokens", "kv_cache_tokens"),
+        "kv_cache_gib": kv_gib,
+        "weights_gib": round(weights, 4) if isinstance(weights, float) else weights,
+        "activation_peak_gib": act,
+        "non_torch_gib": _first(b, "memory_profile", "non_torch_gib"),
+        "cuda_graph_gib": graph,
+        "stats_lines": s.filter(pl.col("metric") == "kv_usage_ratio").height,
+        "kv_usage_pct": series("kv_usage_ratio", 100.0),
+        "running": series("requests_running"),
+        "waiting": series("requests_waiting"),
+        "ooms": [{k: e.get(k) for k in OOM_KEYS} for e in b.events if e.get("kind") == "oom"],
+        "preemption_warnings": sum(1 for e in b.events if e.get("kind") == "preemption"),
+        "samples_per_source": per_source,
+        "events": len(b.events),
+        "quarantined": b.quarantine_count,
+        "inputs": len(b.meta.inputs),
+    }
+
+
+def describe_gib(n: float | None) -> str:
+    return "—" if n is None else f"{n / GiB:.2f} GiB"

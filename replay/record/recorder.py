@@ -1,0 +1,281 @@
+"""``replay record``: recognise each evidence file by content, parse it, align all sources on one UTC
+timeline and write the incident bundle. Nothing is dropped: unparsed lines go to quarantine."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from replay.bundle import BundleMeta, BundleWriter
+from replay.errors import ReplayError
+from replay.record import evidence as ev
+from replay.record.vllm_log import LogParse, fact_time_us, parse_log
+from replay.units import GiB
+
+KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
+         "nvidia-smi-dmon", "k8s", "k8s-describe")
+
+# Log facts that become samples (metric, scale) or events.
+_STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
+                  ("waiting", "requests_waiting", 1.0), ("swapped", "requests_swapped", 1.0),
+                  ("preemptions", "preemptions_total", 1.0))
+
+
+@dataclass
+class FileReport:
+    path: str
+    kind: str
+    lines: int = 0
+    parsed: int = 0
+    quarantined: int = 0
+    t_first_us: int | None = None
+    t_last_us: int | None = None
+    sha256: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_text(path: Path) -> str:
+    if path.is_dir():
+        raise ReplayError(f"{path}: is a directory; pass the evidence files inside it")
+    if not path.exists():
+        raise ReplayError(f"{path}: no such file")
+    raw = path.read_bytes()
+    if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+    if b"\x00" in raw[:4096]:
+        raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
+    return raw.decode("utf-8", errors="replace")
+
+
+def detect_kind(text: str) -> str | None:
+    head = text[:20000]
+    s = head.lstrip()
+    if s.startswith("{") and '"resultType"' in head:
+        return "prometheus-query-range"
+    if s.startswith(("{", "[", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
+            "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
+            or "involvedObject" in head):
+        return "k8s"
+    if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:"):
+        return "k8s-describe"
+    if "# gpu" in head.lower() and ("# idx" in head.lower() or "# Idx" in head):
+        return "nvidia-smi-dmon"
+    if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in head.split("\n")[0]:
+        return "prometheus-text"
+    first = head.splitlines()[0] if head else ""
+    if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
+            ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
+        return "nvidia-smi"
+    if first.lower().startswith(("time", '"time"')) and ("," in first or ";" in first):
+        return "grafana-csv"
+    if any(k in head for k in ("INFO ", "WARNING ", "ERROR ", "vllm", "KV cache", "CUDA out of memory",
+                               "GPU blocks", "Memory profiling", "preempted", "model weights take")):
+        return "vllm-log"
+    return None
+
+
+@dataclass
+class RecordOptions:
+    year: int | None = None
+    tz_offset_s: int = 0
+    at: str | None = None
+    as_kind: dict[str, str] = field(default_factory=dict)
+    keep_prompts: bool = False
+    nvsmi_columns: str | None = None
+    metrics: list[str] = field(default_factory=list)
+
+
+def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
+    if not paths:
+        raise ReplayError("no evidence files given", 2)
+    parsed_items: list[tuple[Path, str, Any, FileReport]] = []
+    seen_hashes: dict[str, str] = {}
+    notes: list[str] = []
+    for path in paths:
+        text = _read_text(path)
+        sha = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
+        kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(text)
+        rep = FileReport(str(path), kind or "unknown", sha256=sha)
+        if sha in seen_hashes:
+            rep.kind = "duplicate"
+            rep.notes.append(f"identical to {seen_hashes[sha]}; counted once")
+            rep.lines = text.count("\n")
+            parsed_items.append((path, "duplicate", None, rep))
+            continue
+        seen_hashes[sha] = str(path)
+        if not text.strip():
+            rep.kind = "empty"
+            rep.notes.append("empty file")
+            parsed_items.append((path, "empty", None, rep))
+            continue
+        result: Any
+        if kind == "vllm-log":
+            result = parse_log(text.splitlines())
+        elif kind == "prometheus-text":
+            result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics)
+        elif kind == "prometheus-query-range":
+            try:
+                result = ev.parse_query_range(path, json.loads(text), want=opts.metrics)
+            except json.JSONDecodeError as e:
+                raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        elif kind == "grafana-csv":
+            result = ev.parse_grafana_csv(path, text, opts.tz_offset_s)
+        elif kind == "nvidia-smi":
+            result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns)
+        elif kind == "nvidia-smi-dmon":
+            result = ev.parse_dmon(path, text)
+        elif kind == "k8s":
+            result = ev.parse_k8s(path, text)
+        elif kind == "k8s-describe":
+            result = ev.parse_describe(path, text)
+        else:
+            rep.kind = "unknown"
+            rep.lines = text.count("\n") + 1
+            rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
+            parsed_items.append((path, "unknown", text, rep))
+            continue
+        if isinstance(result, ev.Parsed):
+            rep.kind = result.kind
+            rep.notes += result.notes
+        parsed_items.append((path, kind, result, rep))
+
+    # Year for log lines (they carry none): --year, else a dated source in the bundle, else now.
+    year = opts.year
+    year_note = f"log year {year} from --year" if year else None
+    if year is None:
+        for _, _, r, _ in parsed_items:
+            if isinstance(r, LogParse) and r.container_year:
+                year, year_note = r.container_year, "log year from container timestamps"
+                break
+    if year is None:
+        dated = [s[0] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for s in r.samples if s[0]]
+        dated += [e["t"] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for e in r.events if e.get("t")]
+        if dated:
+            year = datetime.fromtimestamp(min(dated) / 1e6, tz=timezone.utc).year
+            year_note = f"log year {year} taken from another dated source in the bundle"
+    if year is None:
+        year = datetime.now(timezone.utc).year
+        year_note = f"log lines carry no year and no other source dates them: assumed {year} (set --year)"
+    if any(isinstance(r, LogParse) for _, _, r, _ in parsed_items):
+        notes.append(year_note or "")
+
+    # Collect absolute-time items, then rebase on t0.
+    samples: list[tuple[int | None, int | None, str, str, float, str]] = []
+    events: list[dict[str, Any]] = []
+    quarantine: list[tuple[str, int | None, str, str]] = []
+    gpus: dict[int, dict[str, Any]] = {}
+    versions: list[str] = []
+    ranges: list[tuple[str, str]] = []
+    engines: list[str] = []
+    for path, kind, r, rep in parsed_items:
+        if kind in ("duplicate", "empty"):
+            continue
+        if kind == "unknown":
+            for i, ln in enumerate(str(r).splitlines(), start=1):
+                quarantine.append((str(path), i, "unrecognised file kind", ln))
+            rep.quarantined = rep.lines
+            continue
+        if isinstance(r, LogParse):
+            rep.lines, rep.parsed, rep.quarantined = r.lines_read, r.lines_parsed + r.continuation_lines, len(r.quarantine)
+            if r.version:
+                versions.append(r.version)
+            if r.version_range:
+                ranges.append(r.version_range)
+            if r.engine:
+                engines.append(r.engine)
+            for no, reason, raw in r.quarantine:
+                quarantine.append((str(path), no, reason, raw))
+            for f in r.facts:
+                t = fact_time_us(f.ts, year, opts.tz_offset_s)
+                src = f"{path.name}:{f.line}"
+                if f.kind == "stats":
+                    for key, metric, scale in _STATS_SAMPLES:
+                        if f.data.get(key) is not None:
+                            samples.append((t, None, "vllm-log", metric, float(f.data[key]) * scale, src))
+                    continue
+                data = dict(f.data)
+                if f.kind.startswith("request_") and not opts.keep_prompts:
+                    pass  # request lines keep ids only; prompt text is never copied from the log
+                events.append({"t": t, "kind": f.kind, "data": data, "source": src, "rank": f.rank})
+                if f.kind == "oom" and t is not None and data.get("gpu_total_bytes"):
+                    gpu = int(data.get("gpu") or 0)
+                    samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(data["gpu_total_bytes"]), src))
+            rep.t_first_us = min((e["t"] for e in events if e.get("t") and e["source"].startswith(path.name + ":")), default=None)
+        else:
+            assert isinstance(r, ev.Parsed)
+            rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
+            for no, reason, raw in r.quarantine:
+                quarantine.append((str(path), no, reason, raw))
+            for t, gpu, source, metric, value in r.samples:
+                samples.append((t, gpu, source, metric, value, path.name))
+            for e in r.events:
+                events.append({"t": e.get("t"), "kind": e["kind"], "data": e["data"],
+                               "source": f"{path.name}:{e['line']}" if e.get("line") else path.name, "rank": None})
+            for gi, info in r.gpus.items():
+                gpus.setdefault(gi, {"index": gi}).update(info)
+            notes += r.notes
+        times = [s[0] for s in samples if s[5].split(":")[0] == path.name and s[0] is not None]
+        times += [e["t"] for e in events if e.get("t") and str(e["source"]).split(":")[0] == path.name]
+        if times:
+            rep.t_first_us, rep.t_last_us = min(times), max(times)
+
+    all_t = [s[0] for s in samples if s[0] is not None] + [e["t"] for e in events if e.get("t") is not None]
+    t0 = min(all_t) if all_t else None
+    t0_utc = datetime.fromtimestamp(t0 / 1e6, tz=timezone.utc).isoformat().replace("+00:00", "Z") if t0 is not None else None
+
+    # Facts for bundle.json
+    version = versions[0] if versions else None
+    inferred = None
+    if ranges:
+        lo = max((a for a, _ in ranges), key=_vk)
+        hi = min((b for _, b in ranges), key=_vk)
+        inferred = f"{lo}" if lo == hi else f"{lo}..{hi}"
+    engine = max(set(engines), key=engines.count) if engines else None
+    for e in events:
+        if e["kind"] == "oom" and e["data"].get("gpu_total_bytes"):
+            g = gpus.setdefault(int(e["data"].get("gpu") or 0), {"index": int(e["data"].get("gpu") or 0)})
+            g.setdefault("total_bytes", e["data"]["gpu_total_bytes"])
+        if e["kind"] in ("memory_budget", "memory_profile") and e["data"].get("total_gpu_gib"):
+            g = gpus.setdefault(0, {"index": 0})
+            g.setdefault("total_bytes", int(e["data"]["total_gpu_gib"] * GiB))
+    meta = BundleMeta(kind="production", t0_utc=t0_utc, vllm_version=version, vllm_version_inferred=inferred,
+                      engine=engine, gpus=[gpus[k] for k in sorted(gpus)], keep_prompts=opts.keep_prompts,
+                      notes=[n for n in notes if n])
+    util = next((e["data"]["gpu_memory_utilization"] for e in events if e["data"].get("gpu_memory_utilization")), None)
+    if util is not None:
+        meta.engine_args["gpu_memory_utilization"] = util
+    reports = [rep for _, _, _, rep in parsed_items]
+    meta.inputs = [{"path": r.path, "kind": r.kind, "sha256": r.sha256, "lines_read": r.lines,
+                    "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes} for r in reports]
+    w = BundleWriter(out, meta)
+    untimed = 0
+    for t, gpu, source, metric, value, _src in samples:
+        if t is None:
+            untimed += 1
+            continue
+        w.sample(t - (t0 or 0), gpu, source, metric, value)
+    for e in events:
+        t_us = e["t"] - t0 if (e.get("t") is not None and t0 is not None) else None
+        w.event({"t_us": t_us, "kind": e["kind"], "source": e["source"], "rank": e.get("rank"), **e["data"]})
+    for f, line, reason, raw in quarantine:
+        w.quarantine(f, line, reason, raw)
+    if untimed:
+        meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
+    w.close()
+    summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
+               "quarantined": w.counts["quarantined"], "notes": meta.notes}
+    return reports, summary
+
+
+def _vk(v: str) -> tuple[int, ...]:
+    import re
+    return tuple(int(x) for x in re.findall(r"\d+", v))

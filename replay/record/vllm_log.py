@@ -1,0 +1,442 @@
+"""Parser for vLLM server logs of every version from 0.6 to 0.33, V0 and V1.
+
+It turns a log into facts: startup memory accounting, KV capacity, CUDA-graph cost, periodic
+stats (KV usage, running, waiting), requests, preemptions, CUDA OOM messages of all torch
+generations, vLLM's own memory errors, engine death and restarts. Real-world mess is expected:
+process prefixes, ANSI colours, container timestamps, kubectl prefixes, thousands separators,
+glued and wrapped lines, tracebacks. Lines repeated identically by several ranks are one fact per
+rank; an identical line repeated within a rank (overlapping pastes) is one fact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from replay.units import GiB, parse_size_bytes
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CONTAINER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")
+KUBECTL = re.compile(r"^\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+")
+PROC = re.compile(r"^\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\)\s*")
+LEVEL_TS = re.compile(
+    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    r"(?:\[(?P<file1>[\w./-]+\.py):(?P<line1>\d+)\]|(?P<file2>[\w./-]+\.py):(?P<line2>\d+)\])?\s?"
+)
+UVICORN = re.compile(r'^(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "(?P<method>\w+) (?P<path>\S+) HTTP/[\d.]+" (?P<code>\d+)')
+GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\([A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
+_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+def _f(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def _size(s: str) -> int | None:
+    return parse_size_bytes(s)
+
+
+# --- startup accounting ---------------------------------------------------------------------
+R_BLOCKS = re.compile(r"# (?:GPU|CUDA|cuda|\w+) blocks: " + _NUM + r"(?:, # CPU blocks: " + _NUM + ")?")
+R_PROFILE_V0_064 = re.compile(
+    r"Memory profiling results: (?:duration=[\d.]+ seconds, )?total_gpu_memory=" + _NUM + r"GiB,? initial_memory_usage=" + _NUM
+    + r"GiB,? peak_torch_memory=" + _NUM + r"GiB,? memory_usage_post_profile=" + _NUM + r"Gi[bB],? non_torch_memory="
+    + _NUM + r"GiB,? kv_cache_size=" + _NUM + r"GiB,? gpu_memory_utilization=" + _NUM)
+R_BUDGET = re.compile(r"total_gpu_memory \(" + _NUM + r"GiB\) x gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + "GiB")
+R_PARTS = re.compile(
+    r"model weights take " + _NUM + r"GiB; non_torch_memory takes " + _NUM
+    + r"GiB; PyTorch activation peak memory takes " + _NUM + r"GiB; the rest of the memory reserved for KV Cache is " + _NUM + "GiB")
+R_WEIGHTS = re.compile(r"(?:Loading model weights took|Model loading took) " + _NUM + r" (GiB|GB)")
+R_AVAIL_KV = re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB")
+R_KV_TOKENS = re.compile(r"(GPU|CPU|[\w +]+?) KV cache size: " + _NUM + " tokens")
+R_MAXCONC = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + "x")
+R_GRAPH = re.compile(r"Graph capturing finished in " + _NUM + r" secs?(?:, took " + _NUM + r" GiB)?")
+R_GRAPH_EST = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB")
+R_CPU_KV_SET = re.compile(r"Explicitly set \(?" + _NUM + r"(?:/[\d.]+)?\)? GiB for KV cache")
+R_FREE_MEM = re.compile(r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup\. Desired GPU memory utilization is \(" + _NUM + ", " + _NUM + r" GiB\)")
+R_KV_BYTES = re.compile(r"reserved " + _NUM + r" GiB memory for KV Cache as specified by kv_cache_memory_bytes")
+R_MAXLEN_ERR = re.compile(r"max seq len \(" + _NUM + r"\) is larger than the maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)")
+R_NO_CACHE = re.compile(r"No available memory for the cache blocks")
+R_INSUFF_KV = re.compile(r"(?:To serve at least one request with the models's max seq len|is larger than the available KV cache memory|KV cache is needed, which is larger than the available KV cache memory)")
+
+# --- runtime ----------------------------------------------------------------------------------
+R_STATS_V0 = re.compile(
+    r"Running: (\d+) reqs, Swapped: (\d+) reqs, Pending: (\d+) reqs, GPU KV cache usage: " + _NUM + r"%, CPU KV cache usage: " + _NUM + "%")
+R_STATS_V1 = re.compile(
+    r"Running: (\d+) reqs, Waiting: (\d+) reqs(?:, Preemptions: (\d+))?.*?(?:GPU|CPU|XPU|\w+) KV cache usage: " + _NUM + "%")
+R_THROUGHPUT = re.compile(r"Avg prompt throughput: " + _NUM + r" tokens/s, Avg generation throughput: " + _NUM)
+R_PREEMPT = re.compile(r"Sequence group (\S+) is preempted by PreemptionMode\.(\w+).*?total_num_cumulative_preemption=(\d+)")
+R_ADDED = re.compile(r"Added request (\S+?)\.?$")
+R_RECEIVED = re.compile(r"Received request (\S+?):")
+R_FINISHED = re.compile(r"Finished request (\S+?)\.?$")
+R_ABORTED = re.compile(r"Aborted request(?:\(s\))? (.+?)\.?$")
+
+# --- OOM --------------------------------------------------------------------------------------
+R_OOM_MODERN = re.compile(
+    r"Tried to allocate (?P<tried>[\d.]+ \w+)\. GPU (?P<gpu>\d+) has a total capac(?:i)?t?y of (?P<total>[\d.]+ \w+) of which (?P<free>[\d.]+ \w+) is free\."
+    r"(?P<procs>(?: Process \d+ has [\d.]+ \w+ memory in use\.)*)"
+    r"(?: Including non-PyTorch memory, this process has (?P<this>[\d.]+ \w+) memory in use\.)?"
+    r"(?:(?P<procs2>(?: Process \d+ has [\d.]+ \w+ memory in use\.)*))?"
+    r"(?: (?P<allowed>[\d.]+ \w+) allowed;)? Of the allocated memory (?P<alloc>[\d.]+ \w+) is allocated by PyTorch, "
+    r"(?:with (?P<private>[\d.]+ \w+) allocated in private pools \(e\.g\., CUDA Graphs\), )?and (?P<resv>[\d.]+ \w+) is reserved by PyTorch but unallocated")
+R_OOM_OLD = re.compile(
+    r"Tried to allocate (?P<tried>[\d.]+ \w+) \(GPU (?P<gpu>\d+); (?P<total>[\d.]+ \w+) total capacity; (?P<alloc>[\d.]+ \w+) already allocated; "
+    r"(?P<free>[\d.]+ \w+) free; (?:(?P<allowed>[\d.]+ \w+) allowed; )?(?P<resv_total>[\d.]+ \w+) reserved in total by PyTorch\)")
+R_OOM_ANY = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory", re.I)
+R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
+R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
+                     r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
+                     r"RuntimeError: Engine process failed to start|MQLLMEngine terminated|Engine loop has died)")
+R_START = re.compile(r"(vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|Initializing a V1 LLM engine|non-default args:)")
+R_VERSION = [
+    re.compile(r"vLLM (?:API )?server version (\d+\.\d+\.\d+(?:\.post\d+)?)"),
+    re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(\d+\.\d+\.\d+(?:\.post\d+)?)"),
+    re.compile(r"\bversion (\d+\.\d+\.\d+(?:\.post\d+)?)\s*$"),
+]
+
+# (pattern, lo, hi) fingerprints: message formats and file:line call sites that pin a version range.
+FINGERPRINTS: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(r"memory_usage_post_profile=[\d.]+Gib"), "0.6.4", "0.6.4"),
+    (re.compile(r"Memory profiling results: total_gpu_memory"), "0.6.4", "0.6.4.post1"),
+    (re.compile(r"# GPU blocks: \d+, # CPU blocks"), "0.6.0", "0.6.6"),
+    (re.compile(r"# CUDA blocks: "), "0.7.0", "0.7.2"),
+    (re.compile(r"# cuda blocks: "), "0.7.3", "0.10.2"),
+    (re.compile(r"Memory profiling takes [\d.]+ seconds"), "0.6.5", "0.10.2"),
+    (re.compile(r"\[worker\.py:267\]"), "0.8.0", "0.8.2"),
+    (re.compile(r"scheduler\.py:1558"), "0.7.0", "0.7.2"),
+    (re.compile(r"Pending: \d+ reqs"), "0.6.0", "0.10.2"),
+    (re.compile(r"GPU KV cache size: [\d,]+ tokens$"), "0.8.0", "0.25.0"),
+    (re.compile(r"KV cache size: [\d,]+ tokens, Maximum concurrency"), "0.29.0", "0.33.0"),
+    (re.compile(r"Available KV cache memory: [\d.]+ GiB"), "0.9.2", "0.33.0"),
+    (re.compile(r"\[gpu_worker\.py:298\].*Available KV cache"), "0.10.2", "0.11.0"),
+    (re.compile(r"\[kv_cache_utils\.py:86[48]\]"), "0.10.2", "0.10.2"),
+    (re.compile(r"\[loggers\.py:259\]"), "0.17.0", "0.18.0"),
+    (re.compile(r"\[loggers\.py:271\]"), "0.20.0", "0.21.0"),
+    (re.compile(r"\[loggers\.py:273\]"), "0.25.0", "0.25.0"),
+    (re.compile(r"\[loggers\.py:310\]"), "0.29.0", "0.29.0"),
+    (re.compile(r"\[loggers\.py:335\]"), "0.33.0", "0.33.0"),
+    (re.compile(r"Estimated CUDA graph memory"), "0.18.0", "0.33.0"),
+    (re.compile(r"default since v0\.21\.0"), "0.21.0", "0.33.0"),
+    (re.compile(r"\(EngineCore_DP\d+ pid="), "0.10.2", "0.33.0"),
+    (re.compile(r"\(EngineCore_\d+ pid="), "0.8.0", "0.10.1"),
+    (re.compile(r"\(APIServer pid="), "0.10.1", "0.33.0"),
+    (re.compile(r"Engine \d{3}: Avg prompt"), "0.8.3", "0.33.0"),
+]
+
+V1_MARKERS = re.compile(r"V1 LLM engine|Engine \d{3}:|EngineCore|GPU KV cache size|KV cache size: [\d,]+ tokens|Waiting: \d+ reqs|Available KV cache memory|gpu_model_runner|VllmWorker rank")
+V0_MARKERS = re.compile(r"V0 LLM engine|Pending: \d+ reqs|Swapped: \d+ reqs|# GPU blocks: \d+, # CPU blocks|# cuda blocks|VllmWorkerProcess|async_llm_engine\.py|Memory profiling (?:takes|results)|is preempted by PreemptionMode")
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+@dataclass
+class LogFact:
+    """One fact from a log: kind, payload, where it came from (line), when (if stated), which rank."""
+
+    kind: str
+    data: dict[str, Any]
+    line: int
+    rank: str
+    ts: str | None  # 'MM-DD HH:MM:SS' as logged, or an ISO container timestamp
+    text: str
+
+
+@dataclass
+class LogParse:
+    facts: list[LogFact] = field(default_factory=list)
+    quarantine: list[tuple[int, str, str]] = field(default_factory=list)
+    lines_read: int = 0
+    lines_parsed: int = 0
+    continuation_lines: int = 0
+    duplicates: int = 0
+    version: str | None = None
+    version_range: tuple[str, str] | None = None
+    engine: str | None = None
+    container_year: int | None = None
+
+
+@dataclass
+class _Line:
+    no: int
+    text: str
+    rank: str
+    ts: str | None
+    iso: str | None
+    prefixed: bool
+
+
+def _strip(raw: str) -> tuple[str, str | None]:
+    s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
+    iso = None
+    for _ in range(2):
+        m = KUBECTL.match(s)
+        if m:
+            s = s[m.end():]
+        m = CONTAINER_TS.match(s)
+        if m:
+            iso = m.group(1)
+            s = s[m.end():]
+    return s, iso
+
+
+def split_logical(lines: Iterable[str]) -> Iterator[_Line]:
+    """Physical lines -> logical lines (glued lines split, prefixes and colours stripped)."""
+    for no, raw in enumerate(lines, start=1):
+        s0, iso = _strip(raw)
+        parts = GLUE.split(s0) if len(s0) > 60 else [s0]
+        for part in parts:
+            s, iso2 = _strip(part)
+            rank = "main"
+            m = PROC.match(s)
+            if m:
+                rank = m.group("proc")
+                s = s[m.end():]
+            ts = None
+            prefixed = False
+            m2 = LEVEL_TS.match(s)
+            if m2:
+                ts = f"{m2.group('md')} {m2.group('hms')}"
+                s = s[m2.end():]
+                prefixed = True
+            elif UVICORN.match(s):
+                prefixed = True
+            yield _Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m))
+
+
+def _oom(text: str) -> dict[str, Any] | None:
+    m = R_OOM_MODERN.search(text)
+    if m:
+        procs = [{"pid": int(p), "used_bytes": _size(s)} for p, s in R_PROC_HAS.findall(m.group(0))]
+        return {
+            "generation": "torch>=2.2" if "capacity" in text else "torch-2.1",
+            "gpu": int(m.group("gpu")),
+            "tried_to_allocate_bytes": _size(m.group("tried")),
+            "gpu_total_bytes": _size(m.group("total")),
+            "free_bytes": _size(m.group("free")),
+            "process_in_use_bytes": _size(m.group("this")) if m.group("this") else None,
+            "allocated_by_pytorch_bytes": _size(m.group("alloc")),
+            "private_pools_bytes": _size(m.group("private")) if m.group("private") else None,
+            "reserved_unallocated_bytes": _size(m.group("resv")),
+            "other_processes": procs,
+        }
+    m = R_OOM_OLD.search(text)
+    if m:
+        alloc = _size(m.group("alloc"))
+        resv = _size(m.group("resv_total"))
+        return {
+            "generation": "torch<=2.0",
+            "gpu": int(m.group("gpu")),
+            "tried_to_allocate_bytes": _size(m.group("tried")),
+            "gpu_total_bytes": _size(m.group("total")),
+            "free_bytes": _size(m.group("free")),
+            "process_in_use_bytes": None,
+            "allocated_by_pytorch_bytes": alloc,
+            "private_pools_bytes": None,
+            "reserved_unallocated_bytes": (resv - alloc) if resv is not None and alloc is not None else None,
+            "reserved_total_bytes": resv,
+            "other_processes": [],
+        }
+    return None
+
+
+def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """All facts in one logical message."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    m: re.Match[str] | None
+    if "KV cache usage" in text and "reqs" in text:
+        m = R_STATS_V0.search(text)
+        if m:
+            out.append(("stats", {"engine": "v0", "running": int(m.group(1)), "swapped": int(m.group(2)),
+                                  "waiting": int(m.group(3)), "kv_usage_pct": _f(m.group(4)),
+                                  "cpu_kv_usage_pct": _f(m.group(5))}))
+        else:
+            m = R_STATS_V1.search(text)
+            if m:
+                out.append(("stats", {"engine": "v1", "running": int(m.group(1)), "waiting": int(m.group(2)),
+                                      "preemptions": int(m.group(3)) if m.group(3) else None,
+                                      "kv_usage_pct": _f(m.group(4))}))
+        if out:
+            t = R_THROUGHPUT.search(text)
+            if t:
+                out[-1][1].update(prompt_tps=_f(t.group(1)), gen_tps=_f(t.group(2)))
+            return out
+    if "blocks:" in text:
+        m = R_BLOCKS.search(text)
+        if m:
+            out.append(("kv_blocks", {"gpu_blocks": int(_f(m.group(1))),
+                                      "cpu_blocks": int(_f(m.group(2))) if m.group(2) else None}))
+    if "Memory profiling results" in text:
+        m = R_PROFILE_V0_064.search(text)
+        if m:
+            v = [_f(m.group(i)) for i in range(1, 8)]
+            out.append(("memory_profile", {"total_gpu_gib": v[0], "initial_gib": v[1], "peak_torch_gib": v[2],
+                                           "post_profile_gib": v[3], "non_torch_gib": v[4], "kv_cache_gib": v[5],
+                                           "gpu_memory_utilization": v[6]}))
+    if "gpu_memory_utilization (" in text:
+        m = R_BUDGET.search(text)
+        if m:
+            out.append(("memory_budget", {"total_gpu_gib": _f(m.group(1)), "gpu_memory_utilization": _f(m.group(2)),
+                                          "budget_gib": _f(m.group(3))}))
+    if "model weights take" in text:
+        m = R_PARTS.search(text)
+        if m:
+            out.append(("memory_profile", {"weights_gib": _f(m.group(1)), "non_torch_gib": _f(m.group(2)),
+                                           "activation_peak_gib": _f(m.group(3)), "kv_cache_gib": _f(m.group(4))}))
+    if "took" in text:
+        m = R_WEIGHTS.search(text)
+        if m:
+            val = _f(m.group(1))
+            out.append(("weights", {"weights_gib": val if m.group(2) == "GiB" else val * 1e9 / GiB, "unit_logged": m.group(2)}))
+        m = R_GRAPH.search(text)
+        if m:
+            out.append(("cuda_graph", {"secs": _f(m.group(1)), "cuda_graph_gib": _f(m.group(2)) if m.group(2) else None}))
+    if "KV cache" in text:
+        for rx, kind, key in ((R_AVAIL_KV, "kv_memory", "kv_cache_gib"), (R_CPU_KV_SET, "kv_memory", "kv_cache_gib"),
+                              (R_KV_BYTES, "kv_memory", "kv_cache_gib")):
+            m = rx.search(text)
+            if m:
+                out.append((kind, {key: _f(m.group(1))}))
+        m = R_KV_TOKENS.search(text)
+        if m:
+            out.append(("kv_tokens", {"device": m.group(1).strip(), "kv_cache_tokens": int(_f(m.group(2)))}))
+        m = R_MAXLEN_ERR.search(text)
+        if m:
+            out.append(("vllm_memory_error", {"error": "max_model_len exceeds KV capacity",
+                                              "max_model_len": int(_f(m.group(1))), "kv_tokens": int(_f(m.group(2)))}))
+    if "Maximum concurrency" in text:
+        m = R_MAXCONC.search(text)
+        if m:
+            out.append(("max_concurrency", {"tokens_per_request": int(_f(m.group(1))), "concurrency_x": _f(m.group(2))}))
+    if "Estimated CUDA graph memory" in text:
+        m = R_GRAPH_EST.search(text)
+        if m:
+            out.append(("cuda_graph_estimate", {"cuda_graph_gib": _f(m.group(1))}))
+    if "Free memory on device" in text:
+        m = R_FREE_MEM.search(text)
+        if m:
+            out.append(("startup_free", {"free_gib": _f(m.group(1)), "total_gib": _f(m.group(2)),
+                                         "gpu_memory_utilization": _f(m.group(3)), "budget_gib": _f(m.group(4))}))
+    if R_NO_CACHE.search(text) or R_INSUFF_KV.search(text):
+        out.append(("vllm_memory_error", {"error": text.strip()[:300]}))
+    if "preempted" in text:
+        m = R_PREEMPT.search(text)
+        if m:
+            out.append(("preemption", {"seq_group": m.group(1), "mode": m.group(2), "cumulative": int(m.group(3))}))
+    if "request" in text:
+        for rx, kind in ((R_ADDED, "request_added"), (R_RECEIVED, "request_received"),
+                         (R_FINISHED, "request_finished"), (R_ABORTED, "request_aborted")):
+            m = rx.search(text)
+            if m:
+                out.append((kind, {"request_id": m.group(1)}))
+                break
+    if "memory" in text.lower() and R_OOM_ANY.search(text):
+        o = _oom(text)
+        if o:
+            out.append(("oom", o))
+        elif re.search(r"CUDA out of memory|CUDA error: out of memory", text) and not text.lstrip().startswith(("File ", "raise ")):
+            out.append(("oom", {"generation": "unparsed", "message": text.strip()[:300],
+                                "tried_to_allocate_bytes": None, "gpu_total_bytes": None, "free_bytes": None,
+                                "process_in_use_bytes": None, "allocated_by_pytorch_bytes": None,
+                                "reserved_unallocated_bytes": None}))
+    m = R_DEATH.search(text)
+    if m:
+        out.append(("engine_death", {"message": m.group(1)}))
+    m = R_START.search(text)
+    if m:
+        out.append(("engine_start", {"marker": m.group(1)}))
+    return out
+
+
+def parse_log(lines: Iterable[str]) -> LogParse:
+    res = LogParse()
+    seen: set[tuple[str, str | None, str]] = set()
+    open_msg: _Line | None = None
+    open_buf: list[str] = []
+    lo, hi = "0.0.0", "99.0.0"
+    v1 = v0 = 0
+
+    def flush() -> None:
+        nonlocal open_msg, open_buf
+        if open_msg is None:
+            return
+        text = " ".join([open_msg.text, *open_buf]) if open_buf else open_msg.text
+        facts = extract(text)
+        if not open_msg.prefixed and not facts:
+            res.quarantine.append((open_msg.no, "not a vLLM log line and no known fact", open_msg.text))
+        else:
+            res.lines_parsed += 1
+        for kind, data in facts:
+            key = (open_msg.rank, open_msg.ts or open_msg.iso, kind + ":" + text)
+            if key in seen and kind != "stats" or (kind == "stats" and key in seen and open_msg.ts):
+                res.duplicates += 1
+                continue
+            seen.add(key)
+            res.facts.append(LogFact(kind, data, open_msg.no, open_msg.rank, open_msg.iso or open_msg.ts, text[:2000]))
+        open_msg, open_buf = None, []
+
+    for ln in split_logical(lines):
+        res.lines_read = ln.no
+        if not ln.text.strip():
+            res.lines_parsed += 1 if open_msg is None else 0
+            continue
+        if res.container_year is None and ln.iso:
+            res.container_year = int(ln.iso[:4])
+        for rx in R_VERSION:
+            if res.version is None and (ln.prefixed or "version" in ln.text):
+                mv = rx.search(ln.text)
+                if mv:
+                    res.version = mv.group(1)
+        full = ln.text
+        for fp, a, b in FINGERPRINTS:
+            if fp.search(full) or fp.search(f"[{full}"):
+                lo = max(lo, a, key=_vkey)
+                hi = min(hi, b, key=_vkey)
+        if V1_MARKERS.search(full) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):
+            v1 += 1
+        if V0_MARKERS.search(full) or ln.rank.startswith("VllmWorkerProcess"):
+            v0 += 1
+        if ln.prefixed:
+            flush()
+            open_msg = ln
+            continue
+        # un-prefixed: a continuation of the open message (wrapped line, traceback) unless it
+        # stands on its own as a fact.
+        alone = extract(ln.text)
+        if open_msg is not None and not alone and len(open_buf) < 200:
+            open_buf.append(ln.text.strip())
+            res.continuation_lines += 1
+            continue
+        if open_msg is not None and alone and open_msg.prefixed and not extract(open_msg.text) and len(open_buf) < 200 \
+                and not ln.text.lstrip().startswith(("torch.", "RuntimeError", "ValueError")):
+            open_buf.append(ln.text.strip())
+            res.continuation_lines += 1
+            continue
+        flush()
+        open_msg = ln
+    flush()
+    if (lo, hi) != ("0.0.0", "99.0.0"):
+        res.version_range = (lo, hi) if _vkey(lo) <= _vkey(hi) else (hi, lo)
+    if v1 or v0:
+        res.engine = "v1" if v1 >= v0 else "v0"
+    return res
+
+
+def fact_time_us(ts: str | None, year: int, tz_offset_s: int = 0) -> int | None:
+    """Epoch µs for a fact's timestamp: ISO container timestamps are exact; 'MM-DD HH:MM:SS' needs a year."""
+    if ts is None:
+        return None
+    try:
+        if "T" in ts:
+            d = datetime.fromisoformat(ts.replace("Z", "+00:00")[:26] + ("+00:00" if ts.endswith("Z") else ""))
+            if d.tzinfo is None:
+                d = d.replace(tzinfo=timezone.utc)
+            return int(d.timestamp() * 1_000_000)
+        d = datetime.strptime(f"{year}-{ts}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        return int(d.timestamp() * 1_000_000) - tz_offset_s * 1_000_000
+    except ValueError:
+        return None
