@@ -6,6 +6,7 @@ record -> bundle -> run (replay) -> analyze -> report / postmortem / check.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,6 +19,7 @@ from replay.errors import EXIT_CHECK_FAILED, ReplayError
 
 app = typer.Typer(
     name="replay", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+    pretty_exceptions_enable=False,
     help="Postmortem replay and forensics for vLLM out-of-memory incidents.\n\n"
     "Typical flow: [bold]replay record[/] the evidence into a bundle, [bold]replay run[/] the traffic "
     "through a real vLLM of the chosen version, [bold]replay report[/] the divergence between what vLLM "
@@ -305,7 +307,7 @@ def analyze(
     out_console.print(f"[bold]{bundle}[/]: peak actual {s['peak_actual_gib']} GiB, accounted {s['accounted_gib']} GiB, "
                       f"max gap {s['max_gap_gib']} GiB, onset {s['onset_s']} s, OOM {s['oom_s']} s")
     for f in s["findings"]:
-        out_console.print(f"- [{f['confidence']}] {f['title']}: {f['detail']}")
+        out_console.print(f"- ({f['confidence']}) {f['title']}: {f['detail']}", markup=False)
 
 
 @app.command()
@@ -359,3 +361,8 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         sys.exit(130)
+    except Exception as e:  # a bug, not bad input: say so in one line (REPLAY_DEBUG=1 for the traceback)
+        if os.environ.get("REPLAY_DEBUG"):
+            raise
+        err.print(f"[red]internal error:[/] {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for the traceback)")
+        sys.exit(70)

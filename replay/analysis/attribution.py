@@ -1,0 +1,96 @@
+"""Attribution: which traffic drove the gap, and what kind of OOM the messages describe.
+
+Requests sent around the onset are compared with the rest of the traffic, feature by feature
+(input length, max_tokens, prompt_logprobs, logprobs, n/best_of, multimodal items, prefix
+sharing); each feature is scored by how over-represented it is near the onset, weighted by how
+much memory it is known to cost outside vLLM's budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+FEATURES: dict[str, pl.Expr] = {
+    "prompt_logprobs": (pl.col("prompt_logprobs").fill_null(0) > 0).cast(pl.Float64) * pl.col("input_tokens").fill_null(0),
+    "input_length": pl.col("input_tokens").fill_null(0).cast(pl.Float64),
+    "max_tokens": pl.col("max_tokens").fill_null(0).cast(pl.Float64),
+    "logprobs": (pl.col("logprobs").fill_null(0) > 0).cast(pl.Float64),
+    "n_best_of": (pl.col("n").fill_null(1) - 1 + pl.col("best_of").fill_null(1) - 1).clip(0).cast(pl.Float64),
+    "multimodal": pl.col("mm_items").fill_null(0).cast(pl.Float64),
+    "prefix_sharing": pl.col("prefix_blocks").fill_null(0).cast(pl.Float64),
+}
+WHY = {
+    "prompt_logprobs": "prompt_logprobs materialise prompt_len x vocab logits that vLLM does not budget (vLLM #5907, #8184)",
+    "input_length": "long prompts raise activation memory beyond the profiled peak",
+    "max_tokens": "large max_tokens reserve KV blocks as sequences grow",
+    "logprobs": "sampled logprobs add per-token buffers",
+    "n_best_of": "n/best_of fork sequences and multiply KV and sampler memory",
+    "multimodal": "multimodal items add encoder activations and caches outside the KV pool",
+    "prefix_sharing": "prefix sharing changes which KV blocks stay pinned",
+}
+
+
+@dataclass
+class Attribution:
+    feature: str
+    score: float
+    near_mean: float
+    rest_mean: float
+    near_ids: list[str]
+    why: str
+
+
+def attribute(requests: pl.DataFrame, onset_us: int | None, *, before_us: int = 3_000_000,
+              after_us: int = 1_000_000) -> list[Attribution]:
+    if onset_us is None or requests.height == 0:
+        return []
+    t = pl.coalesce(pl.col("sent_us"), pl.col("arrival_us"))
+    r = requests.with_columns(_t=t, **{f"f_{k}": v for k, v in FEATURES.items()})
+    near_mask = (pl.col("_t") >= onset_us - before_us) & (pl.col("_t") <= onset_us + after_us)
+    near = r.filter(near_mask)
+    rest = r.filter(~near_mask)
+    if near.height == 0:
+        return []
+    out = []
+    for k in FEATURES:
+        nm = float(near[f"f_{k}"].mean() or 0.0)  # type: ignore[arg-type]
+        rm = float(rest[f"f_{k}"].mean() or 0.0) if rest.height else 0.0  # type: ignore[arg-type]
+        if nm <= 0:
+            continue
+        score = math.log((nm + 1.0) / (rm + 1.0))
+        if score <= 0.05:
+            continue
+        ids = near.filter(pl.col(f"f_{k}") > (rm if rm > 0 else 0))["id"].to_list()
+        out.append(Attribution(k, round(score, 3), nm, rm, ids, WHY[k]))
+    return sorted(out, key=lambda a: a.score, reverse=True)
+
+
+def classify_oom(oom: dict[str, Any], kv_usage_ratio: float | None = None) -> list[tuple[str, str, str]]:
+    """(cause, confidence, reasoning) from one parsed CUDA OOM message, most likely first."""
+    out: list[tuple[str, str, str]] = []
+    total = oom.get("gpu_total_bytes") or 0
+    tried = oom.get("tried_to_allocate_bytes") or 0
+    resv = oom.get("reserved_unallocated_bytes")
+    alloc = oom.get("allocated_by_pytorch_bytes")
+    this = oom.get("process_in_use_bytes")
+    others = sum(p.get("used_bytes") or 0 for p in oom.get("other_processes") or [])
+    if resv is not None and tried and (resv >= tried or (total and resv > 0.05 * total)):
+        out.append(("fragmentation", "high" if resv >= tried else "medium",
+                    f"{resv / 2**30:.2f} GiB reserved by PyTorch but unallocated vs {tried / 2**30:.2f} GiB requested: "
+                    "free blocks exist but are split; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))
+    if total and others > 0.05 * total:
+        out.append(("co-tenant process", "high", f"other processes hold {others / 2**30:.2f} GiB on the device"))
+    if this is not None and alloc is not None and resv is not None and this - alloc - resv > 1.5 * 2**30:
+        out.append(("non-torch growth", "medium",
+                    f"this process uses {(this - alloc - resv) / 2**30:.2f} GiB outside PyTorch's allocator "
+                    "(CUDA context, NCCL, cuBLAS workspaces, graphs)"))
+    if not out:
+        kv = f" with KV usage at {kv_usage_ratio * 100:.0f}%" if kv_usage_ratio is not None else ""
+        out.append(("budget too high / activation spike beyond the profile", "medium",
+                    f"PyTorch holds nearly all memory{kv} and a {tried / 2**30:.2f} GiB allocation did not fit: "
+                    "the profiled budget left too little headroom for this traffic"))
+    return out

@@ -1,0 +1,116 @@
+"""The memory model: actual memory per sample, what vLLM accounted for, and the gap between them.
+
+Version-aware: vLLM's accounted parts come from its startup log (weights, profiled activation
+peak, non-torch, KV pool, CUDA graphs where that version counts them); the actual layers come from
+NVML / DCGM / nvidia-smi on GPUs, or the engine process tree's resident memory on CPU. Anything
+estimated rather than measured is labelled so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from replay.bundle import Bundle
+from replay.units import GiB
+
+ACTUAL_PREFERENCE = [
+    ("nvml", "device_used_bytes"), ("dcgm", "device_used_bytes"), ("nvidia-smi", "device_used_bytes"),
+    ("process", "process_rss_bytes"),
+]
+
+
+@dataclass
+class Accounting:
+    """What vLLM believed it was using, in bytes (None = the evidence does not say)."""
+
+    accounted_bytes: float | None
+    budget_bytes: float | None
+    total_bytes: float | None
+    kv_pool_bytes: float | None
+    parts: dict[str, float | None] = field(default_factory=dict)
+    basis: str = ""
+    estimated: bool = False
+
+
+def _first(events: list[dict[str, Any]], kind: str, key: str) -> Any:
+    for e in events:
+        if e.get("kind") == kind and e.get(key) is not None:
+            return e[key]
+    return None
+
+
+def _vk(v: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v or "0"))
+
+
+def accounting(b: Bundle) -> Accounting:
+    ev = b.events
+    total = None
+    for g in b.meta.gpus:
+        if g.get("total_bytes"):
+            total = float(g["total_bytes"])
+            break
+    util = b.meta.engine_args.get("gpu_memory_utilization") or _first(ev, "memory_budget", "gpu_memory_utilization")
+    budget_gib = _first(ev, "memory_budget", "budget_gib") or _first(ev, "startup_free", "budget_gib")
+    if total is None:
+        tg = _first(ev, "memory_budget", "total_gpu_gib") or _first(ev, "memory_profile", "total_gpu_gib")
+        total = tg * GiB if tg else None
+    budget = budget_gib * GiB if budget_gib else (util * total if util and total else None)
+    ready_rss = _first(ev, "engine_ready", "rss_bytes")
+    if b.meta.kind == "replay" and b.meta.extra.get("device") == "cpu" and ready_rss:
+        kv = _first(ev, "kv_memory", "kv_cache_gib")
+        cap = b.meta.extra.get("capacity_bytes")
+        return Accounting(float(ready_rss), float(ready_rss), float(cap) if cap else None,
+                          kv * GiB if kv else None,
+                          {"engine_at_ready": float(ready_rss), "kv_pool": kv * GiB if kv else None},
+                          "CPU engine: memory at ready (weights + preallocated KV pool + runtime); vLLM "
+                          "sizes nothing beyond it", estimated=False)
+    weights = _first(ev, "memory_profile", "weights_gib") or _first(ev, "weights", "weights_gib")
+    non_torch = _first(ev, "memory_profile", "non_torch_gib")
+    act = _first(ev, "memory_profile", "activation_peak_gib")
+    kv = _first(ev, "memory_profile", "kv_cache_gib") or _first(ev, "kv_memory", "kv_cache_gib")
+    graph = _first(ev, "cuda_graph", "cuda_graph_gib") or _first(ev, "cuda_graph_estimate", "cuda_graph_gib")
+    version = b.meta.vllm_version or (b.meta.vllm_version_inferred or "").split("..")[0] or None
+    graphs_counted = version is not None and _vk(version) >= (0, 21)
+    parts = {"weights": weights, "non_torch": non_torch, "activation_peak": act, "kv_pool": kv,
+             "cuda_graphs": graph if graphs_counted else None}
+    known = [v for v in parts.values() if v is not None]
+    accounted = sum(known) * GiB if kv is not None and known else None
+    basis = "startup log: " + ", ".join(k for k, v in parts.items() if v is not None) if accounted else ""
+    estimated = False
+    if accounted is None and budget is not None:
+        accounted, basis, estimated = budget, "budget = gpu_memory_utilization x total (parts not logged)", True
+    return Accounting(accounted, budget, total, kv * GiB if kv is not None else None,
+                      {k: (v * GiB if v is not None else None) for k, v in parts.items()}, basis, estimated)
+
+
+def actual_frame(samples: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+    """Per-sample actual memory (t_us, gpu, actual_bytes) from the best source present."""
+    for source, metric in ACTUAL_PREFERENCE:
+        f = samples.filter((pl.col("source") == source) & (pl.col("metric") == metric))
+        if f.height:
+            return (f.select("t_us", pl.col("gpu").fill_null(0).alias("gpu"), pl.col("value").alias("actual_bytes"))
+                    .sort("t_us"), f"{source}:{metric}")
+    return pl.DataFrame(schema={"t_us": pl.Int64, "gpu": pl.Int32, "actual_bytes": pl.Float64}), None
+
+
+def gap_frame(actual: pl.DataFrame, acc: Accounting) -> pl.DataFrame:
+    """actual - accounted, and headroom to capacity, per sample."""
+    if acc.accounted_bytes is None or actual.height == 0:
+        return actual.with_columns(gap_bytes=pl.lit(None, dtype=pl.Float64), headroom_bytes=pl.lit(None, dtype=pl.Float64))
+    return actual.with_columns(
+        gap_bytes=pl.col("actual_bytes") - acc.accounted_bytes,
+        headroom_bytes=(pl.lit(acc.total_bytes) - pl.col("actual_bytes")) if acc.total_bytes else pl.lit(None, dtype=pl.Float64),
+    )
+
+
+def kv_in_use(samples: pl.DataFrame, acc: Accounting) -> pl.DataFrame:
+    f = samples.filter(pl.col("metric") == "kv_usage_ratio").sort("t_us")
+    if acc.kv_pool_bytes is None:
+        return f.select("t_us", "source", pl.col("value").alias("kv_usage_ratio"), pl.lit(None, dtype=pl.Float64).alias("kv_used_bytes"))
+    return f.select("t_us", "source", pl.col("value").alias("kv_usage_ratio"),
+                    (pl.col("value") * acc.kv_pool_bytes).alias("kv_used_bytes"))

@@ -1,0 +1,128 @@
+"""Analysis of one bundle: memory model, divergence, attribution, OOM classification -> findings.
+
+Findings are data (title, detail, confidence, evidence with times, values and source file:line),
+never bare verdicts. A bundle where actual memory stays with vLLM's accounting yields none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from replay.analysis.attribution import Attribution, attribute, classify_oom
+from replay.analysis.divergence import Divergence, detect
+from replay.analysis.memory import Accounting, accounting, actual_frame, gap_frame, kv_in_use
+from replay.bundle import Bundle
+from replay.units import GiB
+
+OOM_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed")
+
+
+@dataclass
+class Finding:
+    id: str
+    title: str
+    detail: str
+    confidence: str  # high | medium | low
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    bundle: Bundle
+    acc: Accounting
+    actual_source: str | None
+    gap: pl.DataFrame
+    kv: pl.DataFrame
+    div: Divergence
+    attributions: list[Attribution]
+    ooms: list[dict[str, Any]]
+    findings: list[Finding]
+
+    @property
+    def oom_us(self) -> int | None:
+        ts = [e["t_us"] for e in self.ooms if e.get("t_us") is not None]
+        return min(ts) if ts else None
+
+    def summary(self) -> dict[str, Any]:
+        g = self.gap
+        peak = float(g["actual_bytes"].max()) if g.height else None  # type: ignore[arg-type]
+
+        def s(us: int | None) -> float | None:
+            return None if us is None else round(us / 1e6, 3)
+
+        def gb(x: float | None) -> float | None:
+            return None if x is None else round(x / GiB, 3)
+        return {
+            "kind": self.bundle.meta.kind, "actual_source": self.actual_source,
+            "accounted_basis": self.acc.basis, "accounted_estimated": self.acc.estimated,
+            "accounted_gib": gb(self.acc.accounted_bytes), "budget_gib": gb(self.acc.budget_bytes),
+            "total_gib": gb(self.acc.total_bytes), "kv_pool_gib": gb(self.acc.kv_pool_bytes),
+            "parts_gib": {k: gb(v) for k, v in self.acc.parts.items()},
+            "peak_actual_gib": gb(peak), "max_gap_gib": gb(self.div.max_gap_bytes),
+            "baseline_gap_gib": gb(self.div.baseline_bytes), "threshold_gib": gb(self.div.threshold_bytes),
+            "onset_s": s(self.div.onset_us), "first_crossing_s": s(self.div.first_crossing_us),
+            "oom_s": s(self.oom_us),
+            "onset_to_oom_s": s(self.oom_us - self.div.onset_us) if self.oom_us is not None and self.div.onset_us is not None else None,
+            "episodes_s": [[s(a), s(b)] for a, b in self.div.episodes],
+            "attribution": [{"feature": a.feature, "score": a.score, "near_mean": a.near_mean,
+                             "rest_mean": a.rest_mean, "requests": a.near_ids[:20], "why": a.why}
+                            for a in self.attributions],
+            "findings": [f.__dict__ for f in self.findings],
+        }
+
+
+def analyze_bundle(b: Bundle) -> Analysis:
+    acc = accounting(b)
+    actual, src = actual_frame(b.samples)
+    gap = gap_frame(actual, acc)
+    div = detect(gap) if acc.accounted_bytes is not None else Divergence(None, None, None, None, None, None, [])
+    attrs = attribute(b.requests, div.onset_us)
+    ooms = [e for e in b.events if e.get("kind") in OOM_KINDS]
+    kv = kv_in_use(b.samples, acc)
+    findings: list[Finding] = []
+    if div.onset_us is not None:
+        gmax = div.max_gap_bytes or 0.0
+        findings.append(Finding(
+            "divergence", "Actual memory diverged from vLLM's accounting",
+            f"gap grew from a baseline of {(div.baseline_bytes or 0) / GiB:.2f} GiB to {gmax / GiB:.2f} GiB; "
+            f"onset at {div.onset_us / 1e6:.2f} s (threshold {(div.threshold_bytes or 0) / GiB:.2f} GiB, first "
+            f"crossed at {(div.first_crossing_us or 0) / 1e6:.2f} s)",
+            "high" if gmax - (div.baseline_bytes or 0) > 4 * (div.threshold_bytes or 1) else "medium",
+            [{"t_us": div.onset_us, "what": "onset", "source": src},
+             {"t_us": div.max_gap_us, "what": "max gap", "value_bytes": gmax, "source": src}]))
+        if attrs:
+            a = attrs[0]
+            conf = "high" if len(attrs) == 1 or a.score > 1.5 * attrs[1].score else "medium"
+            findings.append(Finding(
+                f"cause:{a.feature}", f"Traffic at the onset: {a.feature.replace('_', ' ')}",
+                f"{a.why}; near the onset mean {a.near_mean:.1f} vs {a.rest_mean:.1f} in the rest of the traffic "
+                f"(requests {', '.join(a.near_ids[:5])})", conf,
+                [{"request": i, "source": "requests.parquet"} for i in a.near_ids[:10]]))
+        if acc.total_bytes and acc.accounted_bytes:
+            peak = float(gap["actual_bytes"].max() or 0)  # type: ignore[arg-type]
+            over = peak - acc.accounted_bytes
+            util = b.meta.engine_args.get("gpu_memory_utilization")
+            if util and over > 0:
+                safe = max(0.0, float(util) - over / acc.total_bytes)
+                findings.append(Finding(
+                    "headroom", "A lower gpu_memory_utilization would have left the gap as headroom",
+                    f"peak actual exceeded accounted by {over / GiB:.2f} GiB; gpu_memory_utilization {safe:.2f} "
+                    f"(instead of {util}) leaves that much free", "medium",
+                    [{"value_bytes": over, "what": "peak over accounted"}]))
+    for e in ooms:
+        if e.get("kind") == "oom" and e.get("tried_to_allocate_bytes") is not None:
+            kvv = kv["kv_usage_ratio"].to_list()
+            for cause, conf, why in classify_oom(e, kvv[-1] if kvv else None)[:2]:
+                findings.append(Finding(f"oom:{cause}", f"CUDA OOM: {cause}", why, conf,
+                                        [{"t_us": e.get("t_us"), "source": e.get("source")}]))
+        elif e.get("kind") == "host_oom_killed":
+            findings.append(Finding("oom:host", "Host/cgroup OOM (OOMKilled, exit 137)",
+                                    "the container was killed for host memory, not a CUDA OOM", "high",
+                                    [{"t_us": e.get("t_us"), "source": e.get("source")}]))
+        elif e.get("kind") == "emulated_oom":
+            findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
+                                    str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
+    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings)

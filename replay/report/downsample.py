@@ -1,0 +1,23 @@
+"""Peak-preserving downsampling (min/max per bucket, plus the first and last sample) so that long
+incidents render light while peaks and the OOM moment are never averaged away."""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def minmax(df: pl.DataFrame, x: str, y: str, max_points: int = 4000, keep: list[int] | None = None) -> pl.DataFrame:
+    if df.height <= max_points:
+        return df
+    lo, hi = int(df[x].min()), int(df[x].max())  # type: ignore[arg-type]
+    n_buckets = max(1, max_points // 2)
+    width = max(1, (hi - lo) // n_buckets + 1)
+    d = df.with_row_index("_i").with_columns(((pl.col(x) - lo) // width).alias("_b"))
+    idx = d.group_by("_b").agg(pl.col("_i").get(pl.col(y).arg_min()).alias("a"),
+                               pl.col("_i").get(pl.col(y).arg_max()).alias("b"))
+    keep_idx = set(idx["a"].to_list()) | set(idx["b"].to_list()) | {0, df.height - 1}
+    if keep:
+        xs = d[x]
+        for k in keep:
+            keep_idx.add(int((xs - k).abs().arg_min() or 0))
+    return d.filter(pl.col("_i").is_in(sorted(keep_idx))).drop("_i", "_b").sort(x)

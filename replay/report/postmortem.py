@@ -1,0 +1,94 @@
+"""``replay postmortem``: a Markdown draft in the Google SRE shape, prefilled only with what the
+bundle shows, with explicit TODO prompts for what only people know."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from replay.analysis.pipeline import analyze_bundle
+from replay.bundle import read_bundle
+
+
+def _md(s: object) -> str:
+    return str(s).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
+    b = read_bundle(bundle)
+    a = analyze_bundle(b)
+    s = a.summary()
+    t0 = datetime.fromisoformat(b.meta.t0_utc.replace("Z", "+00:00")) if b.meta.t0_utc else None
+
+    def utc(us: int | None) -> str:
+        if us is None:
+            return "time unknown"
+        return (t0 + timedelta(microseconds=us)).strftime("%Y-%m-%d %H:%M:%S UTC") if t0 else f"t0+{us / 1e6:.1f}s"
+
+    r = b.requests
+    failed = r.filter(r["status"] == "error").height if r.height else 0
+    aborted = r.filter(r["status"] == "aborted").height if r.height else 0
+    restarts = [e for e in b.events if e.get("kind") == "engine_start" and str(e.get("marker", "")).startswith("Initializing")]
+    L: list[str] = [f"# Postmortem draft: vLLM out-of-memory ({bundle.name})", ""]
+    L += ["Status: DRAFT — TODO: owner, reviewers, date", ""]
+    if report_link:
+        L += [f"HTML report: [{report_link}]({report_link})", ""]
+    L += ["## Summary", ""]
+    L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
+             f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {s['accounted_gib']} GiB; peak actual memory was "
+             f"{s['peak_actual_gib']} GiB ({s['actual_source']}). "
+             + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
+             + (f" An OOM followed at {utc(a.oom_us)}." if a.oom_us is not None else ""))
+    L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
+    L.append(f"- Requests in the evidence: {r.height}; failed: {failed}; aborted: {aborted}.")
+    L.append(f"- Engine starts seen in logs: {len(restarts)}" + (" (restarts imply downtime between them)" if len(restarts) > 1 else ""))
+    L += ["- TODO: user-facing impact (error rate, latency, customers affected).", "", "## Root causes", ""]
+    if a.findings:
+        L.append("Ranked hypotheses (from the evidence; confirm or reject each):")
+        L.append("")
+        for i, f in enumerate(a.findings, 1):
+            L.append(f"{i}. **{_md(f.title)}** ({f.confidence}): {_md(f.detail)}")
+    else:
+        L.append("No finding in the evidence. TODO: what else should have been collected?")
+    L += ["", "## Trigger", ""]
+    if a.attributions:
+        at = a.attributions[0]
+        L.append(f"Traffic near the onset was dominated by **{at.feature}** ({_md(at.why)}); requests: {', '.join(at.near_ids[:10])}.")
+    else:
+        L.append("TODO: what traffic or change triggered it (not identifiable from the evidence).")
+    L += ["", "## Resolution", "", "TODO: what was done to restore service.", "", "## Detection", ""]
+    if a.div.onset_us is not None and a.oom_us is not None:
+        L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}, {(a.oom_us - a.div.onset_us) / 1e6:.1f} s before the OOM.")
+    elif a.div.onset_us is not None:
+        L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}.")
+    L += ["Note: `vllm:kv_cache_usage_perc` is the fill of vLLM's KV pool, not device memory; alert on device memory "
+          "(DCGM_FI_DEV_FB_USED or NVML) against vLLM's budget instead.", "", "TODO: how it was actually noticed.", "",
+          "## Action items", "", "| action | type | owner | from finding |", "|---|---|---|---|"]
+    for f in a.findings:
+        if f.id == "headroom":
+            L.append(f"| {_md(f.detail)} | mitigate | TODO | {f.id} |")
+        elif f.id.startswith("cause:prompt_logprobs"):
+            L.append("| Cap or reject prompt_logprobs on long prompts (--max-logprobs, gateway limit) | prevent | TODO | " + f.id + " |")
+        elif f.id.startswith("oom:fragmentation"):
+            L.append("| Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True | mitigate | TODO | " + f.id + " |")
+        elif f.id == "divergence":
+            L.append("| Add a CI gate: `replay check --max-discrepancy 3` on a replay of this trace | detect | TODO | divergence |")
+    L += ["| TODO | | | |", "", "## Lessons learned", "", "- What went well: TODO", "- What went wrong: TODO",
+          "- Where we got lucky: TODO", "", "## Timeline (UTC, merged from every source)", ""]
+    rows = [e for e in b.events if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")]
+    if a.div.onset_us is not None:
+        rows.append({"t_us": a.div.onset_us, "kind": "divergence onset (analysis)", "source": s["actual_source"]})
+    for e in sorted(rows, key=lambda e: e["t_us"])[:200]:
+        L.append(f"- {utc(e['t_us'])} — {_md(e['kind'])} ({_md(e.get('source'))})")
+    L += ["", "## Supporting information", ""]
+    for i in b.meta.inputs:
+        L.append(f"- `{i.get('path')}` ({i.get('kind')}) sha256 `{str(i.get('sha256') or '')[:16]}…`, "
+                 f"quarantined {i.get('quarantined', 0)}")
+    for n in b.meta.notes:
+        L.append(f"- note: {_md(n)}")
+    return "\n".join(L) + "\n"
+
+
+def write_postmortem(bundle: Path, out: Path, report_link: str | None) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_postmortem(bundle, report_link), encoding="utf-8")
