@@ -69,9 +69,14 @@ def detect_kind(text: str) -> str | None:
         return "k8s-describe"
     if "# gpu" in head.lower() and ("# idx" in head.lower() or "# Idx" in head):
         return "nvidia-smi-dmon"
-    if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in head.split("\n")[0]:
-        return "prometheus-text"
     first = head.splitlines()[0] if head else ""
+    if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
+            ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
+        return "nvidia-smi"
+    if first.lower().lstrip('"').startswith("time") and ("," in first or ";" in first):
+        return "grafana-csv"
+    if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in first:
+        return "prometheus-text"
     if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
             ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
         return "nvidia-smi"

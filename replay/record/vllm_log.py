@@ -28,7 +28,7 @@ LEVEL_TS = re.compile(
 )
 UVICORN = re.compile(r'^(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "(?P<method>\w+) (?P<path>\S+) HTTP/[\d.]+" (?P<code>\d+)')
 GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\([A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
-_NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+_NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
 
 def _f(s: str) -> float:
@@ -168,6 +168,7 @@ class _Line:
     ts: str | None
     iso: str | None
     prefixed: bool
+    fileline: str = ""
 
 
 def _strip(raw: str) -> tuple[str, str | None]:
@@ -198,14 +199,17 @@ def split_logical(lines: Iterable[str]) -> Iterator[_Line]:
                 s = s[m.end():]
             ts = None
             prefixed = False
+            fileline = ""
             m2 = LEVEL_TS.match(s)
             if m2:
                 ts = f"{m2.group('md')} {m2.group('hms')}"
+                if m2.group("file1") or m2.group("file2"):
+                    fileline = f"[{m2.group('file1') or m2.group('file2')}:{m2.group('line1') or m2.group('line2')}] "
                 s = s[m2.end():]
                 prefixed = True
             elif UVICORN.match(s):
                 prefixed = True
-            yield _Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m))
+            yield _Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline)
 
 
 def _oom(text: str) -> dict[str, Any] | None:
@@ -392,8 +396,9 @@ def parse_log(lines: Iterable[str]) -> LogParse:
                 if mv:
                     res.version = mv.group(1)
         full = ln.text
+        tagged = f"({ln.rank}) {ln.fileline}{full}"
         for fp, a, b in FINGERPRINTS:
-            if fp.search(full) or fp.search(f"[{full}"):
+            if fp.search(tagged):
                 lo = max(lo, a, key=_vkey)
                 hi = min(hi, b, key=_vkey)
         if V1_MARKERS.search(full) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):

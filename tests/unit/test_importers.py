@@ -1,0 +1,208 @@
+"""Importers on the real public traces: exact row counts and token sums computed independently."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.errors import ReplayError
+from replay.trace.format import iter_requests, read_header
+from replay.trace.importers import import_trace
+from tests.conftest import shared
+
+
+def _csv_truth(path: Path, in_col: str, out_col: str) -> tuple[int, int, int]:
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return len(rows), sum(int(r[in_col]) for r in rows), sum(int(r[out_col]) for r in rows)
+
+
+@pytest.mark.parametrize("rel", ["traces/azure/AzureLLMInferenceTrace_conv.csv", "traces/azure/AzureLLMInferenceTrace_code.csv",
+                                 "traces/azure/AzureLLMInferenceTrace_2024_notebook_excerpt.csv",
+                                 "traces/azure/AzureLMMInferenceTrace_multimodal_notebook_excerpt.csv"])
+def test_azure_exact_counts_and_sums(rel: str, tmp_path: Path) -> None:
+    src = shared(rel)
+    n, s_in, s_out = _csv_truth(src, "ContextTokens", "GeneratedTokens")
+    out = tmp_path / "t.jsonl"
+    res = import_trace("azure", src, out)
+    reqs = list(iter_requests(out))
+    assert (res.rows_read, res.rows_emitted, res.quarantined) == (n, n, 0)
+    assert len(reqs) == n
+    assert sum(r["input_tokens"] for r in reqs) == s_in
+    assert sum(r["output_tokens"] for r in reqs) == s_out
+    ts = [r["t_us"] for r in reqs]
+    assert ts[0] == 0 and ts == sorted(ts)
+
+
+def test_azure_conv_timestamps_keep_microseconds(tmp_path: Path) -> None:
+    src = shared("traces/azure/AzureLLMInferenceTrace_conv.csv")
+    out = tmp_path / "t.jsonl"
+    import_trace("azure", src, out)
+    reqs = list(iter_requests(out))
+    # GIVEN rows 18:15:46.6805900 and 18:15:50.9951690 WHEN imported THEN the offset is exact in µs
+    assert reqs[1]["t_us"] == 4_314_579
+    assert reqs[1]["src_ts"] == "2023-11-16 18:15:50.9951690"
+    assert read_header(out).time["tz_assumed"] == "unknown"
+
+
+def test_azure_multimodal_images_become_mm_items(tmp_path: Path) -> None:
+    src = shared("traces/azure/AzureLMMInferenceTrace_multimodal_notebook_excerpt.csv")
+    with src.open(newline="") as fh:
+        truth = [int(r["NumImages"]) for r in csv.DictReader(fh)]
+    out = tmp_path / "t.jsonl"
+    import_trace("azure", src, out)
+    got = [sum(m["count"] for m in (r.get("mm") or [])) for r in iter_requests(out)]
+    assert got == truth and sum(truth) > 0
+
+
+@pytest.mark.parametrize("rel,sessions", [("traces/burstgpt/burstgpt1_quoted_head_rows.csv", False),
+                                          ("traces/burstgpt/burstgpt3_quoted_head_rows.csv", True)])
+def test_burstgpt_by_column_name(rel: str, sessions: bool, tmp_path: Path) -> None:
+    src = shared(rel)
+    n, s_in, s_out = _csv_truth(src, "Request tokens", "Response tokens")
+    out = tmp_path / "t.jsonl"
+    import_trace("burstgpt", src, out)
+    reqs = list(iter_requests(out))
+    assert len(reqs) == n and sum(r["input_tokens"] for r in reqs) == s_in
+    assert sum(r["output_tokens"] for r in reqs) == s_out
+    assert all("Model" in r["extra"] for r in reqs)
+    assert (reqs[0].get("session_id") is not None) == sessions
+    if sessions:  # v2: not zero-based, Timestamp 19,440,110 s -> 0
+        assert reqs[0]["t_us"] == 0 and reqs[1]["t_us"] == 51_000_000
+
+
+def test_burstgpt_zero_response_is_failed(tmp_path: Path) -> None:
+    src = tmp_path / "b.csv"
+    src.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                   "5,ChatGPT,472,18,490,Conversation log\n7,GPT-4,100,0,100,API log\n")
+    out = tmp_path / "t.jsonl"
+    import_trace("burstgpt", src, out)
+    r = list(iter_requests(out))
+    assert [x["output_kind"] for x in r] == ["observed", "failed"]
+
+
+@pytest.mark.parametrize("rel", ["traces/mooncake/conversation_trace.jsonl", "traces/mooncake/synthetic_trace.jsonl",
+                                 "traces/mooncake/arxiv_mooncake_trace_first20.jsonl"])
+def test_mooncake_hash_ids_to_prefix_blocks(rel: str, tmp_path: Path) -> None:
+    src = shared(rel)
+    rows = [json.loads(x) for x in src.read_text().splitlines() if x.strip()]
+    out = tmp_path / "t.jsonl"
+    import_trace("mooncake", src, out)
+    reqs = list(iter_requests(out))
+    assert len(reqs) == len(rows)
+    assert sum(r["input_tokens"] for r in reqs) == sum(x["input_length"] for x in rows)
+    assert sum(len(r["prefix_blocks"]) for r in reqs) == sum(len(x["hash_ids"]) for x in rows)
+    assert max(r["t_us"] for r in reqs) == max(x["timestamp"] for x in rows) * 1000
+    assert read_header(out).prefix["block_size"] == 512
+
+
+def test_vidur_and_splitwise(tmp_path: Path) -> None:
+    src = shared("traces/vidur/splitwise_conv.head500.csv")
+    n, s_in, _ = _csv_truth(src, "num_prefill_tokens", "num_decode_tokens")
+    import_trace("vidur", src, tmp_path / "v.jsonl")
+    r = list(iter_requests(tmp_path / "v.jsonl"))
+    assert len(r) == n == 500 and sum(x["input_tokens"] for x in r) == s_in
+    assert r[1]["t_us"] == 4_314_579
+    src2 = shared("traces/splitwise-sim/test_trace.csv")
+    n2, s2, _ = _csv_truth(src2, "prompt_size", "token_size")
+    import_trace("splitwise", src2, tmp_path / "s.jsonl")
+    r2 = list(iter_requests(tmp_path / "s.jsonl"))
+    assert len(r2) == n2 and sum(x["input_tokens"] for x in r2) == s2
+
+
+def test_bailian_jsonl(tmp_path: Path) -> None:
+    src = tmp_path / "b.jsonl"
+    src.write_text('{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 100, "output_length": 5, "type": "text", "turn": 1, "hash_ids": [1, 2]}\n'
+                   '{"chat_id": 2, "parent_chat_id": 1, "timestamp": 1.75, "input_length": 300, "output_length": 7, "type": "text", "turn": 2, "hash_ids": [1, 2, 3]}\n')
+    import_trace("bailian", src, tmp_path / "t.jsonl")
+    r = list(iter_requests(tmp_path / "t.jsonl"))
+    assert [x["t_us"] for x in r] == [0, 1_250_000]
+    assert r[0]["session_id"] is None and r[1]["session_id"] == "1"
+    assert r[1]["prefix_blocks"] == [1, 2, 3]
+
+
+def test_vllm_bench_keeps_prompt(tmp_path: Path) -> None:
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"prompt": "hello there", "output_tokens": 12}\n{"prompt": "a b c", "output_tokens": 3}\n')
+    import_trace("vllm-bench", src, tmp_path / "t.jsonl")
+    r = list(iter_requests(tmp_path / "t.jsonl"))
+    assert [x["prompt"] for x in r] == ["hello there", "a b c"] and r[0]["output_tokens"] == 12
+
+
+# --- bad input ------------------------------------------------------------------------------------
+def test_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "e.csv"
+    p.write_text("")
+    with pytest.raises(ReplayError, match="empty file"):
+        import_trace("azure", p, tmp_path / "o.jsonl")
+
+
+def test_directory(tmp_path: Path) -> None:
+    with pytest.raises(ReplayError, match="is a directory"):
+        import_trace("azure", tmp_path, tmp_path / "o.jsonl")
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = gzip.compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n" + b"2023-11-16 18:15:46.6805900,374,44\n" * 2000)
+    p = tmp_path / "t.csv.gz"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ReplayError, match="truncated gzip"):
+        import_trace("azure", p, tmp_path / "o.jsonl")
+
+
+def test_wrong_columns_named(tmp_path: Path) -> None:
+    p = tmp_path / "w.csv"
+    p.write_text("time,in,out\n1,2,3\n")
+    with pytest.raises(ReplayError, match=r"w\.csv:1: not a azure file: missing column\(s\) TIMESTAMP"):
+        import_trace("azure", p, tmp_path / "o.jsonl")
+
+
+def test_ragged_row_names_line(tmp_path: Path) -> None:
+    p = tmp_path / "r.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:47.1,1,2,3,4\n")
+    with pytest.raises(ReplayError, match=r"r\.csv:3: expected 3 fields, found 5"):
+        import_trace("azure", p, tmp_path / "o.jsonl")
+
+
+def test_unparseable_rows_quarantined_with_lines(tmp_path: Path) -> None:
+    p = tmp_path / "q.csv"
+    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\nyesterday,1,2\n"
+                 "2023-11-16 18:15:48.00,abc,2\n2023-11-16 18:15:49.00,10,20\n")
+    res = import_trace("azure", p, tmp_path / "o.jsonl")
+    assert (res.rows_read, res.rows_emitted, res.quarantined) == (4, 2, 2)
+    q = [json.loads(x) for x in res.quarantine_path.read_text().splitlines()]  # type: ignore[union-attr]
+    assert [x["line"] for x in q] == [3, 4]
+    assert "_abs_us unparseable" in q[0]["reason"] and "input_tokens unparseable" in q[1]["reason"]
+    assert read_header(tmp_path / "o.jsonl").import_counts["quarantined"] == 2
+
+
+def test_bad_jsonl_line(tmp_path: Path) -> None:
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"timestamp": 1, "input_len\n')
+    with pytest.raises(ReplayError, match=r"m\.jsonl:2: not JSON"):
+        import_trace("mooncake", p, tmp_path / "o.jsonl")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.one_of(st.integers(0, 10**6).map(str), st.text("abc1", max_size=3)),
+                               st.one_of(st.integers(0, 5000).map(str), st.just(""), st.just("x")),
+                               st.integers(0, 500).map(str)), min_size=1, max_size=30))
+def test_property_splitwise_rows_are_emitted_or_quarantined(rows: list[tuple[str, str, str]], tmp_path_factory: pytest.TempPathFactory) -> None:
+    d = tmp_path_factory.mktemp("p")
+    p = d / "s.csv"
+    p.write_text("request_id,arrival_timestamp,prompt_size,token_size\n" + "".join(f"{i},{a},{b},{c}\n" for i, (a, b, c) in enumerate(rows)))
+    try:
+        res = import_trace("splitwise", p, d / "o.jsonl")
+    except ReplayError as e:
+        assert "every row was quarantined" in e.message
+        return
+    assert res.rows_emitted + res.quarantined == len(rows)
+    got = list(iter_requests(d / "o.jsonl"))
+    assert len(got) == res.rows_emitted
+    assert all(r["t_us"] >= 0 for r in got)

