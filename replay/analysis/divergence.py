@@ -58,7 +58,7 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
     if active is not None:
         episodes.append((active, None))
     # CUSUM change-point: the last time the cumulative excess was zero before the first alarm
-    k = thr / 4
+    k = max(1.5 * 1.4826 * mad, 8 * MiB)  # drift worth accumulating: above the baseline noise
     s = 0.0
     last_zero = t[n_warm - 1]
     onset = None

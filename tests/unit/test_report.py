@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+
+from replay.bundle import BundleMeta, BundleWriter, read_bundle
+from replay.report.downsample import minmax
+from replay.report.html import write_report
+from replay.report.perfetto import write_perfetto
+from replay.report.postmortem import render_postmortem
+from tests.unit.test_analysis import make_bundle
+
+
+def test_downsample_keeps_peaks_and_marks() -> None:
+    n = 100_000
+    df = pl.DataFrame({"t_us": list(range(n)), "v": [float(i % 97) for i in range(n)]}).with_columns(
+        pl.when(pl.col("t_us") == 54_321).then(1e9).otherwise(pl.col("v")).alias("v"))
+    d = minmax(df, "t_us", "v", max_points=2000, keep=[77_777])
+    assert d.height <= 2100
+    assert d["v"].max() == 1e9 and 54_321 in d["t_us"].to_list() and 77_777 in d["t_us"].to_list()
+
+
+def test_hostile_text_is_escaped(tmp_path: Path) -> None:
+    p = make_bundle(tmp_path / "b", "step")
+    with (p / "events.jsonl").open("a") as fh:
+        fh.write(json.dumps({"t_us": 5, "kind": "engine_death", "source": "x.log:1",
+                             "message": "</script><script>alert(1)</script>"}) + "\n")
+    out = tmp_path / "r.html"
+    write_report(p, [], out)
+    html = out.read_text()
+    assert "<script>alert(1)" not in html
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in html or "\\u003c/script\\u003e" in html
+
+
+def test_compare_and_size_and_postmortem(tmp_path: Path) -> None:
+    a = make_bundle(tmp_path / "a", "step")
+    b = make_bundle(tmp_path / "b", "clean", seed=3)
+    out = tmp_path / "c.html"
+    write_report(a, [b], out)
+    html = out.read_text()
+    assert "Versions / configs compared" in html and html.count('id="fig-') == 3
+    assert re.search(r"src=\"https?://", html) is None  # self-contained: no external scripts
+    md = render_postmortem(a, "c.html")
+    for h in ("## Summary", "## Impact", "## Root causes", "## Trigger", "## Resolution", "## Detection",
+              "## Action items", "## Lessons learned", "## Timeline", "## Supporting information"):
+        assert h in md
+    assert "TODO" in md and "UTC" in md and "multimodal" in md
+
+
+def test_long_incident_renders_under_15_mb(tmp_path: Path) -> None:
+    """24 h x 8 GPUs x 1 s samples."""
+    meta = BundleMeta(kind="production", t0_utc="2025-01-01T00:00:00Z", engine_args={"gpu_memory_utilization": 0.9},
+                      gpus=[{"index": i, "total_bytes": 80 * 2**30} for i in range(8)])
+    w = BundleWriter(tmp_path / "big", meta)
+    n = 86_400
+    t = pl.int_range(0, n, eager=True) * 1_000_000
+    for g in range(8):
+        w.samples_frame(pl.DataFrame({"t_us": t, "gpu": [g] * n, "source": ["dcgm"] * n, "metric": ["device_used_bytes"] * n,
+                                      "value": (70 * 2**30 + (t % 3_600_000_000) * 1.0)}))
+    w.event({"t_us": 0, "kind": "memory_profile", "weights_gib": 40.0, "non_torch_gib": 1.0,
+             "activation_peak_gib": 4.0, "kv_cache_gib": 25.0, "source": "x:1"})
+    w.close()
+    assert read_bundle(tmp_path / "big").samples.height == 8 * n
+    size = write_report(tmp_path / "big", [], tmp_path / "big.html")
+    assert size < 15_000_000
+
+
+def test_perfetto_export(tmp_path: Path) -> None:
+    p = make_bundle(tmp_path / "b", "leak")
+    n = write_perfetto(read_bundle(p), tmp_path / "t.json")
+    obj = json.loads((tmp_path / "t.json").read_text())
+    phases = {e["ph"] for e in obj["traceEvents"]}
+    assert n == len(obj["traceEvents"]) and {"C", "X", "i", "M"} <= phases
