@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -60,9 +60,9 @@ def import_cmd(
 @app.command("export")
 def export_cmd(
     src: Annotated[Path, typer.Argument(help="A replay-trace/1 file, or a bundle directory with --perfetto.")],
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="Trace export format: vllm-bench, aiperf-mooncake.")] = None,
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="File to write.")] = None,
-    perfetto: Annotated[Optional[Path], typer.Option("--perfetto", help="Write the bundle's timeline as Chrome trace events.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="Trace export format: vllm-bench, aiperf-mooncake.")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="File to write.")] = None,
+    perfetto: Annotated[Path | None, typer.Option("--perfetto", help="Write the bundle's timeline as Chrome trace events.")] = None,
 ) -> None:
     """Export a trace to another tool's format, or a bundle's timeline to Perfetto."""
     if perfetto is not None:
@@ -107,19 +107,19 @@ def synth(
 
 @app.command()
 def record(
-    evidence: Annotated[Optional[list[Path]], typer.Argument(help="Evidence files: vLLM logs, Prometheus/DCGM scrapes or exports, nvidia-smi CSV/dmon, kubectl output.")] = None,
+    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files: vLLM logs, Prometheus/DCGM scrapes or exports, nvidia-smi CSV/dmon, kubectl output.")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
-    year: Annotated[Optional[int], typer.Option(help="Year of log lines (vLLM logs carry none).")] = None,
+    year: Annotated[int | None, typer.Option(help="Year of log lines (vLLM logs carry none).")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
-    at: Annotated[Optional[str], typer.Option(help="Scrape time for exposition files that do not state one.")] = None,
-    as_kind: Annotated[Optional[list[str]], typer.Option("--as", help="Force a kind: FILE=KIND or KIND for all.")] = None,
+    at: Annotated[str | None, typer.Option(help="Scrape time for exposition files that do not state one.")] = None,
+    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind: FILE=KIND or KIND for all.")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
-    nvsmi_columns: Annotated[Optional[str], typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
-    metric: Annotated[Optional[list[str]], typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
-    live: Annotated[Optional[str], typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
+    nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
+    metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
+    live: Annotated[str | None, typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
     nvml: Annotated[bool, typer.Option(help="With --live: also sample NVML (read-only).")] = False,
     interval: Annotated[str, typer.Option(help="With --live: sampling interval.")] = "1s",
-    duration: Annotated[Optional[str], typer.Option(help="With --live: stop after this long (default: Ctrl-C).")] = None,
+    duration: Annotated[str | None, typer.Option(help="With --live: stop after this long (default: Ctrl-C).")] = None,
 ) -> None:
     """Turn the evidence of an incident into one bundle on one UTC timeline, losing nothing."""
     from replay.units import parse_duration_us
@@ -193,15 +193,15 @@ def run(
     vllm: Annotated[str, typer.Option(help="vLLM version: 0.32 = newest 0.32.x, 0.32.0 pins it.")] = "0.32",
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("replay.bundle"),
     speed: Annotated[float, typer.Option(help="Time scale: 2 = twice as fast as recorded.")] = 1.0,
-    window: Annotated[Optional[str], typer.Option(help="Replay a slice START:END of trace time, e.g. 10m:20m.")] = None,
-    concurrency: Annotated[Optional[int], typer.Option(help="Cap outstanding requests (turns the open loop closed; off by default).")] = None,
-    engine_args: Annotated[Optional[Path], typer.Option(help="JSON file of engine arguments.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override an engine argument: key=value.")] = None,
-    model: Annotated[Optional[Path], typer.Option(help="A real model directory (GPU hosts); default: the tiny local Llama.")] = None,
+    window: Annotated[str | None, typer.Option(help="Replay a slice START:END of trace time, e.g. 10m:20m.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Cap outstanding requests (turns the open loop closed; off by default).")] = None,
+    engine_args: Annotated[Path | None, typer.Option(help="JSON file of engine arguments.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override an engine argument: key=value.")] = None,
+    model: Annotated[Path | None, typer.Option(help="A real model directory (GPU hosts); default: the tiny local Llama.")] = None,
     vocab: Annotated[int, typer.Option(help="Vocabulary of the tiny model (prompt_logprobs cost grows with it).")] = 131072,
     interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 0.25,
     kv_cache_gib: Annotated[float, typer.Option(help="KV cache size on the CPU engine (VLLM_CPU_KVCACHE_SPACE).")] = 1.0,
-    capacity_gib: Annotated[Optional[float], typer.Option(help="Emulated capacity: an actual-memory limit that ends the run as an emulated OOM.")] = None,
+    capacity_gib: Annotated[float | None, typer.Option(help="Emulated capacity: an actual-memory limit that ends the run as an emulated OOM.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
 ) -> None:
     """Replay a trace through a real vLLM server at recorded times, measuring reported and actual memory.
@@ -264,11 +264,11 @@ def versions_doctor(
     start: Annotated[bool, typer.Option(help="Also start each server once and check /health.")] = True,
 ) -> None:
     """For each installed environment: vLLM, torch, device, and whether a server starts."""
+    from replay.drive.runner import CPU_DEFAULT_ARGS
     from replay.engine import envs
     from replay.engine.args import known_args, to_argv
     from replay.engine.model import ensure_tiny_model
     from replay.engine.server import EngineServer
-    from replay.drive.runner import CPU_DEFAULT_ARGS
     t = Table()
     for c in ("env", "vllm", "torch", "device", "server"):
         t.add_column(c)
@@ -313,8 +313,8 @@ def analyze(
 @app.command()
 def report(
     bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
-    compare: Annotated[Optional[list[Path]], typer.Option(help="Other bundles of the same incident to compare.")] = None,
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="HTML file (default reports/<bundle>.html).")] = None,
+    compare: Annotated[list[Path] | None, typer.Option(help="Other bundles of the same incident to compare.")] = None,
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="HTML file (default reports/<bundle>.html).")] = None,
 ) -> None:
     """Write a self-contained HTML report: memory timeline, divergence, requests, findings, evidence."""
     from replay.report.html import write_report
@@ -328,7 +328,7 @@ def report(
 def postmortem(
     bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Markdown file.")] = Path("postmortem.md"),
-    report_link: Annotated[Optional[str], typer.Option(help="Link to the HTML report.")] = None,
+    report_link: Annotated[str | None, typer.Option(help="Link to the HTML report.")] = None,
 ) -> None:
     """Draft a postmortem (Google SRE shape) prefilled with what the evidence shows."""
     from replay.report.postmortem import write_postmortem
@@ -340,7 +340,7 @@ def postmortem(
 def check(
     bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
     max_discrepancy: Annotated[float, typer.Option(help="Max gap between actual and accounted memory, % of accounted.")] = 3.0,
-    max_gap_bytes: Annotated[Optional[int], typer.Option(help="Max absolute gap in bytes.")] = None,
+    max_gap_bytes: Annotated[int | None, typer.Option(help="Max absolute gap in bytes.")] = None,
     no_oom: Annotated[bool, typer.Option("--no-oom", help="Fail when the bundle holds an OOM (real or emulated).")] = False,
 ) -> None:
     """CI gate: exit non-zero when reported and actual memory disagree beyond the thresholds."""

@@ -108,12 +108,12 @@ def test_capacity_guard_emulated_oom_is_survived(tmp_path: Path) -> None:
 
 
 def test_live_record_against_real_server(tmp_path: Path) -> None:
+    from replay.drive.runner import CPU_DEFAULT_ARGS
     from replay.engine.args import known_args, to_argv
     from replay.engine.envs import resolve
     from replay.engine.model import ensure_tiny_model
     from replay.engine.server import EngineServer
     from replay.record.live import record_live
-    from replay.drive.runner import CPU_DEFAULT_ARGS
     spec = resolve("0.32")
     argv = to_argv(CPU_DEFAULT_ARGS, known_args(spec), spec.version)
     with EngineServer(spec, ensure_tiny_model(spec), argv, tmp_path / "s.log", env={"VLLM_CPU_KVCACHE_SPACE": "1"}) as s:

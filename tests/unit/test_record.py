@@ -133,7 +133,7 @@ def test_nvidia_smi_headerless_needs_columns(tmp_path: Path) -> None:
             "utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.free [MiB], memory.used [MiB]")
     reps, _ = record([f], out, RecordOptions(nvsmi_columns=cols, tz_offset_s=7200))
     b = read_bundle(out)
-    used = b.samples.filter((b.samples["metric"] == "device_used_bytes"))
+    used = b.samples.filter(b.samples["metric"] == "device_used_bytes")
     n_rows = sum(1 for x in f.read_text().splitlines() if x.strip())
     assert used.height == n_rows and reps[0].quarantined == 0
     assert sorted({g["index"] for g in b.meta.gpus}) == [0, 1, 2]

@@ -1,0 +1,77 @@
+"""Import speed and memory vs a plain Python loop (csv.DictReader + json.dumps per row).
+
+Prints, from one run: time ratio (loop / replay import) for the Azure conv trace and for synthetic
+Azure-format CSVs of N rows, and peak RSS of each import (measured in a child process).
+Usage: python benchmarks/bench_import.py [--rows 1000000 10000000] [--conv PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+
+
+def plain_loop(src: Path, out: Path) -> float:
+    t = time.perf_counter()
+    with src.open(newline="") as fh, out.open("w") as fo:
+        for row in csv.DictReader(fh):
+            fo.write(json.dumps(row) + "\n")
+    return time.perf_counter() - t
+
+
+def replay_import(src: Path, out: Path) -> tuple[float, int]:
+    code = ("import sys,time,resource;from pathlib import Path;from replay.trace.importers import import_trace;"
+            "t=time.perf_counter();import_trace('azure',Path(sys.argv[1]),Path(sys.argv[2]));"
+            "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-c", code, str(src), str(out)], capture_output=True, text=True, check=True)
+    secs, rss_kib = r.stdout.split()
+    return float(secs), int(rss_kib) * 1024
+
+
+def make_csv(path: Path, rows: int) -> None:
+    base = 1_700_154_946_000_000
+    lf = pl.LazyFrame({"i": pl.int_range(0, rows, eager=True)}).select(
+        (pl.lit(base) + pl.col("i") * 180_000).cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d %H:%M:%S%.f").alias("TIMESTAMP"),
+        (pl.col("i") * 7919 % 8000 + 10).alias("ContextTokens"),
+        (pl.col("i") * 104729 % 900 + 1).alias("GeneratedTokens"))
+    lf.sink_csv(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="*", default=[1_000_000, 10_000_000])
+    ap.add_argument("--conv", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/traces/azure/AzureLLMInferenceTrace_conv.csv")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as td:
+        d = Path(td)
+        cases = []
+        if a.conv.exists():
+            cases.append(("azure-conv", a.conv))
+        for n in a.rows:
+            p = d / f"syn{n}.csv"
+            make_csv(p, n)
+            cases.append((f"synthetic-{n}", p))
+        rss = {}
+        for name, src in cases:
+            loop_s = plain_loop(src, d / "loop.jsonl")
+            imp_s, peak = replay_import(src, d / "imp.jsonl")
+            rss[name] = peak
+            print(f"{name}: replay import {imp_s:.2f} s, plain loop {loop_s:.2f} s, speed-up x{loop_s / imp_s:.1f}, "
+                  f"peak RSS {peak / 2**20:.0f} MiB")
+        keys = [k for k in rss if k.startswith("synthetic-")]
+        if len(keys) >= 2:
+            print(f"peak RSS ratio {keys[-1]} / {keys[0]}: {rss[keys[-1]] / rss[keys[0]]:.2f} (target < 1.5)")
+    print(f"(benchmark process max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
