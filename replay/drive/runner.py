@@ -30,6 +30,7 @@ from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model
 from replay.engine.server import EngineServer
 from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError
 from replay.nvml import open_nvml
+from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log
 from replay.trace.format import read_trace
 from replay.trace.prompts import synth_prompt_ids
@@ -250,8 +251,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     for f in parsed.facts:
         t = fact_time_us(f.ts, year)
         if f.kind == "stats":
-            for key, metric, scale in (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
-                                       ("waiting", "requests_waiting", 1.0)):
+            for key, metric, scale in STATS_SAMPLES:
                 if t is not None and f.data.get(key) is not None:
                     writer.sample(t - int(t_wall0 * 1e6), None, "vllm-log", metric, f.data[key] * scale)
             continue

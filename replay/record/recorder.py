@@ -16,13 +16,14 @@ from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.record import evidence as ev
 from replay.record.vllm_log import LogParse, fact_time_us, parse_log
+from replay.record.vllm_log import _vkey as _vk
 from replay.units import GiB
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
          "nvidia-smi-dmon", "k8s", "k8s-describe")
 
 # Log facts that become samples (metric, scale) or events.
-_STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
+STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
                   ("waiting", "requests_waiting", 1.0), ("swapped", "requests_swapped", 1.0),
                   ("preemptions", "preemptions_total", 1.0))
 
@@ -203,7 +204,7 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
                 t = fact_time_us(f.ts, year, opts.tz_offset_s)
                 src = f"{path.name}:{f.line}"
                 if f.kind == "stats":
-                    for key, metric, scale in _STATS_SAMPLES:
+                    for key, metric, scale in STATS_SAMPLES:
                         if f.data.get(key) is not None:
                             samples.append((t, None, "vllm-log", metric, float(f.data[key]) * scale, src))
                     continue
@@ -279,8 +280,3 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
                "quarantined": w.counts["quarantined"], "notes": meta.notes}
     return reports, summary
-
-
-def _vk(v: str) -> tuple[int, ...]:
-    import re
-    return tuple(int(x) for x in re.findall(r"\d+", v))
