@@ -25,7 +25,7 @@ STATUSES = ("ok", "error", "timeout", "oom", "aborted", "unknown")
 
 REQUEST_FIELDS = (
     "id", "t_us", "src_ts", "src_row", "input_tokens", "output_tokens", "output_kind",
-    "max_tokens", "prefix_blocks", "session_id", "sampling", "mm", "status", "extra",
+    "max_tokens", "prefix_blocks", "session_id", "sampling", "mm", "status", "src_latency_us", "extra",
 )
 
 
@@ -113,8 +113,12 @@ def validate_request(obj: Any, path: Path, line: int) -> dict[str, Any]:
     kind = obj.get("output_kind", "observed")
     if kind not in OUTPUT_KINDS:
         raise ReplayError(f"{loc}: output_kind {kind!r} is not one of {', '.join(OUTPUT_KINDS)}")
-    if "id" not in obj:
-        obj["id"] = f"{path.name}#{line}"
+    if "id" not in obj:  # defaults, as in docs/trace-format.md
+        src_row = obj.get("src_row")
+        obj["id"] = f"r{src_row}" if isinstance(src_row, int) else f"{path.name}#{line}"
+    obj.setdefault("output_kind", "observed")
+    obj.setdefault("status", "ok")
+    obj.setdefault("max_tokens", None)
     return obj
 
 

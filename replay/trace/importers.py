@@ -15,7 +15,7 @@ import json
 import shutil
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,23 +100,40 @@ def _require(cols: list[str], need: list[str], label: Path, fmt: str) -> None:
         )
 
 
-def _parse_timestamp_us(col: str) -> pl.Expr:
+@dataclass(frozen=True)
+class _Parse:
+    """A column parser with a cheap ``fast`` form for the common shape and a ``full`` form for the rest.
+
+    The import stages every row through ``fast``; only if that leaves nulls does it stage again with
+    ``full`` (whitespace, thousands separators, time-zone suffixes), so clean files pay for one cheap
+    parse and messy files still lose nothing.
+    """
+
+    fast: pl.Expr
+    full: pl.Expr
+
+
+_Col = pl.Expr | _Parse
+
+
+def _parse_timestamp_us(col: str) -> _Parse:
     """Parse Azure-style datetimes in any of their three shapes to epoch µs (UTC where stated)."""
+    fast = pl.col(col).str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False).dt.epoch("us")
     s = pl.col(col).str.strip_chars()
     off = s.str.extract(r"([+-]\d\d):?(\d\d)$", 1).cast(pl.Int64, strict=False) * 60 + s.str.extract(
         r"[+-]\d\d:?(\d\d)$", 1
     ).cast(pl.Int64, strict=False)
     sign = pl.when(s.str.contains(r"-\d\d:?\d\d$")).then(-1).otherwise(1)
     body = s.str.replace(r"(Z|[+-]\d\d:?\d\d)$", "").str.replace("T", " ")
-    dt = pl.coalesce(
-        body.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False),
-        body.str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False),
+    dt = body.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False)
+    return _Parse(fast, dt.dt.epoch("us") - (sign * off.fill_null(0) * 60_000_000))
+
+
+def _int(col: str) -> _Parse:
+    return _Parse(
+        pl.col(col).cast(pl.Int64, strict=False),
+        pl.col(col).str.strip_chars().str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False),
     )
-    return dt.dt.epoch("us") - (sign * off.fill_null(0) * 60_000_000)
-
-
-def _int(col: str) -> pl.Expr:
-    return pl.col(col).str.strip_chars().str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
 
 
 def _seconds_us(col: str) -> pl.Expr:
@@ -128,86 +145,200 @@ class _Plan:
     """A lazy frame with ``src_row`` plus parsed columns, and the rules for a valid row."""
 
     lf: pl.LazyFrame
-    abs_us: pl.Expr  # arrival in µs on the source's own axis (absolute or relative)
-    required: dict[str, pl.Expr]  # name -> parsed expr; null means unparseable
+    abs_us: _Col  # arrival in µs on the source's own axis (absolute or relative)
+    required: dict[str, _Col]  # name -> parser; null means unparseable
     fields: dict[str, pl.Expr]  # trace field -> expression
     extra_cols: list[str]
     time: dict[str, Any]
     prefix: dict[str, Any]
     line_offset: int  # file line of src_row 0
+    blocks: Callable[[], Iterator[pl.LazyFrame]] | None = None  # the file in bounded pieces (CSV)
 
 
-def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str) -> ImportResult:
-    q_path = out.with_name(out.name + ".quarantine.jsonl")
-    lf = plan.lf.with_columns(_abs_us=plan.abs_us, **plan.required)
-    bad = pl.any_horizontal([pl.col(k).is_null() for k in plan.required] + [pl.col("_abs_us").is_null()])
-    # pass 1: counts, origin and order on the good rows; quarantined rows written with reasons.
-    try:
-        stats = lf.select(
-            pl.len().alias("n"), bad.sum().alias("bad"),
-            pl.col("_abs_us").filter(~bad).min().alias("t_min"),
-            (pl.col("_abs_us").filter(~bad).diff() < 0).sum().alias("backwards"),
-        ).collect()
-    except pl.exceptions.PolarsError as e:
-        raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
-    n, n_bad = int(stats["n"][0]), int(stats["bad"][0] or 0)
-    if n == 0:
-        raise ReplayError(f"{src}: no data rows")
-    t_min = stats["t_min"][0]
-    backwards = int(stats["backwards"][0] or 0)
-    if n_bad:
-        reasons = [
-            pl.when(pl.col(k).is_null()).then(pl.lit(f"{k} unparseable")).otherwise(None)
-            for k in ["_abs_us", *plan.required]
-        ]
-        qdf = (
-            lf.filter(bad)
-            .select(
-                pl.lit(str(src)).alias("file"),
-                (pl.col("src_row") + plan.line_offset).alias("line"),
-                pl.concat_str(reasons, separator="; ", ignore_nulls=True).alias("reason"),
-                pl.struct([c for c in plan.lf.collect_schema().names() if c != "src_row"]).alias("raw"),
-            )
-            .collect()
-        )
-        qdf.write_ndjson(q_path)
-    elif q_path.exists():
-        q_path.unlink()
-    if t_min is None:
-        raise ReplayError(f"{src}: every row was quarantined ({n_bad}); see {q_path}")
-    good = lf.filter(~bad)
-    if backwards:
-        good = good.sort(["_abs_us", "src_row"])
-    good = good.with_columns(t_us=(pl.col("_abs_us") - int(t_min)))
+def _form(c: _Col, fast: bool) -> pl.Expr:
+    if isinstance(c, _Parse):
+        return c.fast if fast else c.full
+    return c
+
+
+def _header_room(header: TraceHeader) -> int:
+    """Bytes to reserve for the header line: the header with every count at its widest, plus slack."""
+    wide = json.dumps(header.to_json()).replace("null", "0" * 20)
+    return len(wide.encode()) + 20 * 8 + 64
+
+
+def _fill_header(out: Path, header: TraceHeader, room: int) -> None:
+    """Write the final header into the reserved first line, padded with spaces (valid JSON)."""
+    line = json.dumps(header.to_json()).encode()
+    if len(line) + 1 > room:  # cannot happen with _header_room's slack; fail loudly rather than corrupt
+        raise ReplayError(f"{out}: internal error: header ({len(line)} bytes) exceeds reserved {room} bytes", 70)
+    with out.open("r+b") as fo:
+        fo.write(line + b" " * (room - 1 - len(line)) + b"\n")
+
+
+_STATS_SUM = ("n", "bad", "backwards", "in_sum")
+CSV_BLOCK_BYTES = 8 << 20  # CSV imports stream the file in pieces of this size
+
+
+def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
+              q_path: Path) -> dict[str, Any]:
+    """Parse once and, in the same streaming query, write body and quarantine and compute the counts.
+
+    With ``t_first`` (the first good row's arrival) the body is written in file order relative to it,
+    block by block where the format allows, so memory does not grow with the file; the caller checks
+    the counts (``t_min``, ``backwards``) and redoes the import sorted when the file was out of order.
+    Without ``t_first`` the body is sorted, which needs the rows in memory.
+    """
+    parsed = {"_abs_us": _form(plan.abs_us, fast), **{k: _form(v, fast) for k, v in plan.required.items()}}
+    keys = list(parsed)
+    bad = pl.any_horizontal([pl.col(k).is_null() for k in keys])
+    good_t = pl.col("_abs_us").filter(~bad)
+    reasons = [
+        pl.when(pl.col(k).is_null()).then(pl.lit(f"{'arrival time' if k == '_abs_us' else k} unparseable")).otherwise(None)
+        for k in keys
+    ]
+    raw_cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
     cols = [plan.fields[k].alias(k) for k in plan.fields]
     if plan.extra_cols:
         cols.append(pl.struct([pl.col(c) for c in plan.extra_cols]).alias("extra"))
-    body = good.select(cols)
-    sums = good.select(pl.col("input_tokens").sum()).collect() if "input_tokens" in plan.required else None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as td:
-        tmp = Path(td) / "body.jsonl"
+    pieces = plan.blocks() if (plan.blocks is not None and t_first is not None) else iter([plan.lf])
+    total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
+                             **{f"null:{k}": 0 for k in keys}}
+    last_t: int | None = None
+    with out.open("wb") as fo, q_path.open("wb") as fq:
+        fo.write(b" " * (room - 1) + b"\n")  # the header goes here once the counts are known
         try:
-            body.sink_ndjson(tmp)
-        except pl.exceptions.PolarsError:
-            body.collect().write_ndjson(tmp)
-        header = TraceHeader(
-            source={"format": fmt, "path": str(src), "sha256": _sha256(src)},
-            time={**plan.time, "sorted": backwards == 0, "backwards_steps": backwards,
-                  "t0_src_us": int(t_min)},
-            prefix=plan.prefix,
-            import_counts={"rows_read": n, "rows_emitted": n - n_bad, "quarantined": n_bad,
-                           "quarantine_file": q_path.name if n_bad else None},
-        )
-        with out.open("wb") as fo:
-            fo.write((json.dumps(header.to_json()) + "\n").encode())
-            with tmp.open("rb") as fi:
-                shutil.copyfileobj(fi, fo, 1 << 20)
-    in_sum = int(sums["input_tokens"][0] or 0) if sums is not None else 0
+            for piece in pieces:
+                lf = piece.with_columns(**parsed)
+                stats = lf.select(
+                    pl.len().alias("n"), bad.sum().alias("bad"),
+                    good_t.min().alias("t_min"), good_t.first().alias("t_first"), good_t.last().alias("t_last"),
+                    (good_t.diff() < 0).sum().alias("backwards"),
+                    *[pl.col(k).null_count().alias(f"null:{k}") for k in keys],
+                    *([pl.col("input_tokens").filter(~bad).sum().alias("in_sum")] if "input_tokens" in plan.required else []),
+                )
+                quarantine = lf.filter(bad).select(
+                    pl.lit(str(src)).alias("file"),
+                    (pl.col("src_row") + plan.line_offset).alias("line"),
+                    pl.concat_str(reasons, separator="; ", ignore_nulls=True).alias("reason"),
+                    pl.struct(raw_cols).alias("raw"),
+                )
+                good = lf.filter(~bad)
+                if t_first is None:
+                    good = good.sort(["_abs_us", "src_row"]).with_columns(t_us=pl.col("_abs_us") - pl.col("_abs_us").min())
+                else:
+                    good = good.with_columns(t_us=pl.col("_abs_us") - t_first)
+                res = pl.collect_all([good.select(cols).sink_ndjson(fo, lazy=True),
+                                      quarantine.sink_ndjson(fq, lazy=True), stats])
+                st = res[-1].row(0, named=True)
+                for k, v in st.items():
+                    if k in _STATS_SUM or k.startswith("null:"):
+                        total[k] += int(v or 0)
+                if st["t_min"] is not None:
+                    total["t_min"] = st["t_min"] if total["t_min"] is None else min(total["t_min"], st["t_min"])
+                if st["t_first"] is not None:
+                    if last_t is not None and st["t_first"] < last_t:
+                        total["backwards"] += 1  # a step back across the block boundary
+                    last_t = st["t_last"]
+        except pl.exceptions.PolarsError as e:
+            raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
+    return total
+
+
+def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
+                block_bytes: int | None = None) -> Callable[[], Iterator[pl.LazyFrame]]:
+    """The CSV body in pieces of about ``block_bytes`` cut at line ends (never inside quotes), so the
+    import holds one piece at a time: memory stays flat however long the file is."""
+
+    size = block_bytes or CSV_BLOCK_BYTES
+
+    def gen() -> Iterator[pl.LazyFrame]:
+        row0 = 0
+        with path.open("rb") as fh:
+            fh.readline()
+            rest = b""
+            while True:
+                chunk = fh.read(size)
+                buf = rest + chunk
+                if not buf.strip():
+                    return
+                if chunk:
+                    cut = buf.rfind(b"\n") + 1
+                    if cut == 0 or buf.count(b'"', 0, cut) % 2:  # no line end yet, or inside a quoted field
+                        rest = buf
+                        continue
+                    buf, rest = buf[:cut], buf[cut:]
+                else:
+                    rest = b""
+                try:
+                    df = pl.read_csv(buf, has_header=False, new_columns=cols, infer_schema=False,
+                                     separator=separator, quote_char='"')
+                except pl.exceptions.PolarsError:
+                    raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
+                yield df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
+                row0 += df.height
+                if not chunk:
+                    return
+
+    return gen
+
+
+def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str) -> ImportResult:
+    part = out.with_name(out.name + ".part")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _import_into(plan, src, out, part, fmt)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str) -> ImportResult:
+    """Import into ``part`` (renamed to ``out`` on success): usually one streaming pass over the file."""
+    q_path = out.with_name(out.name + ".quarantine.jsonl")
+    sha = _sha256(src)
+    room = _header_room(TraceHeader(source={"format": fmt, "path": str(src), "sha256": sha},
+                                    time={**plan.time, "sorted": False, "backwards_steps": None, "t0_src_us": None},
+                                    prefix=plan.prefix,
+                                    import_counts={"rows_read": None, "rows_emitted": None, "quarantined": None,
+                                                   "quarantine_file": q_path.name}))
+    keys = ["_abs_us", *plan.required]
+    has_full = {k for k, c in [("_abs_us", plan.abs_us), *plan.required.items()] if isinstance(c, _Parse)}
+    fast = True
+    probe = plan.lf.head(4096).with_columns(_abs_us=_form(plan.abs_us, fast), **{k: _form(v, fast) for k, v in plan.required.items()})
+    try:
+        t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
+    except pl.exceptions.PolarsError as e:
+        raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
+    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path)
+    if any(stats[f"null:{k}"] for k in has_full):  # the cheap parser missed rows: use the full one
+        fast = False
+        stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path)
+    if stats["t_min"] is not None and (t_first is None or stats["backwards"] or stats["t_min"] < t_first):
+        stats = _one_pass(plan, src, fmt, fast, None, part, room, q_path)  # out of order: sort
+    n, n_bad = int(stats["n"]), int(stats["bad"])
+    if n == 0:
+        raise ReplayError(f"{src}: no data rows")
+    if not n_bad:
+        q_path.unlink(missing_ok=True)
+    t_min = stats["t_min"]
+    if t_min is None:
+        raise ReplayError(f"{src}: every row was quarantined ({n_bad}); see {q_path}")
+    backwards = int(stats["backwards"])
+    header = TraceHeader(
+        source={"format": fmt, "path": str(src), "sha256": sha},
+        time={**plan.time, "sorted": backwards == 0, "backwards_steps": backwards, "t0_src_us": int(t_min)},
+        prefix=plan.prefix,
+        import_counts={"rows_read": n, "rows_emitted": n - n_bad, "quarantined": n_bad,
+                       "quarantine_file": q_path.name if n_bad else None},
+    )
+    _fill_header(part, header, room)
+    part.replace(out)
+    in_sum = int(stats["in_sum"])
     return ImportResult(out, n, n - n_bad, n_bad, q_path if n_bad else None, in_sum)
 
 
 def _scan_csv(path: Path, label: Path, separator: str = ",") -> tuple[pl.LazyFrame, list[str]]:
+    """A lazy scan of the whole CSV (for sorting) and its column names; see ``_csv_blocks`` for streaming."""
     cols = _csv_columns(path, label)
     try:
         lf = pl.scan_csv(path, infer_schema=False, separator=separator, row_index_name="src_row",
@@ -219,15 +350,13 @@ def _scan_csv(path: Path, label: Path, separator: str = ",") -> tuple[pl.LazyFra
 
 
 def _common_fields(**over: pl.Expr) -> dict[str, pl.Expr]:
+    """The fields every importer writes; fields at their schema default (id ``r<src_row>``,
+    output_kind ``observed``, status ``ok``, null max_tokens) are left out, as the format allows."""
     base: dict[str, pl.Expr] = {
-        "id": pl.concat_str([pl.lit("r"), pl.col("src_row").cast(pl.Utf8)]),
         "t_us": pl.col("t_us"),
         "src_row": pl.col("src_row"),
         "input_tokens": pl.col("input_tokens"),
         "output_tokens": pl.col("output_tokens"),
-        "output_kind": pl.lit("observed"),
-        "max_tokens": pl.lit(None, dtype=pl.Int64),
-        "status": pl.lit("ok"),
     }
     base.update(over)
     return base
@@ -238,7 +367,7 @@ def import_azure(path: Path, label: Path) -> _Plan:
     _require(cols, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], label, "azure")
     fields = _common_fields(src_ts=pl.col("TIMESTAMP"))
     if "NumImages" in cols:
-        n_img = _int("NumImages")
+        n_img = _int("NumImages").full
         fields["mm"] = pl.when(n_img > 0).then(
             pl.concat_list([pl.struct(type=pl.lit("image"), count=n_img)])
         ).otherwise(None)
@@ -261,7 +390,9 @@ def import_burstgpt(path: Path, label: Path) -> _Plan:
     )
     if "Session ID" in cols:
         fields["session_id"] = pl.col("Session ID").replace("", None)
-    mapped = {"Timestamp", "Request tokens", "Response tokens", "Session ID"}
+    if "Elapsed time" in cols:  # v2: end-to-end latency observed at the source, in seconds
+        fields["src_latency_us"] = _seconds_us("Elapsed time")
+    mapped = {"Timestamp", "Request tokens", "Response tokens", "Session ID", "Elapsed time"}
     extra = [c for c in cols if c not in mapped]
     return _Plan(lf, _seconds_us("Timestamp"),
                  {"input_tokens": _int("Request tokens"), "output_tokens": out_tok}, fields, extra,
@@ -379,7 +510,7 @@ def import_vllm_bench(path: Path, label: Path) -> _Plan:
         src_ts=pl.col("timestamp").cast(pl.Utf8) if has_t else pl.lit(None, dtype=pl.Utf8),
         input_tokens=pl.lit(None, dtype=pl.Int64),
         output_tokens=out_expr,
-        output_kind=pl.lit("observed") if "output_tokens" in cols else pl.lit("unknown"),
+        **({} if "output_tokens" in cols else {"output_kind": pl.lit("unknown")}),
         prompt=pl.col("prompt"),
     )
     extra = [c for c in cols if c not in ("prompt", "output_tokens", "timestamp")]
@@ -396,6 +527,9 @@ _IMPORTERS: dict[str, Callable[[Path, Path], _Plan]] = {
 }
 
 
+_CSV_FORMATS = ("azure", "burstgpt", "vidur", "splitwise")
+
+
 def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
     """Import ``src`` (format ``fmt``) to the trace file ``out``; see FORMATS for the choices."""
     if fmt not in _IMPORTERS:
@@ -403,5 +537,8 @@ def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
     with tempfile.TemporaryDirectory() as td:
         real = _materialise(src, Path(td))
         plan = _IMPORTERS[fmt](real, src)
+        if fmt in _CSV_FORMATS or real.suffix == ".csv":
+            cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
+            plan.blocks = _csv_blocks(real, src, cols, ",")
         res = _run_plan(plan, src, out, fmt)
     return res

@@ -75,6 +75,42 @@ def test_burstgpt_by_column_name(rel: str, sessions: bool, tmp_path: Path) -> No
     assert (reqs[0].get("session_id") is not None) == sessions
     if sessions:  # v2: not zero-based, Timestamp 19,440,110 s -> 0
         assert reqs[0]["t_us"] == 0 and reqs[1]["t_us"] == 51_000_000
+        with src.open(newline="") as fh:  # Elapsed time (s) is the source's observed latency
+            elapsed = [float(r["Elapsed time"]) for r in csv.DictReader(fh)]
+        assert [r["src_latency_us"] for r in reqs] == [round(e * 1e6) for e in elapsed]
+        assert all("Elapsed time" not in r["extra"] for r in reqs)
+
+
+@pytest.mark.parametrize("back", [False, True])
+def test_streamed_blocks_match_whole_file(back: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a CSV read in 1 KiB pieces (quoted newlines, bad rows, optionally a step back in time)
+    THEN the trace and quarantine equal those of a whole-file read."""
+    import replay.trace.importers as im
+
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens,note"]
+    for i in range(400):
+        ts = f"2023-11-16 18:{i // 60:02d}:{i % 60:02d}.5"
+        note = '"a, ""quoted""\nnote"' if i % 37 == 0 else "n"
+        tokens = "x" if i % 53 == 0 else str(10 + i)
+        lines.append(f"{ts},{tokens},{i % 7},{note}")
+    if back:
+        lines[300] = "2023-11-16 18:00:00.1,5,5,back"  # earlier than everything before it
+    src = tmp_path / "a.csv"
+    src.write_text("\n".join(lines) + "\n")
+    outs = {}
+    for size in (1 << 30, 1024):
+        monkeypatch.setattr(im, "CSV_BLOCK_BYTES", size)
+        out = tmp_path / f"t{size}.jsonl"
+        res = import_trace("azure", src, out)
+        q = res.quarantine_path.read_text() if res.quarantine_path else ""
+        outs[size] = (list(iter_requests(out)), q, read_header(out).time, res.rows_read, res.quarantined)
+    assert outs[1024] == outs[1 << 30]
+    reqs, q, time, n, n_bad = outs[1024]
+    assert n == 400 and n_bad == 8 and q.count("\n") == 8
+    assert (time["backwards_steps"] >= 1) == back and time["sorted"] is not back
+    assert (reqs[0]["src_ts"] == "2023-11-16 18:00:00.1") == back
+    assert [r["t_us"] for r in reqs] == sorted(r["t_us"] for r in reqs) and reqs[0]["t_us"] == 0
+    assert sum('""' not in r["extra"]["note"] and "quoted" in r["extra"]["note"] for r in reqs) == 10
 
 
 def test_burstgpt_zero_response_is_failed(tmp_path: Path) -> None:
@@ -178,7 +214,7 @@ def test_unparseable_rows_quarantined_with_lines(tmp_path: Path) -> None:
     assert (res.rows_read, res.rows_emitted, res.quarantined) == (4, 2, 2)
     q = [json.loads(x) for x in res.quarantine_path.read_text().splitlines()]  # type: ignore[union-attr]
     assert [x["line"] for x in q] == [3, 4]
-    assert "_abs_us unparseable" in q[0]["reason"] and "input_tokens unparseable" in q[1]["reason"]
+    assert "arrival time unparseable" in q[0]["reason"] and "input_tokens unparseable" in q[1]["reason"]
     assert read_header(tmp_path / "o.jsonl").import_counts["quarantined"] == 2
 
 
