@@ -2,20 +2,22 @@
 
 One scheduler coroutine wakes for the next due request and launches every request that is due,
 so timing error does not grow with the number of outstanding requests (unlike one ``asyncio.sleep``
-per request). Responses are streamed to record time to first token and finish; errors and aborts
-are recorded per request, never dropped.
+per request). Bodies are serialised ahead, while the scheduler would otherwise sleep, and sent
+through the lightweight client in ``replay.drive.http``. Responses are streamed to record time to
+first token and finish; errors and aborts are recorded per request, never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from replay.drive.http import HttpClient, HttpError, RawHttpClient
 
 
 @dataclass
@@ -40,17 +42,17 @@ class DriverStats:
 
 class Driver:
     def __init__(self, base_url: str, model: str, *, speed: float = 1.0, concurrency: int | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, timeout_s: float = 600.0) -> None:
+                 client: HttpClient | None = None, timeout_s: float = 600.0) -> None:
         self.base_url = base_url
         self.model = model
         self.speed = speed
         self.concurrency = concurrency
-        self.transport = transport
-        self.timeout_s = timeout_s
+        self.client: HttpClient = client if client is not None else RawHttpClient(base_url, timeout_s)
         self.stats = DriverStats()
         self.outcomes: dict[str, Outcome] = {}
         self._stop = asyncio.Event()
         self.t0: float = 0.0
+        self._ready: dict[int, bytes] = {}
 
     def now_us(self) -> int:
         return int((time.perf_counter() - self.t0) * 1_000_000)
@@ -58,34 +60,49 @@ class Driver:
     def stop(self) -> None:
         self._stop.set()
 
+    def _payload(self, body: dict[str, Any]) -> bytes:
+        stream = body.get("prompt_logprobs") is None  # vLLM refuses prompt_logprobs with stream=True
+        return json.dumps({**body, "model": self.model, "stream": stream}, separators=(",", ":")).encode()
+
+    def _prepare(self, items: list[tuple[int, str, dict[str, Any]]], i: int, deadline_us: int) -> None:
+        """Serialise upcoming bodies while the scheduler would otherwise sleep (not at send time)."""
+        j = i
+        while j < len(items) and j < i + 256 and self.now_us() < deadline_us:
+            if j not in self._ready:
+                self._ready[j] = self._payload(items[j][2])
+            j += 1
+
     async def run(self, items: list[tuple[int, str, dict[str, Any]]], *,
                   t0: float | None = None, on_tick: Callable[[], None] | None = None) -> dict[str, Outcome]:
         """items: (scheduled µs from start at speed 1, request id, JSON body)."""
         self.t0 = t0 if t0 is not None else time.perf_counter()
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
         sem = asyncio.Semaphore(self.concurrency) if self.concurrency else None
         tasks: set[asyncio.Task[None]] = set()
-        async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, limits=limits,
-                                     transport=self.transport) as client:
+        try:
             i = 0
             n = len(items)
             while i < n and not self._stop.is_set():
                 due_us = int(items[i][0] / self.speed)
                 wait = due_us - self.now_us()
                 if wait > 1500:
-                    try:
-                        await asyncio.wait_for(self._stop.wait(), (wait - 1000) / 1e6)
-                    except asyncio.TimeoutError:
-                        pass
+                    self._prepare(items, i, due_us - 1500)
+                    wait = due_us - self.now_us()
+                    if wait > 1500:
+                        try:
+                            await asyncio.wait_for(self._stop.wait(), (wait - 1000) / 1e6)
+                        except asyncio.TimeoutError:
+                            pass
                     continue
                 while wait > 0:  # final approach: yield to the loop without oversleeping
                     await asyncio.sleep(0)
                     wait = due_us - self.now_us()
-                while i < n and int(items[i][0] / self.speed) <= self.now_us():
+                now = self.now_us()
+                while i < n and int(items[i][0] / self.speed) <= now:
                     sched, rid, body = items[i]
                     oc = Outcome(rid, int(sched / self.speed))
                     self.outcomes[rid] = oc
-                    t = asyncio.create_task(self._one(client, oc, body, sem))
+                    payload = self._ready.pop(i, None) or self._payload(body)
+                    t = asyncio.create_task(self._one(oc, payload, sem))
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
                     i += 1
@@ -98,62 +115,54 @@ class Driver:
                 await asyncio.wait(set(tasks), timeout=0.2)
                 if on_tick:
                     on_tick()
+        finally:
             for t in list(tasks):
                 t.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.aclose()
         for oc in self.outcomes.values():
             if oc.status == "pending":
                 oc.status, oc.error = "aborted", oc.error or "in flight when the replay stopped"
         return self.outcomes
 
-    async def _one(self, client: httpx.AsyncClient, oc: Outcome, body: dict[str, Any],
-                   sem: asyncio.Semaphore | None) -> None:
+    async def _one(self, oc: Outcome, payload: bytes, sem: asyncio.Semaphore | None) -> None:
         if sem:
             await sem.acquire()
+        n_out = 0
+
+        def on_data(data: bytes) -> None:
+            nonlocal n_out
+            if data == b"[DONE]":
+                return
+            if b'"error"' in data:
+                try:
+                    err = json.loads(data).get("error")
+                except (json.JSONDecodeError, AttributeError):
+                    err = None
+                if err:
+                    oc.status, oc.error = "error", str(err)[:300]
+                    return
+            if oc.first_token_us is None:
+                oc.first_token_us = self.now_us()
+            n_out += 1
+
+        streamed = payload.endswith(b'"stream":true}')
         try:
             oc.sent_us = self.now_us()
             self.stats.sent += 1
             self.stats.lateness_us.append(oc.sent_us - oc.scheduled_us)
-            n_out = 0
-            if body.get("prompt_logprobs") is not None:
-                # vLLM refuses prompt_logprobs with stream=True: one non-streamed call, no TTFT.
-                r0 = await client.post("/v1/completions", json={**body, "model": self.model, "stream": False})
-                oc.finish_us = self.now_us()
-                if r0.status_code != 200:
-                    oc.status, oc.error = "error", f"HTTP {r0.status_code}: {r0.text[:300]}"
-                    self.stats.failed += 1
-                    return
-                usage = (r0.json().get("usage") or {})
-                oc.output_tokens = usage.get("completion_tokens")
-                oc.status = "ok"
-                self.stats.finished += 1
-                return
-            async with client.stream("POST", "/v1/completions", json={**body, "model": self.model, "stream": True}) as r:
-                if r.status_code != 200:
-                    text = (await r.aread()).decode(errors="replace")[:300]
-                    oc.status, oc.error = "error", f"HTTP {r.status_code}: {text}"
-                    oc.finish_us = self.now_us()
-                    self.stats.failed += 1
-                    return
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    data = line[6:]
-                    if data == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        continue
-                    if "error" in chunk:
-                        oc.status, oc.error = "error", str(chunk["error"])[:300]
-                        continue
-                    if oc.first_token_us is None:
-                        oc.first_token_us = self.now_us()
-                    n_out += 1
+            status, text = await self.client.post("/v1/completions", payload, on_data if streamed else None)
             oc.finish_us = self.now_us()
-            oc.output_tokens = n_out
+            if status != 200:
+                oc.status, oc.error = "error", f"HTTP {status}: {text[:300].decode(errors='replace')}"
+                self.stats.failed += 1
+                return
+            if streamed:
+                oc.output_tokens = n_out
+            else:  # one JSON body (prompt_logprobs): no TTFT; usage read without parsing the logprobs
+                m = _COMPLETION_TOKENS.search(text[-4096:]) or _COMPLETION_TOKENS.search(text)
+                oc.output_tokens = int(m.group(1)) if m else None
             if oc.status == "pending":
                 oc.status = "ok"
                 self.stats.finished += 1
@@ -162,13 +171,16 @@ class Driver:
         except asyncio.CancelledError:
             oc.status, oc.error = "aborted", "in flight when the replay stopped"
             raise
-        except httpx.HTTPError as e:
-            oc.status, oc.error = "error", f"{type(e).__name__}: {e}"[:300]
+        except HttpError as e:
+            oc.status, oc.error = "error", str(e)[:300]
             oc.finish_us = self.now_us()
             self.stats.failed += 1
         finally:
             if sem:
                 sem.release()
+
+
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
 
 def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_policy: str = "observed") -> dict[str, Any]:

@@ -3,11 +3,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import pytest
 
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.drive.driver import Driver
+from replay.drive.http import FakeHttpClient
 from replay.drive.sampler import Sampler
 from replay.engine.args import to_argv
 from replay.engine.envs import resolve
@@ -35,18 +35,17 @@ def test_args_never_existed_and_nearest() -> None:
         ["--max-model-len", "4096", "--enforce-eager"]
 
 
-def test_driver_open_loop_records_errors_with_fake_transport() -> None:
+def test_driver_open_loop_records_errors_with_fake_client() -> None:
     seen: list[dict] = []
 
-    def handler(req: httpx.Request) -> httpx.Response:
-        body = json.loads(req.content)
+    def handler(path: str, body: dict) -> tuple[int, str]:
         seen.append(body)
         if body["max_tokens"] == 13:
-            return httpx.Response(500, text="boom")
+            return 500, "boom"
         sse = "".join(f'data: {json.dumps({"choices": [{"text": "x"}]})}\n\n' for _ in range(body["max_tokens"])) + "data: [DONE]\n\n"
-        return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+        return 200, sse
 
-    d = Driver("http://fake", "m", transport=httpx.MockTransport(handler), speed=2.0)
+    d = Driver("http://fake", "m", client=FakeHttpClient(handler), speed=2.0)
     items = [(i * 20_000, f"r{i}", {"prompt": [1, 2], "max_tokens": 13 if i == 3 else 4}) for i in range(10)]
     out = asyncio.run(d.run(items))
     assert [o.status for o in out.values()].count("ok") == 9 and out["r3"].status == "error" and "HTTP 500" in (out["r3"].error or "")
