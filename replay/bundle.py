@@ -116,6 +116,26 @@ class BundleWriter:
         self._parts += 1
         self.counts["samples"] += df.height
 
+    def samples_lazy(self, lf: pl.LazyFrame) -> None:
+        """Append samples from a lazy query, streamed to a part file (never all in memory)."""
+        part = self.path / f"samples.part{self._parts:05d}.parquet"
+        lf.select([pl.col(k).cast(v) for k, v in SAMPLES_SCHEMA.items()]).drop_nulls("value").sink_parquet(part)
+        self._parts += 1
+        self.counts["samples"] += pl.scan_parquet(part).select(pl.len()).collect().item()
+
+    def events_lazy(self, lf: pl.LazyFrame) -> None:
+        """Append events from a lazy query (columns = event keys, sorted by name as ``event`` writes them)."""
+        tmp = self.path / "events.part.jsonl"
+        lf.select(sorted(lf.collect_schema().names())).sink_ndjson(tmp)
+        self._events.flush()
+        n = 0
+        with tmp.open("r", encoding="utf-8") as fh:
+            for line in fh:
+                self._events.write(line)
+                n += 1
+        tmp.unlink()
+        self.counts["events"] += n
+
     def event(self, ev: dict[str, Any]) -> None:
         self._events.write(json.dumps(ev, sort_keys=True, default=str) + "\n")
         self.counts["events"] += 1
@@ -145,11 +165,11 @@ class BundleWriter:
     def close(self) -> None:
         self.flush()
         parts = sorted(self.path.glob("samples.part*.parquet"))
-        if parts:
-            df = pl.concat([pl.read_parquet(p) for p in parts]).sort(["t_us", "source", "metric"])
+        target = self.path / "samples.parquet"
+        if parts:  # a stable sort: samples at the same time keep the order they were written in
+            pl.scan_parquet(parts).sort(["t_us", "source", "metric"], maintain_order=True).sink_parquet(target)
         else:
-            df = pl.DataFrame(schema=SAMPLES_SCHEMA)
-        df.write_parquet(self.path / "samples.parquet")
+            pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(target)
         for p in parts:
             p.unlink()
         _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
@@ -198,7 +218,7 @@ def read_bundle(path: Path) -> Bundle:
         )
     meta = BundleMeta.from_json(obj)
     frames = [pl.read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
-    samples = pl.concat(frames).sort("t_us") if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
+    samples = pl.concat(frames).sort("t_us", maintain_order=True) if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
     req_path = path / "requests.parquet"
     requests = pl.read_parquet(req_path) if req_path.exists() else pl.DataFrame(schema=REQUESTS_SCHEMA)
     events: list[dict[str, Any]] = []

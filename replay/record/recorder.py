@@ -6,17 +6,21 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import shutil
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.record import evidence as ev
-from replay.record.vllm_log import LogParse, fact_time_us, parse_log
+from replay.record.fastlog import FastFacts, parse_log_file
 from replay.record.vllm_log import _vkey as _vk
+from replay.record.vllm_log import fact_time_us
 from replay.units import GiB
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
@@ -41,13 +45,22 @@ class FileReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _read_text(path: Path) -> str:
+def _check_file(path: Path) -> None:
     if path.is_dir():
         raise ReplayError(f"{path}: is a directory; pass the evidence files inside it")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
+
+
+def _is_gzip(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return path.suffix == ".gz" or fh.read(2) == b"\x1f\x8b"
+
+
+def _read_text(path: Path) -> str:
+    _check_file(path)
     raw = path.read_bytes()
-    if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
+    if _is_gzip(path):
         try:
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as e:
@@ -55,6 +68,53 @@ def _read_text(path: Path) -> str:
     if b"\x00" in raw[:4096]:
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
     return raw.decode("utf-8", errors="replace")
+
+
+def _head_and_hash(path: Path, head_bytes: int = 1 << 16) -> tuple[str, str, int]:
+    """The first ``head_bytes`` of text (decompressed), the sha256 of the file as given, and its size,
+    without reading the whole file into memory."""
+    _check_file(path)
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    try:
+        if _is_gzip(path):
+            with gzip.open(path, "rb") as gz:
+                raw = gz.read(head_bytes)
+        else:
+            with path.open("rb") as fh:
+                raw = fh.read(head_bytes)
+    except (EOFError, OSError, zlib.error) as e:
+        raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+    if b"\x00" in raw[:4096]:
+        raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
+    return raw.decode("utf-8", errors="replace"), h.hexdigest(), path.stat().st_size
+
+
+def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int) -> pl.LazyFrame:
+    """Add ``t`` (epoch µs) from a fact's ``ts``: 'MM-DD HH:MM:SS' as logged (needs the year), or an
+    ISO container timestamp (exact); the same rules as ``vllm_log.fact_time_us``."""
+    iso = pl.col("ts").str.contains("T", literal=True)
+    logged = (pl.lit(f"{year}-") + pl.col("ts")).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
+    return lf.with_columns(t=pl.when(iso).then(
+        pl.col("ts").map_elements(lambda x: fact_time_us(x, year, tz_offset_s), return_dtype=pl.Int64)
+    ).otherwise(logged.dt.epoch("us") - tz_offset_s * 1_000_000))
+
+
+def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int) -> int:
+    """Stats facts -> samples and request facts -> events, streamed; returns how many had no time."""
+    st = _timed(ff.stats_frame(), year, tz_offset_s)
+    untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
+    st = st.filter(pl.col("t").is_not_null())
+    for key, metric, scale in STATS_SAMPLES:
+        w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
+                                 metric=pl.lit(metric), value=pl.col(key) * scale))
+    rq = _timed(ff.requests_frame(), year, tz_offset_s)
+    w.events_lazy(rq.select(
+        t_us=pl.col("t") - t0, kind="kind", rank="rank", request_id="request_id",
+        source=pl.lit(path.name + ":") + pl.col("line").cast(pl.Utf8)))
+    return untimed
 
 
 def detect_kind(text: str) -> str | None:
@@ -106,27 +166,29 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     parsed_items: list[tuple[Path, str, Any, FileReport]] = []
     seen_hashes: dict[str, str] = {}
     notes: list[str] = []
+    spill_root = out / ".spill"
     for path in paths:
-        text = _read_text(path)
-        sha = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
-        kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(text)
+        head, sha, size = _head_and_hash(path)
+        kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head)
         rep = FileReport(str(path), kind or "unknown", sha256=sha)
         if sha in seen_hashes:
             rep.kind = "duplicate"
             rep.notes.append(f"identical to {seen_hashes[sha]}; counted once")
-            rep.lines = text.count("\n")
             parsed_items.append((path, "duplicate", None, rep))
             continue
         seen_hashes[sha] = str(path)
-        if not text.strip():
+        if not head.strip() and size < (1 << 16):
             rep.kind = "empty"
             rep.notes.append("empty file")
             parsed_items.append((path, "empty", None, rep))
             continue
         result: Any
         if kind == "vllm-log":
-            result = parse_log(text.splitlines())
-        elif kind == "prometheus-text":
+            result = parse_log_file(path, spill_root / str(len(parsed_items)))
+            parsed_items.append((path, kind, result, rep))
+            continue
+        text = _read_text(path)
+        if kind == "prometheus-text":
             result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics)
         elif kind == "prometheus-query-range":
             try:
@@ -159,8 +221,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     year_note = f"log year {year} from --year" if year else None
     if year is None:
         for _, _, r, _ in parsed_items:
-            if isinstance(r, LogParse) and r.container_year:
-                year, year_note = r.container_year, "log year from container timestamps"
+            if isinstance(r, tuple) and r[0].container_year:
+                year, year_note = r[0].container_year, "log year from container timestamps"
                 break
     if year is None:
         dated = [s[0] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for s in r.samples if s[0]]
@@ -171,7 +233,7 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     if year is None:
         year = datetime.now(timezone.utc).year
         year_note = f"log lines carry no year and no other source dates them: assumed {year} (set --year)"
-    if any(isinstance(r, LogParse) for _, _, r, _ in parsed_items):
+    if any(isinstance(r, tuple) for _, _, r, _ in parsed_items):
         notes.append(year_note or "")
 
     # Collect absolute-time items, then rebase on t0.
@@ -182,6 +244,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     versions: list[str] = []
     ranges: list[tuple[str, str]] = []
     engines: list[str] = []
+    columnar: list[tuple[Path, FastFacts]] = []  # stats and request facts of logs, never Python objects
+    col_span: list[tuple[int, int]] = []
     for path, kind, r, rep in parsed_items:
         if kind in ("duplicate", "empty"):
             continue
@@ -190,32 +254,36 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
                 quarantine.append((str(path), i, "unrecognised file kind", ln))
             rep.quarantined = rep.lines
             continue
-        if isinstance(r, LogParse):
-            rep.lines, rep.parsed, rep.quarantined = r.lines_read, r.lines_parsed + r.continuation_lines, len(r.quarantine)
-            if r.version:
-                versions.append(r.version)
-            if r.version_range:
-                ranges.append(r.version_range)
-            if r.engine:
-                engines.append(r.engine)
-            for no, reason, raw in r.quarantine:
+        if isinstance(r, tuple):
+            lp, ff = r
+            rep.lines, rep.parsed, rep.quarantined = lp.lines_read, lp.lines_parsed + lp.continuation_lines, len(lp.quarantine)
+            if lp.version:
+                versions.append(lp.version)
+            if lp.version_range:
+                ranges.append(lp.version_range)
+            if lp.engine:
+                engines.append(lp.engine)
+            for no, reason, raw in lp.quarantine:
                 quarantine.append((str(path), no, reason, raw))
-            for f in r.facts:
+            for f in lp.facts:
                 t = fact_time_us(f.ts, year, opts.tz_offset_s)
                 src = f"{path.name}:{f.line}"
-                if f.kind == "stats":
-                    for key, metric, scale in STATS_SAMPLES:
-                        if f.data.get(key) is not None:
-                            samples.append((t, None, "vllm-log", metric, float(f.data[key]) * scale, src))
-                    continue
-                data = dict(f.data)
-                if f.kind.startswith("request_") and not opts.keep_prompts:
-                    pass  # request lines keep ids only; prompt text is never copied from the log
-                events.append({"t": t, "kind": f.kind, "data": data, "source": src, "rank": f.rank})
-                if f.kind == "oom" and t is not None and data.get("gpu_total_bytes"):
-                    gpu = int(data.get("gpu") or 0)
-                    samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(data["gpu_total_bytes"]), src))
-            rep.t_first_us = min((e["t"] for e in events if e.get("t") and e["source"].startswith(path.name + ":")), default=None)
+                events.append({"t": t, "kind": f.kind, "data": dict(f.data), "source": src, "rank": f.rank})
+                if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
+                    gpu = int(f.data.get("gpu") or 0)
+                    samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"]), src))
+            columnar.append((path, ff))
+            span = pl.concat([_timed(ff.stats_frame(), year, opts.tz_offset_s).select("t"),
+                              _timed(ff.requests_frame(), year, opts.tz_offset_s).select("t")]).select(
+                pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
+            col_lo, col_hi = span["lo"][0], span["hi"][0]
+            if col_lo is not None:
+                col_span.append((col_lo, col_hi))
+            times = [e["t"] for e in events if e.get("t") and str(e["source"]).split(":")[0] == path.name]
+            times += [x for x in (col_lo, col_hi) if x is not None]
+            if times:
+                rep.t_first_us, rep.t_last_us = min(times), max(times)
+            continue
         else:
             assert isinstance(r, ev.Parsed)
             rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
@@ -235,6 +303,7 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             rep.t_first_us, rep.t_last_us = min(times), max(times)
 
     all_t = [s[0] for s in samples if s[0] is not None] + [e["t"] for e in events if e.get("t") is not None]
+    all_t += [lo for lo, _ in col_span]
     t0 = min(all_t) if all_t else None
     t0_utc = datetime.fromtimestamp(t0 / 1e6, tz=timezone.utc).isoformat().replace("+00:00", "Z") if t0 is not None else None
 
@@ -269,6 +338,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             untimed += 1
             continue
         w.sample(t - (t0 or 0), gpu, source, metric, value)
+    for path, ff in columnar:
+        untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0)
     for e in events:
         t_us = e["t"] - t0 if (e.get("t") is not None and t0 is not None) else None
         w.event({"t_us": t_us, "kind": e["kind"], "source": e["source"], "rank": e.get("rank"), **e["data"]})
@@ -277,6 +348,7 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     if untimed:
         meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
     w.close()
+    shutil.rmtree(spill_root, ignore_errors=True)
     summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
                "quarantined": w.counts["quarantined"], "notes": meta.notes}
     return reports, summary

@@ -144,6 +144,8 @@ class LogFact:
     rank: str
     ts: str | None  # 'MM-DD HH:MM:SS' as logged, or an ISO container timestamp
     text: str
+    key_ts: str | None = None  # the time in the repeat key (the logged time first)
+    logged_ts: bool = False  # whether the line itself carried a time
 
 
 @dataclass
@@ -185,31 +187,38 @@ def _strip(raw: str) -> tuple[str, str | None]:
     return s, iso
 
 
+def split_line(no: int, raw: str) -> list[_Line]:
+    """One physical line -> its logical lines (glued lines split, prefixes and colours stripped)."""
+    out: list[_Line] = []
+    s0, iso = _strip(raw)
+    parts = GLUE.split(s0) if len(s0) > 60 else [s0]
+    for part in parts:
+        s, iso2 = _strip(part)
+        rank = "main"
+        m = PROC.match(s)
+        if m:
+            rank = m.group("proc")
+            s = s[m.end():]
+        ts = None
+        prefixed = False
+        fileline = ""
+        m2 = LEVEL_TS.match(s)
+        if m2:
+            ts = f"{m2.group('md')} {m2.group('hms')}"
+            if m2.group("file1") or m2.group("file2"):
+                fileline = f"[{m2.group('file1') or m2.group('file2')}:{m2.group('line1') or m2.group('line2')}] "
+            s = s[m2.end():]
+            prefixed = True
+        elif UVICORN.match(s):
+            prefixed = True
+        out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline))
+    return out
+
+
 def split_logical(lines: Iterable[str]) -> Iterator[_Line]:
     """Physical lines -> logical lines (glued lines split, prefixes and colours stripped)."""
     for no, raw in enumerate(lines, start=1):
-        s0, iso = _strip(raw)
-        parts = GLUE.split(s0) if len(s0) > 60 else [s0]
-        for part in parts:
-            s, iso2 = _strip(part)
-            rank = "main"
-            m = PROC.match(s)
-            if m:
-                rank = m.group("proc")
-                s = s[m.end():]
-            ts = None
-            prefixed = False
-            fileline = ""
-            m2 = LEVEL_TS.match(s)
-            if m2:
-                ts = f"{m2.group('md')} {m2.group('hms')}"
-                if m2.group("file1") or m2.group("file2"):
-                    fileline = f"[{m2.group('file1') or m2.group('file2')}:{m2.group('line1') or m2.group('line2')}] "
-                s = s[m2.end():]
-                prefixed = True
-            elif UVICORN.match(s):
-                prefixed = True
-            yield _Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline)
+        yield from split_line(no, raw)
 
 
 def _oom(text: str) -> dict[str, Any] | None:
@@ -356,38 +365,49 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def parse_log(lines: Iterable[str]) -> LogParse:
-    res = LogParse()
-    seen: set[tuple[str, str | None, str]] = set()
-    open_msg: _Line | None = None
-    open_buf: list[str] = []
-    lo, hi = "0.0.0", "99.0.0"
-    v1 = v0 = 0
+class LogParser:
+    """The line-by-line parser, fed one physical line at a time (``feed``), so that a caller that
+    handles some lines itself (the vectorised fast lane) can interleave: ``barrier`` closes the open
+    message where such a line stood, and ``observe`` lets that line count for version inference."""
 
-    def flush() -> None:
-        nonlocal open_msg, open_buf
-        if open_msg is None:
+    def __init__(self, *, defer_repeats: bool = False) -> None:
+        # defer_repeats: leave stats and request repeats to the caller, who sees all facts at once
+        self.defer_repeats = defer_repeats
+        self.res = LogParse()
+        self._seen: set[tuple[str, str | None, str]] = set()
+        self._open: _Line | None = None
+        self._buf: list[str] = []
+        self._lo, self._hi = "0.0.0", "99.0.0"
+        self._v1 = self._v0 = 0
+
+    def _flush(self) -> None:
+        msg, res = self._open, self.res
+        if msg is None:
             return
-        text = " ".join([open_msg.text, *open_buf]) if open_buf else open_msg.text
+        text = " ".join([msg.text, *self._buf]) if self._buf else msg.text
         facts = extract(text)
-        if not open_msg.prefixed and not facts:
-            res.quarantine.append((open_msg.no, "not a vLLM log line and no known fact", open_msg.text))
+        if not msg.prefixed and not facts:
+            res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
         else:
             res.lines_parsed += 1
         for kind, data in facts:
-            key = (open_msg.rank, open_msg.ts or open_msg.iso, kind + ":" + text)
-            if key in seen and kind != "stats" or (kind == "stats" and key in seen and open_msg.ts):
-                res.duplicates += 1
-                continue
-            seen.add(key)
-            res.facts.append(LogFact(kind, data, open_msg.no, open_msg.rank, open_msg.iso or open_msg.ts, text[:2000]))
-        open_msg, open_buf = None, []
+            key = (msg.rank, msg.ts or msg.iso, kind + ":" + text)
+            deferred = self.defer_repeats and (kind == "stats" or kind.startswith("request_"))
+            if not deferred:
+                if key in self._seen and kind != "stats" or (kind == "stats" and key in self._seen and msg.ts):
+                    res.duplicates += 1
+                    continue
+                self._seen.add(key)
+            res.facts.append(LogFact(kind, data, msg.no, msg.rank, msg.iso or msg.ts, text[:2000],
+                                     msg.ts or msg.iso, msg.ts is not None))
+        self._open, self._buf = None, []
 
-    for ln in split_logical(lines):
-        res.lines_read = ln.no
-        if not ln.text.strip():
-            res.lines_parsed += 1 if open_msg is None else 0
-            continue
+    def barrier(self) -> None:
+        self._flush()
+
+    def observe(self, ln: _Line, weight: int = 1) -> None:
+        """What a line says about the log as a whole: year, version, version range, engine."""
+        res = self.res
         if res.container_year is None and ln.iso:
             res.container_year = int(ln.iso[:4])
         for rx in R_VERSION:
@@ -399,36 +419,61 @@ def parse_log(lines: Iterable[str]) -> LogParse:
         tagged = f"({ln.rank}) {ln.fileline}{full}"
         for fp, a, b in FINGERPRINTS:
             if fp.search(tagged):
-                lo = max(lo, a, key=_vkey)
-                hi = min(hi, b, key=_vkey)
+                self._lo = max(self._lo, a, key=_vkey)
+                self._hi = min(self._hi, b, key=_vkey)
         if V1_MARKERS.search(full) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):
-            v1 += 1
+            self._v1 += weight
         if V0_MARKERS.search(full) or ln.rank.startswith("VllmWorkerProcess"):
-            v0 += 1
+            self._v0 += weight
+
+    def feed(self, no: int, raw: str) -> None:
+        for ln in split_line(no, raw):
+            self._line(ln)
+
+    def _line(self, ln: _Line) -> None:
+        res = self.res
+        res.lines_read = max(res.lines_read, ln.no)
+        if not ln.text.strip() and not ln.prefixed:  # a blank line (a prefixed empty message is a message)
+            res.lines_parsed += 1 if self._open is None else 0
+            return
+        self.observe(ln)
         if ln.prefixed:
-            flush()
-            open_msg = ln
-            continue
+            self._flush()
+            self._open = ln
+            return
         # un-prefixed: a continuation of the open message (wrapped line, traceback) unless it
         # stands on its own as a fact.
         alone = extract(ln.text)
-        if open_msg is not None and not alone and len(open_buf) < 200:
-            open_buf.append(ln.text.strip())
+        msg = self._open
+        if msg is not None and not alone and len(self._buf) < 200:
+            self._buf.append(ln.text.strip())
             res.continuation_lines += 1
-            continue
-        if open_msg is not None and alone and open_msg.prefixed and not extract(open_msg.text) and len(open_buf) < 200 \
+            return
+        if msg is not None and alone and msg.prefixed and not extract(msg.text) and len(self._buf) < 200 \
                 and not ln.text.lstrip().startswith(("torch.", "RuntimeError", "ValueError")):
-            open_buf.append(ln.text.strip())
+            self._buf.append(ln.text.strip())
             res.continuation_lines += 1
-            continue
-        flush()
-        open_msg = ln
-    flush()
-    if (lo, hi) != ("0.0.0", "99.0.0"):
-        res.version_range = (lo, hi) if _vkey(lo) <= _vkey(hi) else (hi, lo)
-    if v1 or v0:
-        res.engine = "v1" if v1 >= v0 else "v0"
-    return res
+            return
+        self._flush()
+        self._open = ln
+
+    def finish(self) -> LogParse:
+        self._flush()
+        res = self.res
+        if (self._lo, self._hi) != ("0.0.0", "99.0.0"):
+            lo, hi = self._lo, self._hi
+            res.version_range = (lo, hi) if _vkey(lo) <= _vkey(hi) else (hi, lo)
+        if self._v1 or self._v0:
+            res.engine = "v1" if self._v1 >= self._v0 else "v0"
+        return res
+
+
+def parse_log(lines: Iterable[str]) -> LogParse:
+    """Parse a whole log given as physical lines (no line ending needed)."""
+    p = LogParser()
+    for no, raw in enumerate(lines, start=1):
+        p.feed(no, raw)
+    return p.finish()
 
 
 def fact_time_us(ts: str | None, year: int, tz_offset_s: int = 0) -> int | None:
