@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import polars as pl
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _child import run_measured  # noqa: E402
 
 
 def plain_loop(src: Path, out: Path) -> float:
@@ -27,29 +29,9 @@ def plain_loop(src: Path, out: Path) -> float:
     return time.perf_counter() - t
 
 
-_CHILD = """
-import sys, threading, time
-from pathlib import Path
-peak = [0]
-def watch():
-    while True:
-        with open('/proc/self/status') as fh:
-            peak[0] = max([peak[0]] + [int(x.split()[1]) for x in fh if x.startswith('RssAnon')])
-        time.sleep(0.005)
-threading.Thread(target=watch, daemon=True).start()
-from replay.trace.importers import import_trace
-t = time.perf_counter()
-import_trace('azure', Path(sys.argv[1]), Path(sys.argv[2]))
-print(time.perf_counter() - t, peak[0])
-"""
-
-
 def replay_import(src: Path, out: Path) -> tuple[float, int]:
-    """Time and peak anonymous RSS of the import, in a child process (ru_maxrss would include the
-    parent's, and VmHWM the memory-mapped input file, which is page cache, not import memory)."""
-    r = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(out)], capture_output=True, text=True, check=True)
-    secs, rss_kib = r.stdout.split()
-    return float(secs), int(rss_kib) * 1024
+    return run_measured("from replay.trace.importers import import_trace",
+                        "import_trace('azure', Path(sys.argv[1]), Path(sys.argv[2]))", str(src), str(out))
 
 
 def make_csv(path: Path, rows: int) -> None:

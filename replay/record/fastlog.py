@@ -18,16 +18,18 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.record.vllm_log import LogParse, LogParser, split_line
+from replay.record.vllm_log import LogFact, LogParse, LogParser, fact_time_us, split_line
 
 _PROC = r"\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\) *"
 _NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
-FAST = (r"^(?:" + _PROC + r")?INFO (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
-        r"\[(?P<fl>[\w./-]+\.py:\d+)\] ?(?P<msg>.*)$")
+# the strict shape of a fast-lane line: single spaces, so that plain splitting finds its fields
+_STRICT = (r"^(?:\([A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?\) )?INFO \d\d-\d\d "
+           r"\d\d:\d\d:\d\d(?:\.\d+)? \[[\w./-]+\.py:\d+\] ")
 ACCESS = r'^(?:' + _PROC + r')?(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "[A-Z]+ [^"\s]* HTTP/[\d.]+" \d+(?: [A-Za-z ]*)?$'
 OPENS = (r'^(?:' + _PROC + r'|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s'
          r'|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - ")')
@@ -45,11 +47,12 @@ _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 
 CHUNK_BYTES = 16 << 20
 
-STATS_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "engine": pl.Utf8, "running": pl.Float64,
+STATS_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "engine": pl.Utf8, "running": pl.Float64,
                 "waiting": pl.Float64, "swapped": pl.Float64, "preemptions": pl.Float64,
                 "kv_usage_pct": pl.Float64, "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64,
                 "gen_tps": pl.Float64}
-REQUEST_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "kind": pl.Utf8, "request_id": pl.Utf8}
+REQUEST_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
+                  "request_id": pl.Utf8}
 
 
 @dataclass
@@ -95,48 +98,79 @@ def _num(col: pl.Expr) -> pl.Expr:
     return col.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
 
 
-def _classify(lines: pl.Series, first_no: int) -> pl.DataFrame:
-    """One row per physical line: its number, and for fast-lane lines their kind and fields."""
+_FLAT = {"proc": pl.Utf8, "md": pl.Utf8, "hms": pl.Utf8, "fl": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8,
+         "running": pl.Utf8, "waiting": pl.Utf8, "swapped": pl.Utf8, "pre": pl.Utf8, "kv": pl.Utf8,
+         "cpu_kv": pl.Utf8, "ptps": pl.Utf8, "gtps": pl.Utf8, "rid": pl.Utf8}
+
+
+def _fields(df: pl.DataFrame) -> pl.DataFrame:
+    """Split strictly shaped lines into prefix fields and message without regex captures (slow)."""
+    has_proc = pl.col("raw").str.starts_with("(")
+    pp = pl.col("raw").str.splitn(") ", 2)
+    df = df.with_columns(
+        proc=pl.when(has_proc).then(pp.struct.field("field_0").str.slice(1)),
+        rest=pl.when(has_proc).then(pp.struct.field("field_1")).otherwise(pl.col("raw")),
+    )
+    parts = pl.col("rest").str.splitn(" ", 5)
+    return df.with_columns(
+        md=parts.struct.field("field_1"), hms=parts.struct.field("field_2").str.slice(0, 8),
+        fl=parts.struct.field("field_3").str.strip_prefix("[").str.strip_suffix("]"),
+        msg=parts.struct.field("field_4"),
+    ).drop("rest")
+
+
+def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """All lines with their numbers, and the fast-lane lines with their kind and fields.
+
+    Cheap tests (literal searches, anchored matches) pick the candidates; the costly extractions
+    run only on the few lines of each shape."""
     df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(
         line=pl.col("i").cast(pl.Int64) + first_no,
         raw=pl.col("raw").str.strip_suffix("\r"),
-    )
+    ).drop("i")
     opens_next = pl.col("raw").shift(-1).str.contains(OPENS).fill_null(False)
-    clean = ~pl.col("raw").str.contains("\x1b", literal=True) & opens_next
-    df = df.with_columns(clean.alias("clean"))
-    parts = pl.col("raw").str.extract_groups(FAST)
-    df = df.with_columns(
-        p=pl.when(pl.col("clean")).then(parts),
-        access=pl.col("clean") & pl.col("raw").str.contains(ACCESS),
-    ).unnest("p")
+    clean = opens_next & ~pl.col("raw").str.contains("\x1b", literal=True)
+    df = df.with_columns(clean=clean)
+    cand = df.filter(pl.col("clean") & pl.col("raw").str.contains(_STRICT))
+    cand = _fields(cand).filter(~pl.col("msg").str.contains(_GLUED))
     msg = pl.col("msg")
-    is_stats = msg.str.contains("KV cache usage", literal=True) & msg.str.contains("reqs", literal=True)
-    df = df.with_columns(
-        v0=pl.when(is_stats).then(msg.str.extract_groups(STATS_V0)),
-        v1=pl.when(is_stats).then(msg.str.extract_groups(STATS_V1)),
-        tp=pl.when(is_stats).then(msg.str.extract_groups(THROUGHPUT)),
-        req=msg.str.extract_groups(REQUEST),
-        rec=msg.str.extract(RECEIVED, 1),
-        trig=msg.str.contains(_TRIGGERS),
-        glued=msg.str.contains(_GLUED).fill_null(False),
+    st = cand.filter(msg.str.contains("KV cache usage", literal=True) & msg.str.contains("reqs", literal=True))
+    st = st.with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
+                         tp=msg.str.extract_groups(THROUGHPUT))
+    v0 = pl.col("v0").struct.field("kv").is_not_null()
+    v1 = pl.col("v1").struct.field("kv").is_not_null()
+    st = st.filter(v0 | v1).select(
+        "line", "raw", "proc", "md", "hms", "fl", "msg",
+        kind=pl.when(v0).then(pl.lit("stats_v0")).otherwise(pl.lit("stats_v1")),
+        running=pl.when(v0).then(pl.col("v0").struct.field("running")).otherwise(pl.col("v1").struct.field("running")),
+        waiting=pl.when(v0).then(pl.col("v0").struct.field("waiting")).otherwise(pl.col("v1").struct.field("waiting")),
+        swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped")),
+        pre=pl.when(~v0).then(pl.col("v1").struct.field("pre")),
+        kv=pl.when(v0).then(pl.col("v0").struct.field("kv")).otherwise(pl.col("v1").struct.field("kv")),
+        cpu_kv=pl.when(v0).then(pl.col("v0").struct.field("cpu_kv")),
+        ptps=pl.col("tp").struct.field("ptps"), gtps=pl.col("tp").struct.field("gtps"),
     )
-    v0_ok = pl.col("v0").struct.field("kv").is_not_null()
-    v1_ok = pl.col("v1").struct.field("kv").is_not_null()
-    req_ok = pl.col("req").struct.field("rid").is_not_null()
-    kind = (pl.when(pl.col("glued")).then(pl.lit(None, dtype=pl.Utf8))
-            .when(is_stats & v0_ok).then(pl.lit("stats_v0"))
-            .when(is_stats & v1_ok).then(pl.lit("stats_v1"))
-            .when(req_ok).then(pl.lit("request_") + pl.col("req").struct.field("verb").str.to_lowercase())
-            .when(pl.col("rec").is_not_null() & ~pl.col("trig")).then(pl.lit("request_received"))
-            .when(pl.col("access")).then(pl.lit("access")))
-    return df.with_columns(kind=kind)
+    rq = cand.filter(msg.str.contains(r"^(?:Added|Finished|Received) request "))
+    rq = rq.with_columns(req=msg.str.extract_groups(REQUEST), rec=msg.str.extract(RECEIVED, 1),
+                         trig=msg.str.contains(_TRIGGERS))
+    rq = rq.with_columns(
+        kind=pl.when(pl.col("req").struct.field("rid").is_not_null())
+        .then(pl.lit("request_") + pl.col("req").struct.field("verb").str.to_lowercase())
+        .when(pl.col("rec").is_not_null() & ~pl.col("trig")).then(pl.lit("request_received")),
+        rid=pl.coalesce(pl.col("req").struct.field("rid"), pl.col("rec")),
+    ).filter(pl.col("kind").is_not_null()).select("line", "raw", "proc", "md", "hms", "fl", "msg", "kind", "rid")
+    ac = df.filter(pl.col("clean") & pl.col("raw").str.contains(' - "', literal=True))
+    ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
+        "line", "raw", proc=pl.col("raw").str.extract(r"^\(([^)]*)\)", 1), kind=pl.lit("access"))
+    facts = pl.concat([x.select([pl.col(c).cast(t) if c in x.columns else pl.lit(None, dtype=t).alias(c)
+                                 for c, t in _FLAT.items()] + [pl.col("line"), pl.col("raw")]) for x in (st, rq, ac)])
+    return df.drop("clean"), facts.sort("line")
 
 
 def _representatives(fast: pl.DataFrame) -> list[tuple[str, int]]:
     """One real line per (process kind, call site, shape) with its count, for version inference."""
-    key = [pl.col("proc").str.replace_all(r"\d+", "0").fill_null(""), pl.col("fl").fill_null(""), pl.col("kind"),
-           pl.col("msg").str.slice(0, 7).fill_null("")]
-    g = fast.group_by(key).agg(pl.col("raw").first(), pl.len().alias("n"))
+    g = fast.group_by("proc", "fl", "kind", pl.col("msg").str.slice(0, 7)).agg(pl.col("raw").first(), pl.len().alias("n"))
+    g = g.group_by(pl.col("proc").str.replace_all(r"\d+", "0"), "fl", "kind", "msg").agg(pl.col("raw").first(), pl.col("n").sum())
     return [(str(r), int(n)) for r, n in g.select("raw", "n").iter_rows()]
 
 
@@ -156,8 +190,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None) -> t
         n = len(lines)
         if n == 0:
             continue
-        df = _classify(lines, first_no)
-        is_fast = df["kind"].is_not_null()
+        df, fast = _classify(lines, first_no)
+        is_fast = df["line"].is_in(fast["line"].implode())
         # the line-by-line parser gets every other line, in order, with a barrier after fast ones
         prev = is_fast.shift(1).fill_null(prev_fast)
         slow = df.select("line", "raw").with_columns(prev=prev).filter(~is_fast)
@@ -168,7 +202,6 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None) -> t
         prev_fast = bool(is_fast[-1])
         if prev_fast:
             parser.barrier()
-        fast = df.filter(is_fast)
         if fast.height:
             ff.lines += fast.height
             parser.res.lines_parsed += fast.height
@@ -176,97 +209,101 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None) -> t
             for raw, weight in _representatives(fast):
                 for ln in split_line(0, raw):
                     parser.observe(ln, weight)
-            _spill_fast(fast, f"{k:06d}", spill, ff)
+        _spill_piece(fast, parser.res, f"{k:06d}", spill, ff)
         first_no += n
     res = parser.finish()
-    _spill_slow(res, spill, ff)
-    _drop_repeats(ff, spill, res)
+    _spill_piece(pl.DataFrame(), res, "end", spill, ff)
+    _drop_repeats(ff, res)
     return res, ff
 
 
 _KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
 
 
-def _spill_fast(fast: pl.DataFrame, tag: str, spill: Path, ff: FastFacts) -> None:
-    """Write this piece's stats and request facts (with the hash of their repeat key)."""
-    fast = fast.with_columns(
+def _fast_frames(fast: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """This piece's fast-lane stats and request facts, with the hash of their repeat key."""
+    if fast.height == 0 or "proc" not in fast.columns:
+        return pl.DataFrame(schema=_STATS_COLS), pl.DataFrame(schema=_REQUEST_COLS)
+    fast = fast.filter(pl.col("kind") != "access").with_columns(
         rank=pl.col("proc").fill_null("main"),
         ts=pl.concat_str(["md", "hms"], separator=" "),
-    ).filter(pl.col("kind") != "access").with_columns(
-        key_ts=pl.col("ts"), repeatable=pl.lit(True),
-        kind=pl.when(pl.col("kind").str.starts_with("stats")).then(pl.lit("stats")).otherwise(pl.col("kind")),
         engine=pl.when(pl.col("kind") == "stats_v0").then(pl.lit("v0")).when(pl.col("kind") == "stats_v1").then(pl.lit("v1")),
-    ).with_columns(h=_KEY)
-    if fast.height == 0:
-        return
-    st = fast.filter(pl.col("kind") == "stats")
-    if st.height:
-        v0 = pl.col("engine") == "v0"
-        out = st.select(
-            "line", "rank", "ts", "engine", "h", "repeatable",
-            running=pl.when(v0).then(pl.col("v0").struct.field("running")).otherwise(pl.col("v1").struct.field("running")).cast(pl.Float64),
-            waiting=pl.when(v0).then(pl.col("v0").struct.field("waiting")).otherwise(pl.col("v1").struct.field("waiting")).cast(pl.Float64),
-            swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped").cast(pl.Float64)),
-            preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre").cast(pl.Float64)),
-            kv_usage_pct=_num(pl.when(v0).then(pl.col("v0").struct.field("kv")).otherwise(pl.col("v1").struct.field("kv"))),
-            cpu_kv_usage_pct=_num(pl.when(v0).then(pl.col("v0").struct.field("cpu_kv"))),
-            prompt_tps=_num(pl.col("tp").struct.field("ptps")),
-            gen_tps=_num(pl.col("tp").struct.field("gtps")),
-        )
-        f = spill / f"stats.{tag}.arrow"
-        out.write_ipc(f)
-        ff.stats.append(f)
-    rq = fast.filter(pl.col("kind").str.starts_with("request_"))
-    if rq.height:
-        out = rq.select("line", "rank", "ts", "kind", "h", "repeatable",
-                        request_id=pl.coalesce(pl.col("req").struct.field("rid"), pl.col("rec")))
-        f = spill / f"requests.{tag}.arrow"
-        out.write_ipc(f)
-        ff.requests.append(f)
+        kind=pl.when(pl.col("kind").str.starts_with("stats")).then(pl.lit("stats")).otherwise(pl.col("kind")),
+        t_exact=pl.lit(None, dtype=pl.Int64),
+    ).with_columns(key_ts=pl.col("ts"), repeatable=pl.lit(True)).with_columns(h=_KEY)
+    st = fast.filter(pl.col("kind") == "stats").select(
+        "line", "rank", "ts", "t_exact", "engine", "h", "repeatable",
+        running=pl.col("running").cast(pl.Float64), waiting=pl.col("waiting").cast(pl.Float64),
+        swapped=pl.col("swapped").cast(pl.Float64), preemptions=pl.col("pre").cast(pl.Float64),
+        kv_usage_pct=_num(pl.col("kv")), cpu_kv_usage_pct=_num(pl.col("cpu_kv")),
+        prompt_tps=_num(pl.col("ptps")), gen_tps=_num(pl.col("gtps")),
+    )
+    rq = fast.filter(pl.col("kind").str.starts_with("request_")).select(
+        "line", "rank", "ts", "t_exact", "kind", "h", "repeatable", request_id="rid")
+    return st, rq
 
 
-def _spill_slow(res: LogParse, spill: Path, ff: FastFacts) -> None:
-    """Move the reference parser's stats and request facts into the same columnar files."""
+_STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "engine": pl.Utf8,
+               "h": pl.UInt64, "repeatable": pl.Boolean, "running": pl.Float64, "waiting": pl.Float64,
+               "swapped": pl.Float64, "preemptions": pl.Float64, "kv_usage_pct": pl.Float64,
+               "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64}
+_REQUEST_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
+                 "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8}
+
+
+def _exact(ts: str | None) -> int | None:
+    """Epoch µs for an ISO container timestamp (exact, no year needed); None for a logged 'MM-DD' time."""
+    return fact_time_us(ts, 1970) if ts and "T" in ts else None
+
+
+def _slow_frames(res: LogParse) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Take the reference parser's stats and request facts so far out of ``res`` as frames."""
     st = [f for f in res.facts if f.kind == "stats"]
     rq = [f for f in res.facts if f.kind.startswith("request_")]
+    if not st and not rq:
+        return pl.DataFrame(schema=_STATS_COLS), pl.DataFrame(schema=_REQUEST_COLS)
     res.facts = [f for f in res.facts if f.kind != "stats" and not f.kind.startswith("request_")]
-    base = {"line": [f.line for f in st], "rank": [f.rank for f in st], "ts": [f.ts for f in st],
-            "key_ts": [f.key_ts for f in st], "kind": ["stats"] * len(st), "msg": [f.text for f in st],
-            "repeatable": [f.logged_ts for f in st]}
-    if st:
-        cols = {k: [f.data.get(k) for f in st] for k in ("engine", "running", "waiting", "swapped", "preemptions",
-                                                          "kv_usage_pct", "cpu_kv_usage_pct", "prompt_tps", "gen_tps")}
-        df = pl.DataFrame({**base, **cols}, schema_overrides={k: v for k, v in STATS_SCHEMA.items() if k in cols})
-        df = df.with_columns(h=_KEY).select("line", "rank", "ts", "engine", "h", "repeatable", *list(cols)[1:])
-        f = spill / "stats.slow.arrow"
-        df.write_ipc(f)
-        ff.stats.append(f)
-    if rq:
-        df = pl.DataFrame({"line": [f.line for f in rq], "rank": [f.rank for f in rq], "ts": [f.ts for f in rq],
-                           "key_ts": [f.key_ts for f in rq], "kind": [f.kind for f in rq], "msg": [f.text for f in rq],
-                           "request_id": [f.data["request_id"] for f in rq]})
-        df = df.with_columns(h=_KEY, repeatable=pl.lit(True)).select("line", "rank", "ts", "kind", "h", "repeatable", "request_id")
-        f = spill / "requests.slow.arrow"
-        df.write_ipc(f)
-        ff.requests.append(f)
+
+    def base(fs: list[LogFact]) -> dict[str, list[Any]]:
+        return {"line": [f.line for f in fs], "rank": [f.rank for f in fs], "ts": [f.ts for f in fs],
+                "t_exact": [_exact(f.ts) for f in fs], "key_ts": [f.key_ts for f in fs], "kind": [f.kind for f in fs],
+                "msg": [f.text for f in fs], "repeatable": [f.logged_ts or f.kind != "stats" for f in fs]}
+
+    keys = ("engine", "running", "waiting", "swapped", "preemptions", "kv_usage_pct", "cpu_kv_usage_pct",
+            "prompt_tps", "gen_tps")
+    sdf = pl.DataFrame({**base(st), **{k: [f.data.get(k) for f in st] for k in keys}},
+                       schema_overrides={**_STATS_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8})
+    rdf = pl.DataFrame({**base(rq), "request_id": [f.data["request_id"] for f in rq]},
+                       schema_overrides={**_REQUEST_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8})
+    return (sdf.with_columns(h=_KEY).select(list(_STATS_COLS)), rdf.with_columns(h=_KEY).select(list(_REQUEST_COLS)))
 
 
-def _drop_repeats(ff: FastFacts, spill: Path, res: LogParse) -> None:
+def _spill_piece(fast: pl.DataFrame, res: LogParse, tag: str, spill: Path, ff: FastFacts) -> None:
+    """Write one piece's stats and request facts, both lanes merged in line order."""
+    fs, fr = _fast_frames(fast)
+    ss, sr = _slow_frames(res)
+    for name, a, b in (("stats", fs, ss), ("requests", fr, sr)):
+        df = pl.concat([a, b]).sort("line", maintain_order=True) if b.height else a
+        if df.height:
+            f = spill / f"{name}.{tag}.arrow"
+            df.write_ipc(f)
+            getattr(ff, name).append(f)
+
+
+def _drop_repeats(ff: FastFacts, res: LogParse) -> None:
     """A line repeated identically within a rank (overlapping pastes) is one fact: keep the first.
-    Only (line, key hash) pairs are held in memory for this, never the facts themselves."""
+    Only (line, key hash) pairs of all pieces are held in memory for this, never the facts."""
     for name in ("stats", "requests"):
         files: list[Path] = getattr(ff, name)
         if not files:
             continue
-        keys = pl.scan_ipc(files).filter("repeatable").select("line", "h").collect().sort("line", maintain_order=True)
+        keys = pl.scan_ipc(files).filter("repeatable").select("line", "h").collect()
         drop = keys.filter(~pl.col("h").is_first_distinct())
         res.duplicates += drop.height
-        out = spill / f"{name}.arrow"
-        lf = pl.scan_ipc(files).join(drop.lazy(), on=["line", "h"], how="anti", maintain_order="left")
-        lf = lf.sort("line", maintain_order=True).drop("h", "repeatable")
-        tmp = spill / f"{name}.tmp.arrow"
-        lf.sink_ipc(tmp)
         for f in files:
-            f.unlink()
-        tmp.replace(out)
-        setattr(ff, name, [out])
+            lf = pl.scan_ipc(f)
+            if drop.height:
+                lf = lf.join(drop.lazy(), on=["line", "h"], how="anti", maintain_order="left")
+            tmp = f.with_suffix(".tmp")
+            lf.drop("h", "repeatable").sink_ipc(tmp)
+            tmp.replace(f)

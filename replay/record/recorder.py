@@ -93,13 +93,10 @@ def _head_and_hash(path: Path, head_bytes: int = 1 << 16) -> tuple[str, str, int
 
 
 def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int) -> pl.LazyFrame:
-    """Add ``t`` (epoch µs) from a fact's ``ts``: 'MM-DD HH:MM:SS' as logged (needs the year), or an
-    ISO container timestamp (exact); the same rules as ``vllm_log.fact_time_us``."""
-    iso = pl.col("ts").str.contains("T", literal=True)
+    """Add ``t`` (epoch µs) to log facts: ``t_exact`` where the line had an ISO container timestamp,
+    else the logged 'MM-DD HH:MM:SS' in ``year`` (the rules of ``vllm_log.fact_time_us``)."""
     logged = (pl.lit(f"{year}-") + pl.col("ts")).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
-    return lf.with_columns(t=pl.when(iso).then(
-        pl.col("ts").map_elements(lambda x: fact_time_us(x, year, tz_offset_s), return_dtype=pl.Int64)
-    ).otherwise(logged.dt.epoch("us") - tz_offset_s * 1_000_000))
+    return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000))
 
 
 def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int) -> int:
