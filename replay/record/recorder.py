@@ -19,9 +19,9 @@ from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.record import evidence as ev
 from replay.record.fastlog import FastFacts, parse_log_file
-from replay.record.vllm_log import _vkey as _vk
 from replay.record.vllm_log import fact_time_us
 from replay.units import GiB
+from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
          "nvidia-smi-dmon", "k8s", "k8s-describe")
@@ -308,8 +308,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     version = versions[0] if versions else None
     inferred = None
     if ranges:
-        lo = max((a for a, _ in ranges), key=_vk)
-        hi = min((b for _, b in ranges), key=_vk)
+        lo = max((a for a, _ in ranges), key=version_key)
+        hi = min((b for _, b in ranges), key=version_key)
         inferred = f"{lo}" if lo == hi else f"{lo}..{hi}"
     engine = max(set(engines), key=engines.count) if engines else None
     for e in events:

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from replay.units import GiB, parse_size_bytes
+from replay.versioning import version_key
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CONTAINER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")
@@ -128,10 +129,6 @@ FINGERPRINTS: list[tuple[re.Pattern[str], str, str]] = [
 
 V1_MARKERS = re.compile(r"V1 LLM engine|Engine \d{3}:|EngineCore|GPU KV cache size|KV cache size: [\d,]+ tokens|Waiting: \d+ reqs|Available KV cache memory|gpu_model_runner|VllmWorker rank")
 V0_MARKERS = re.compile(r"V0 LLM engine|Pending: \d+ reqs|Swapped: \d+ reqs|# GPU blocks: \d+, # CPU blocks|# cuda blocks|VllmWorkerProcess|async_llm_engine\.py|Memory profiling (?:takes|results)|is preempted by PreemptionMode")
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v))
 
 
 @dataclass
@@ -419,8 +416,8 @@ class LogParser:
         tagged = f"({ln.rank}) {ln.fileline}{full}"
         for fp, a, b in FINGERPRINTS:
             if fp.search(tagged):
-                self._lo = max(self._lo, a, key=_vkey)
-                self._hi = min(self._hi, b, key=_vkey)
+                self._lo = max(self._lo, a, key=version_key)
+                self._hi = min(self._hi, b, key=version_key)
         if V1_MARKERS.search(full) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):
             self._v1 += weight
         if V0_MARKERS.search(full) or ln.rank.startswith("VllmWorkerProcess"):
@@ -462,7 +459,7 @@ class LogParser:
         res = self.res
         if (self._lo, self._hi) != ("0.0.0", "99.0.0"):
             lo, hi = self._lo, self._hi
-            res.version_range = (lo, hi) if _vkey(lo) <= _vkey(hi) else (hi, lo)
+            res.version_range = (lo, hi) if version_key(lo) <= version_key(hi) else (hi, lo)
         if self._v1 or self._v0:
             res.engine = "v1" if self._v1 >= self._v0 else "v0"
         return res
