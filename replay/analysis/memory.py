@@ -94,6 +94,46 @@ def actual_frame(samples: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     return pl.DataFrame(schema={"t_us": pl.Int64, "gpu": pl.Int32, "actual_bytes": pl.Float64}), None
 
 
+# Measured layers of actual memory, outermost first (each one contains the ones below it, except
+# other processes, which sit beside this process on the device).
+LAYERS = [
+    ("device_used_bytes", "device used", ("nvml", "dcgm", "nvidia-smi")),
+    ("other_processes_bytes", "other processes", ("nvml", "nvidia-smi")),
+    ("process_used_bytes", "this process (driver view)", ("nvml", "nvidia-smi")),
+    ("torch_reserved_bytes", "torch reserved", ("torch",)),
+    ("torch_allocated_bytes", "torch allocated", ("torch",)),
+    ("process_rss_bytes", "engine process tree (RSS)", ("process",)),
+]
+
+
+def layers_frame(samples: pl.DataFrame) -> pl.DataFrame:
+    """The actual layers that were measured, long format (t_us, gpu, layer, source, value_bytes);
+    one source per layer (the first present in LAYERS' order), nothing made up for the rest."""
+    out = []
+    for metric, label, sources in LAYERS:
+        for src in sources:
+            f = samples.filter((pl.col("metric") == metric) & (pl.col("source") == src))
+            if f.height:
+                out.append(f.select("t_us", pl.col("gpu").fill_null(0).cast(pl.Int32), pl.lit(label).alias("layer"),
+                                    pl.lit(src).alias("source"), pl.col("value").alias("value_bytes")))
+                break
+    if not out:
+        return pl.DataFrame(schema={"t_us": pl.Int64, "gpu": pl.Int32, "layer": pl.Utf8, "source": pl.Utf8,
+                                    "value_bytes": pl.Float64})
+    return pl.concat(out).sort("t_us", maintain_order=True)
+
+
+def stacked_parts(acc: Accounting) -> list[tuple[str, float]]:
+    """vLLM's accounted parts as non-overlapping segments, bottom first, for a stacked view."""
+    p = acc.parts
+    if p.get("engine_at_ready") is not None:  # CPU engine: the KV pool is inside the memory at ready
+        kv = p.get("kv_pool") or 0.0
+        return [(k, v) for k, v in (("runtime + weights (at ready)", p["engine_at_ready"] - kv), ("KV pool", kv)) if v]
+    names = {"weights": "weights", "non_torch": "non-torch", "activation_peak": "activation peak (profiled)",
+             "kv_pool": "KV pool", "cuda_graphs": "CUDA graphs"}
+    return [(names.get(k, k), v) for k, v in p.items() if v]
+
+
 def gap_frame(actual: pl.DataFrame, acc: Accounting) -> pl.DataFrame:
     """actual - accounted, and headroom to capacity, per sample."""
     if acc.accounted_bytes is None or actual.height == 0:

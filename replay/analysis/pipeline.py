@@ -13,7 +13,15 @@ import polars as pl
 
 from replay.analysis.attribution import Attribution, attribute, classify_oom
 from replay.analysis.divergence import Divergence, detect
-from replay.analysis.memory import Accounting, accounting, actual_frame, gap_frame, kv_in_use
+from replay.analysis.memory import (
+    Accounting,
+    accounting,
+    actual_frame,
+    gap_frame,
+    kv_in_use,
+    layers_frame,
+)
+from replay.analysis.outages import Outage, outages
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -40,6 +48,15 @@ class Analysis:
     attributions: list[Attribution]
     ooms: list[dict[str, Any]]
     findings: list[Finding]
+    layers: pl.DataFrame = field(default_factory=pl.DataFrame)  # measured actual layers (memory.layers_frame)
+    outages: list[Outage] = field(default_factory=list)
+
+    @property
+    def end_us(self) -> int:
+        ts = [e["t_us"] for e in self.bundle.events if e.get("t_us") is not None]
+        if self.bundle.samples.height:
+            ts.append(int(self.bundle.samples["t_us"].max()))  # type: ignore[arg-type]
+        return max(ts) if ts else 0
 
     @property
     def oom_us(self) -> int | None:
@@ -71,6 +88,9 @@ class Analysis:
                              "rest_mean": a.rest_mean, "requests": a.near_ids[:20], "why": a.why}
                             for a in self.attributions],
             "findings": [f.__dict__ for f in self.findings],
+            "downtime_s": round(sum(o.seconds(self.end_us) for o in self.outages), 3) if self.outages else None,
+            "outages": [{"down_s": s(o.down_us), "up_s": s(o.up_us), "cause": o.cause, "source": o.source,
+                         "seconds": round(o.seconds(self.end_us), 3), "at_least": o.lower_bound} for o in self.outages],
         }
 
 
@@ -125,4 +145,4 @@ def analyze_bundle(b: Bundle) -> Analysis:
         elif e.get("kind") == "emulated_oom":
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
-    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings)
+    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings, layers_frame(b.samples), outages(b.events))

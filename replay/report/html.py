@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from replay import __version__
+from replay.analysis.memory import stacked_parts
 from replay.analysis.pipeline import Analysis, analyze_bundle
 from replay.bundle import read_bundle
 from replay.report.downsample import minmax
@@ -40,19 +41,48 @@ def timeline_figure(a: Analysis) -> go.Figure:
                         subplot_titles=("Memory: actual vs vLLM's accounting", "KV cache usage (vLLM's view)",
                                         "Requests running / waiting", "Events"))
     keep = [x for x in (a.div.onset_us, a.oom_us, a.div.max_gap_us) if x is not None]
+    parts = stacked_parts(a.acc)
+    part_colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c"]
+    multi = len(b.meta.gpus) > 1
     for gpu, part in a.gap.partition_by("gpu", as_dict=True, maintain_order=True).items() if a.gap.height else []:
         d = minmax(part, "t_us", "actual_bytes", keep=keep)
-        label = f"actual ({a.actual_source})" + (f" GPU {gpu[0]}" if len(b.meta.gpus) > 1 else "")
-        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["actual_bytes"] / GiB).to_list(), name=label,
-                                 mode="lines", line={"color": "#d62728"}), row=1, col=1)
+        xs = (d["t_us"] / 1e6).to_list()
+        suffix = f" GPU {gpu[0]}" if multi else ""
+        # vLLM's accounting, stacked part by part (the parts it logged at startup)
+        for i, (name, val) in enumerate(parts):
+            fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[val / GiB] * 2, name=f"accounted: {name}{suffix}", mode="lines",
+                                     stackgroup=f"acc{gpu[0]}", line={"width": 0.5, "color": part_colors[i % 6]},
+                                     legendgroup="accounted", hovertemplate=f"{name}: %{{y:.2f}} GiB<extra></extra>"),
+                          row=1, col=1)
         if a.acc.accounted_bytes is not None:
             acc = a.acc.accounted_bytes / GiB
-            xs = (d["t_us"] / 1e6).to_list()
             fig.add_trace(go.Scatter(x=xs, y=[acc] * len(xs), name="accounted by vLLM" + (" (estimated)" if a.acc.estimated else ""),
                                      mode="lines", line={"color": "#1f77b4", "dash": "dash" if a.acc.estimated else "solid"}), row=1, col=1)
             fig.add_trace(go.Scatter(x=xs, y=[max(v, acc) for v in (d["actual_bytes"] / GiB).to_list()], name="gap (unaccounted)",
                                      mode="lines", line={"width": 0}, fill="tonexty", fillcolor="rgba(214,39,40,0.25)",
                                      showlegend=True, hoverinfo="skip"), row=1, col=1)
+        label = f"actual ({a.actual_source})" + suffix
+        fig.add_trace(go.Scatter(x=xs, y=(d["actual_bytes"] / GiB).to_list(), name=label,
+                                 mode="lines", line={"color": "#d62728", "width": 2.5}), row=1, col=1)
+        # the other measured layers of actual memory (torch reserved/allocated, this process, other processes)
+        lay = a.layers.filter(pl.col("gpu") == gpu[0]) if a.layers.height else a.layers
+        for j, (layer, lp) in enumerate(lay.partition_by("layer", as_dict=True, maintain_order=True).items() if lay.height else []):
+            src = f"{lp['source'][0]}:{lp['layer'][0]}"
+            if a.actual_source and a.actual_source.split(":")[0] == lp["source"][0] and layer[0] in ("device used", "engine process tree (RSS)"):
+                continue  # already drawn as "actual"
+            ld = minmax(lp.sort("t_us"), "t_us", "value_bytes", keep=keep)
+            fig.add_trace(go.Scatter(x=(ld["t_us"] / 1e6).to_list(), y=(ld["value_bytes"] / GiB).to_list(),
+                                     name=f"measured: {layer[0]}{suffix}", mode="lines",
+                                     line={"dash": ["dot", "dashdot", "longdash", "dash"][j % 4], "width": 1.5},
+                                     hovertemplate=f"{src}: %{{y:.2f}} GiB<extra></extra>"), row=1, col=1)
+    kvu = a.kv.filter(pl.col("kv_used_bytes").is_not_null()) if a.kv.height else a.kv
+    names = [n for n, _ in parts]
+    if kvu.height and "KV pool" in names:
+        below = sum(v for _, v in parts[:names.index("KV pool")])  # the KV band starts here in the stack
+        d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes")
+        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=((d["kv_used_bytes"] + below) / GiB).to_list(),
+                                 name="KV in use (inside the pool)", mode="lines", line={"color": "#08306b", "dash": "dot"}),
+                      row=1, col=1)
     for name, val, color in (("budget", a.acc.budget_bytes, "#2ca02c"), ("capacity", a.acc.total_bytes, "#000000")):
         if val is not None and val != a.acc.accounted_bytes:
             fig.add_hline(y=val / GiB, line_dash="dot", line_color=color, annotation_text=name, row=1, col=1)

@@ -41,7 +41,16 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
              + (f" An OOM followed at {utc(a.oom_us)}." if a.oom_us is not None else ""))
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
     L.append(f"- Requests in the evidence: {r.height}; failed: {failed}; aborted: {aborted}.")
-    L.append(f"- Engine starts seen in logs: {len(restarts)}" + (" (restarts imply downtime between them)" if len(restarts) > 1 else ""))
+    L.append(f"- Engine starts seen in logs: {len(restarts)}.")
+    if a.outages:
+        total = sum(o.seconds(a.end_us) for o in a.outages)
+        open_ended = any(o.lower_bound for o in a.outages)
+        L.append(f"- Downtime from crash to the next engine start: {'at least ' if open_ended else ''}{total:.1f} s "
+                 f"in {len(a.outages)} outage(s):")
+        for o in a.outages:
+            back = f"back at {utc(o.up_us)}" if o.up_us is not None else "not back within the evidence"
+            L.append(f"  - {utc(o.down_us)}: {_md(o.cause)} ({_md(o.source)}), {back}: "
+                     f"{'at least ' if o.lower_bound else ''}{o.seconds(a.end_us):.1f} s")
     L += ["- TODO: user-facing impact (error rate, latency, customers affected).", "", "## Root causes", ""]
     if a.findings:
         L.append("Ranked hypotheses (from the evidence; confirm or reject each):")

