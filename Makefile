@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 VLLM ?= 0.32
+VLLM_COMPARE ?= 0.31
 PYTEST_ARGS ?=
 
 .PHONY: help venv engine demo test unit lint typecheck bench clean
@@ -17,8 +18,8 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed  ## create/update the virtualenv
 
-engine: venv  ## build the CPU vLLM engine env and the tiny model into the cache (once)
-	$(VENV)/bin/replay versions install $(VLLM)
+engine: venv  ## build the CPU vLLM engine envs (VLLM, and VLLM_COMPARE for the version comparison) into the cache, once
+	$(VENV)/bin/replay versions install $(VLLM) $(VLLM_COMPARE)
 
 demo: engine  ## replay the bundled example incident on the real CPU engine and write reports/example.html
 	$(VENV)/bin/replay run traces/example_incident.jsonl --vllm $(VLLM) -o reports/example.bundle; test $$? -eq 0 -o $$? -eq 10

@@ -241,14 +241,15 @@ def versions_list() -> None:
 
 
 @versions_app.command("install")
-def versions_install(version: Annotated[str, typer.Argument(help="0.32 or 0.32.0")]) -> None:
-    """Create the environment for a vLLM version (reused by every later run)."""
+def versions_install(versions: Annotated[list[str], typer.Argument(help="one or more: 0.32 0.31.0")]) -> None:
+    """Create the environment for each vLLM version given (reused by every later run)."""
     from replay.engine import envs
-    spec = envs.resolve(version)
-    envs.adopt_existing(spec)
-    with err.status(f"installing {spec.dist}=={spec.version}"):
-        envs.install(spec, log=lambda m: err.print(m))
-    err.print(f"[green]ready[/] {spec.path}")
+    specs = [envs.resolve(v) for v in versions]  # refuse an impossible version before building any
+    for spec in specs:
+        envs.adopt_existing(spec)
+        with err.status(f"installing {spec.dist}=={spec.version}"):
+            envs.install(spec, log=lambda m: err.print(m))
+        err.print(f"[green]ready[/] {spec.path}")
 
 
 @versions_app.command("remove")

@@ -126,9 +126,10 @@ def layers_frame(samples: pl.DataFrame) -> pl.DataFrame:
 def stacked_parts(acc: Accounting) -> list[tuple[str, float]]:
     """vLLM's accounted parts as non-overlapping segments, bottom first, for a stacked view."""
     p = acc.parts
-    if p.get("engine_at_ready") is not None:  # CPU engine: the KV pool is inside the memory at ready
+    ready = p.get("engine_at_ready")
+    if ready is not None:  # CPU engine: the KV pool is inside the memory at ready
         kv = p.get("kv_pool") or 0.0
-        return [(k, v) for k, v in (("runtime + weights (at ready)", p["engine_at_ready"] - kv), ("KV pool", kv)) if v]
+        return [(k, v) for k, v in (("runtime + weights (at ready)", ready - kv), ("KV pool", kv)) if v]
     names = {"weights": "weights", "non_torch": "non-torch", "activation_peak": "activation peak (profiled)",
              "kv_pool": "KV pool", "cuda_graphs": "CUDA graphs"}
     return [(names.get(k, k), v) for k, v in p.items() if v]

@@ -52,6 +52,7 @@ class RawHttpClient:
         self.prefix = u.path.rstrip("/")
         self.timeout_s = timeout_s
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._closing: set[asyncio.StreamWriter] = set()  # closed, not yet confirmed by the loop
         self._head = (f"Host: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                       "Accept: text/event-stream, application/json\r\n").encode()
 
@@ -89,6 +90,7 @@ class RawHttpClient:
                     self._idle.append((reader, writer))
                 else:
                     writer.close()
+                    self._closing.add(writer)
         raise HttpError("connection closed before a response")
 
     async def _response(self, reader: asyncio.StreamReader, status_line: bytes,
@@ -136,9 +138,15 @@ class RawHttpClient:
         return status, bytes(buf), keep
 
     async def aclose(self) -> None:
+        """Close every connection and let the loop finish closing them (no transport outlives it)."""
         while self._idle:
             _, w = self._idle.pop()
             w.close()
+            self._closing.add(w)
+        waits = [w.wait_closed() for w in self._closing]
+        self._closing.clear()
+        if waits:
+            await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 5.0)
 
 
 Handler = Callable[[str, dict[str, Any]], tuple[int, str]]

@@ -225,6 +225,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
                 sampler.sample_once(None)  # the last samples before the end
             sampler.stop()
         engine_cpu = server.cpu_seconds()
+        stop_us = int((time.time() - t_wall0) * 1e6)
         server.stop()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, prev_handler)
@@ -255,8 +256,12 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
                 if t is not None and f.data.get(key) is not None:
                     writer.sample(t - int(t_wall0 * 1e6), None, "vllm-log", metric, f.data[key] * scale)
             continue
-        writer.event({"t_us": None if t is None else t - int(t_wall0 * 1e6), "kind": f.kind,
-                      "source": f"server.log:{f.line}", "rank": f.rank, **f.data})
+        t_rel = None if t is None else t - int(t_wall0 * 1e6)
+        kind = f.kind
+        if kind == "engine_death" and outcome != "engine_died" and t_rel is not None and t_rel >= stop_us - 1_000_000:
+            # logged while the replay was shutting the server down: an orderly stop, not a crash
+            kind = "engine_shutdown"
+        writer.event({"t_us": t_rel, "kind": kind, "source": f"server.log:{f.line}", "rank": f.rank, **f.data})
     meta.vllm_version_inferred = parsed.version
     end_us = int((time.time() - t_wall0) * 1e6)
     if outcome in ("engine_died", "capacity_guard"):

@@ -150,9 +150,9 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         return p
     is_dcgm = False
     for fam in families:
-        for s in fam.samples:
-            name, labels, value = s.name, s.labels, s.value
-            ts = int(s.timestamp * 1_000_000) if s.timestamp else t
+        for smp in fam.samples:
+            name, labels, value = smp.name, smp.labels, smp.value
+            ts = int(float(smp.timestamp) * 1_000_000) if smp.timestamp else t
             if name in DCGM_METRICS:
                 is_dcgm = True
                 metric, scale = DCGM_METRICS[name]

@@ -75,7 +75,7 @@ def _pieces(path: Path, chunk_bytes: int) -> Iterator[str]:
     """The file's text in pieces that end at a line end (decompressing gzip as it goes)."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rb") as fh:  # type: ignore[operator]
+        with opener(path, "rb") as fh:
             rest = b""
             while True:
                 chunk = fh.read(chunk_bytes)

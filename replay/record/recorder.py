@@ -286,11 +286,11 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
             for no, reason, raw in r.quarantine:
                 quarantine.append((str(path), no, reason, raw))
-            for t, gpu, source, metric, value in r.samples:
-                samples.append((t, gpu, source, metric, value, path.name))
-            for e in r.events:
-                events.append({"t": e.get("t"), "kind": e["kind"], "data": e["data"],
-                               "source": f"{path.name}:{e['line']}" if e.get("line") else path.name, "rank": None})
+            for st, sgpu, source, metric, value in r.samples:
+                samples.append((st, sgpu, source, metric, value, path.name))
+            for pe in r.events:
+                events.append({"t": pe.get("t"), "kind": pe["kind"], "data": pe["data"],
+                               "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
             for gi, info in r.gpus.items():
                 gpus.setdefault(gi, {"index": gi}).update(info)
             notes += r.notes
@@ -312,13 +312,13 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
         hi = min((b for _, b in ranges), key=version_key)
         inferred = f"{lo}" if lo == hi else f"{lo}..{hi}"
     engine = max(set(engines), key=engines.count) if engines else None
-    for e in events:
-        if e["kind"] == "oom" and e["data"].get("gpu_total_bytes"):
-            g = gpus.setdefault(int(e["data"].get("gpu") or 0), {"index": int(e["data"].get("gpu") or 0)})
-            g.setdefault("total_bytes", e["data"]["gpu_total_bytes"])
-        if e["kind"] in ("memory_budget", "memory_profile") and e["data"].get("total_gpu_gib"):
+    for ge in events:
+        if ge["kind"] == "oom" and ge["data"].get("gpu_total_bytes"):
+            g = gpus.setdefault(int(ge["data"].get("gpu") or 0), {"index": int(ge["data"].get("gpu") or 0)})
+            g.setdefault("total_bytes", ge["data"]["gpu_total_bytes"])
+        if ge["kind"] in ("memory_budget", "memory_profile") and ge["data"].get("total_gpu_gib"):
             g = gpus.setdefault(0, {"index": 0})
-            g.setdefault("total_bytes", int(e["data"]["total_gpu_gib"] * GiB))
+            g.setdefault("total_bytes", int(ge["data"]["total_gpu_gib"] * GiB))
     meta = BundleMeta(kind="production", t0_utc=t0_utc, vllm_version=version, vllm_version_inferred=inferred,
                       engine=engine, gpus=[gpus[k] for k in sorted(gpus)], keep_prompts=opts.keep_prompts,
                       notes=[n for n in notes if n])
@@ -330,16 +330,16 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
                     "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes} for r in reports]
     w = BundleWriter(out, meta)
     untimed = 0
-    for t, gpu, source, metric, value, _src in samples:
-        if t is None:
+    for st, sgpu, source, metric, value, _src in samples:
+        if st is None:
             untimed += 1
             continue
-        w.sample(t - (t0 or 0), gpu, source, metric, value)
+        w.sample(st - (t0 or 0), sgpu, source, metric, value)
     for path, ff in columnar:
         untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0)
-    for e in events:
-        t_us = e["t"] - t0 if (e.get("t") is not None and t0 is not None) else None
-        w.event({"t_us": t_us, "kind": e["kind"], "source": e["source"], "rank": e.get("rank"), **e["data"]})
+    for we in events:
+        t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
+        w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
     for f, line, reason, raw in quarantine:
         w.quarantine(f, line, reason, raw)
     if untimed:

@@ -83,13 +83,13 @@ def timeline_figure(a: Analysis) -> go.Figure:
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=((d["kv_used_bytes"] + below) / GiB).to_list(),
                                  name="KV in use (inside the pool)", mode="lines", line={"color": "#08306b", "dash": "dot"}),
                       row=1, col=1)
-    for name, val, color in (("budget", a.acc.budget_bytes, "#2ca02c"), ("capacity", a.acc.total_bytes, "#000000")):
-        if val is not None and val != a.acc.accounted_bytes:
-            fig.add_hline(y=val / GiB, line_dash="dot", line_color=color, annotation_text=name, row=1, col=1)
-    for src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height else []:
+    for line_name, level, color in (("budget", a.acc.budget_bytes, "#2ca02c"), ("capacity", a.acc.total_bytes, "#000000")):
+        if level is not None and level != a.acc.accounted_bytes:
+            fig.add_hline(y=level / GiB, line_dash="dot", line_color=color, annotation_text=line_name, row=1, col=1)
+    for kv_src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height else []:
         d = minmax(part, "t_us", "kv_usage_ratio")
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["kv_usage_ratio"] * 100).to_list(),
-                                 name=f"KV usage % ({src[0]})", mode="lines"), row=2, col=1)
+                                 name=f"KV usage % ({kv_src[0]})", mode="lines"), row=2, col=1)
     s = b.samples
     for metric, color in (("requests_running", "#9467bd"), ("requests_waiting", "#8c564b")):
         d = s.filter(pl.col("metric") == metric)
@@ -161,8 +161,7 @@ def swimlane_figure(a: Analysis) -> go.Figure | None:
 def compare_figure(analyses: list[Analysis]) -> go.Figure:
     fig = go.Figure()
     for a in analyses:
-        r = a.bundle.requests
-        first = int(r["arrival_us"].min()) if r.height and r["arrival_us"].min() is not None else 0  # type: ignore[arg-type]
+        first = _first_arrival(a)
         d = minmax(a.gap, "t_us", "actual_bytes") if a.gap.height else a.gap
         if d.height:
             fig.add_trace(go.Scatter(x=((d["t_us"] - first) / 1e6).to_list(), y=(d["actual_bytes"] / GiB).to_list(),
@@ -178,16 +177,28 @@ def _label(a: Analysis) -> str:
     return f"{a.bundle.path.name}: vLLM {m.vllm_version or m.vllm_version_inferred or '?'}" + (f" ({args})" if args else "")
 
 
+def _first_arrival(a: Analysis) -> int:
+    r = a.bundle.requests
+    v = r["arrival_us"].min() if r.height else None
+    return int(v) if v is not None else 0  # type: ignore[arg-type]
+
+
 def compare_rows(analyses: list[Analysis]) -> list[dict[str, Any]]:
-    rows = []
-    base_peak = None
+    """One row per run, aligned on trace time (the first request), differences against the first run."""
+    rows: list[dict[str, Any]] = []
     for a in analyses:
         s = a.summary()
-        peak = s["peak_actual_gib"]
-        base_peak = peak if base_peak is None else base_peak
-        rows.append({"label": _label(a), "peak_gib": peak, "max_gap_gib": s["max_gap_gib"],
-                     "delta_peak_gib": None if peak is None or base_peak is None else round(peak - base_peak, 3),
-                     "oomed": bool(a.ooms), "onset_s": s["onset_s"], "outcome": a.bundle.meta.extra.get("outcome")})
+        peak, gap = s["peak_actual_gib"], s["max_gap_gib"]
+        base = rows[0] if rows else {"peak_gib": peak, "max_gap_gib": gap}
+        kinds = sorted({str(e.get("kind")) for e in a.ooms})
+        onset = a.div.onset_us
+        rows.append({"label": _label(a), "peak_gib": peak, "max_gap_gib": gap,
+                     "delta_peak_gib": None if peak is None or base["peak_gib"] is None else round(peak - base["peak_gib"], 3),
+                     "delta_gap_gib": None if gap is None or base["max_gap_gib"] is None else round(gap - base["max_gap_gib"], 3),
+                     "oomed": bool(a.ooms), "oom_label": ("yes: " + ", ".join(kinds)) if kinds else "no",
+                     "onset_s": s["onset_s"],
+                     "onset_trace_s": None if onset is None else round((onset - _first_arrival(a)) / 1e6, 3),
+                     "outcome": a.bundle.meta.extra.get("outcome")})
     return rows
 
 

@@ -87,12 +87,12 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     rows = [e for e in b.events if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")]
     if a.div.onset_us is not None:
         rows.append({"t_us": a.div.onset_us, "kind": "divergence onset (analysis)", "source": s["actual_source"]})
-    for e in sorted(rows, key=lambda e: e["t_us"])[:200]:
-        L.append(f"- {utc(e['t_us'])} — {_md(e['kind'])} ({_md(e.get('source'))})")
+    for row in sorted(rows, key=lambda e: e["t_us"])[:200]:
+        L.append(f"- {utc(row['t_us'])} — {_md(row['kind'])} ({_md(row.get('source'))})")
     L += ["", "## Supporting information", ""]
-    for i in b.meta.inputs:
-        L.append(f"- `{i.get('path')}` ({i.get('kind')}) sha256 `{str(i.get('sha256') or '')[:16]}…`, "
-                 f"quarantined {i.get('quarantined', 0)}")
+    for inp in b.meta.inputs:
+        L.append(f"- `{inp.get('path')}` ({inp.get('kind')}) sha256 `{str(inp.get('sha256') or '')[:16]}…`, "
+                 f"quarantined {inp.get('quarantined', 0)}")
     for n in b.meta.notes:
         L.append(f"- note: {_md(n)}")
     return "\n".join(L) + "\n"

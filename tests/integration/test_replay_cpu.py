@@ -4,6 +4,7 @@ and the report renders in a real headless Chromium."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,12 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 TRACE = ROOT / "traces" / "example_incident_short.jsonl"
+COMPARE = os.environ.get("VLLM_COMPARE", "0.31")
+
+
+def resolve_version(v: str) -> str:
+    from replay.engine.envs import resolve
+    return resolve(v).version
 
 
 def _replay(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
@@ -68,13 +75,52 @@ def test_replay_reproduces_the_divergence(replay_bundle: tuple[Path, subprocess.
     assert not _engine_procs()
 
 
-def test_report_in_headless_chromium(replay_bundle: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+@pytest.fixture(scope="session")
+def compare_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The same trace on the second version env (make engine installs it: VLLM_COMPARE)."""
+    from replay.engine.envs import resolve
+    if not resolve(COMPARE).python.exists():
+        pytest.skip(f"vLLM {COMPARE} env not installed: run `make engine` (it installs VLLM_COMPARE)")
+    out = tmp_path_factory.mktemp("replay") / f"example-{COMPARE}.bundle"
+    return out, _replay("run", str(TRACE), "--vllm", COMPARE, "-o", str(out))
+
+
+def test_version_comparison_on_the_real_engine(replay_bundle: tuple[Path, subprocess.CompletedProcess[str]],
+                                               compare_bundle: tuple[Path, subprocess.CompletedProcess[str]],
+                                               tmp_path: Path) -> None:
+    """GIVEN the same trace replayed on vLLM 0.32 and 0.31 THEN both are valid replays that show the
+    divergence at the prompt_logprobs requests, neither counts its orderly shutdown as a crash, and the
+    comparison aligns them on trace time."""
+    from replay.report.html import compare_rows
+    (a_path, _), (b_path, r) = replay_bundle, compare_bundle
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = [analyze_bundle(read_bundle(p)) for p in (a_path, b_path)]
+    assert [x.bundle.meta.vllm_version for x in runs] == ["0.32.0", resolve_version(COMPARE)]
+    for x in runs:
+        assert x.bundle.meta.extra["outcome"] == "completed" and x.ooms == [] and x.outages == []
+        assert (x.div.max_gap_bytes or 0) > 1.0 * 2**30
+    rows = compare_rows(runs)
+    assert rows[1]["delta_peak_gib"] == round(rows[1]["peak_gib"] - rows[0]["peak_gib"], 3)
+    for x, row in zip(runs, rows):
+        lp = x.bundle.requests.filter(x.bundle.requests["id"] == "logprobs-0").row(0, named=True)
+        first = int(x.bundle.requests["arrival_us"].min())
+        assert (lp["sent_us"] - first) / 1e6 - 0.5 <= row["onset_trace_s"] <= (lp["sent_us"] - first) / 1e6 + 2.5
+        assert row["oom_label"] == "no"
+    html = tmp_path / "compare.html"
+    rr = _replay("report", str(a_path), "--compare", str(b_path), "-o", str(html))
+    assert rr.returncode == 0, rr.stderr
+    text = html.read_text()
+    assert "vLLM 0.32.0" in text and f"vLLM {resolve_version(COMPARE)}" in text and "Versions / configs compared" in text
+
+
+def test_report_in_headless_chromium(replay_bundle: tuple[Path, subprocess.CompletedProcess[str]],
+                                     compare_bundle: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.skip("chromium not installed (.ci/run installs Debian's chromium)")
     out, _ = replay_bundle
     html = tmp_path / "report.html"
-    r = _replay("report", str(out), "-o", str(html))
+    r = _replay("report", str(out), "--compare", str(compare_bundle[0]), "-o", str(html))
     assert r.returncode == 0, r.stderr
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -85,7 +131,7 @@ def test_report_in_headless_chromium(replay_bundle: tuple[Path, subprocess.Compl
     body = next(ln for ln in d1.stdout.splitlines() if "<body" in ln)
     assert 'data-errors="0"' in body
     exp = int(body.split('data-figures-expected="')[1].split('"')[0])
-    assert exp >= 2 and f'data-figures-rendered="{exp}"' in body
+    assert exp >= 3 and f'data-figures-rendered="{exp}"' in body  # timeline, swimlane, comparison
     assert d1.stdout.count("main-svg") >= exp  # plotly drew an SVG per figure
     console_errors = [ln for ln in d1.stderr.splitlines() if "CONSOLE" in ln and ("Error" in ln or "ERROR" in ln)]
     assert console_errors == []
