@@ -179,3 +179,49 @@ def test_unknown_engine_arg_is_refused_before_start(tmp_path: Path) -> None:
     r = _replay("run", str(TRACE), "--vllm", "0.6", "-o", str(tmp_path / "y"))
     if not Path("/dev/nvidiactl").exists():
         assert r.returncode == 4 and "exists only as a CUDA build" in r.stderr
+
+
+def test_ctrl_c_leaves_a_valid_bundle_and_no_server(tmp_path: Path) -> None:
+    """GIVEN a replay in progress on the real engine WHEN it gets Ctrl-C (SIGINT) THEN it stops the
+    driver, marks unfinished requests aborted, writes a complete bundle, exits 130, and leaves no server."""
+    import signal
+
+    import httpx
+
+    out = tmp_path / "interrupted.bundle"
+    full = ROOT / "traces" / "example_incident.jsonl"  # ~30 s of traffic: still running when interrupted
+    p = subprocess.Popen([sys.executable, "-m", "replay", "run", str(full), "--vllm", "0.32", "-o", str(out)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        port = None
+        while time.time() < deadline and port is None:  # the engine of this run, then its /health
+            for proc in _engine_procs():
+                cmd = proc.cmdline()
+                if "--port" in cmd:
+                    port = int(cmd[cmd.index("--port") + 1])
+            time.sleep(0.5)
+        assert port is not None, "engine never started"
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        time.sleep(6)  # a few requests sent, the rest still scheduled
+        p.send_signal(signal.SIGINT)
+        _, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    b = read_bundle(out)
+    assert b.meta.extra["outcome"] == "interrupted"
+    st = b.requests["status"].to_list()
+    assert len(st) == 43 and "ok" in st and "aborted" in st  # every request recorded, none dropped
+    assert any(e["kind"] == "interrupted" for e in b.events)
+    assert b.samples.height > 0
+    time.sleep(1)
+    assert not _engine_procs()
