@@ -116,6 +116,7 @@ def record(
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
+    clock_offset: Annotated[list[str] | None, typer.Option(help="FILE=+1.5s: that file's clock ran ahead of true time by this much (repeatable); its times are corrected.")] = None,
     live: Annotated[str | None, typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
     nvml: Annotated[bool, typer.Option(help="With --live: also sample NVML (read-only).")] = False,
     interval: Annotated[str, typer.Option(help="With --live: sampling interval.")] = "1s",
@@ -148,8 +149,18 @@ def record(
     if not m:
         raise ReplayError(f"--tz {tz!r}: expected an offset like +02:00", 2)
     off = (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
+    offsets: dict[str, int] = {}
+    for spec in clock_offset or []:
+        f, sep, d = spec.rpartition("=")
+        us = parse_duration_us(d.lstrip("+-")) if sep and f else None
+        if us is None:
+            raise ReplayError(f"--clock-offset {spec!r}: expected FILE=+1.5s or FILE=-250ms", 2)
+        offsets[f] = -us if d.startswith("-") else us
+    unknown = [f for f in offsets if not any(f in (str(p), p.name) for p in evidence)]
+    if unknown:
+        raise ReplayError(f"--clock-offset names {', '.join(unknown)}, which is not among the evidence files", 2)
     opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
-                         nvsmi_columns=nvsmi_columns, metrics=metric or [])
+                         nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets)
     with err.status("recording"):
         reports, summary = do_record(list(evidence), out, opts)
     t = Table(title=f"bundle {out}")

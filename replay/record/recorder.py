@@ -43,6 +43,7 @@ class FileReport:
     t_last_us: int | None = None
     sha256: str = ""
     notes: list[str] = field(default_factory=list)
+    clock_offset_us: int = 0
 
 
 def _check_file(path: Path) -> None:
@@ -92,22 +93,24 @@ def _head_and_hash(path: Path, head_bytes: int = 1 << 16) -> tuple[str, str, int
     return raw.decode("utf-8", errors="replace"), h.hexdigest(), path.stat().st_size
 
 
-def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int) -> pl.LazyFrame:
+def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int = 0) -> pl.LazyFrame:
     """Add ``t`` (epoch µs) to log facts: ``t_exact`` where the line had an ISO container timestamp,
-    else the logged 'MM-DD HH:MM:SS' in ``year`` (the rules of ``vllm_log.fact_time_us``)."""
+    else the logged 'MM-DD HH:MM:SS' in ``year`` (the rules of ``vllm_log.fact_time_us``), corrected
+    by the source's clock offset (how far its clock ran ahead of true time)."""
     logged = (pl.lit(f"{year}-") + pl.col("ts")).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
-    return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000))
+    return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000) - clock_offset_us)
 
 
-def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int) -> int:
+def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int,
+                    clock_offset_us: int = 0) -> int:
     """Stats facts -> samples and request facts -> events, streamed; returns how many had no time."""
-    st = _timed(ff.stats_frame(), year, tz_offset_s)
+    st = _timed(ff.stats_frame(), year, tz_offset_s, clock_offset_us)
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
     st = st.filter(pl.col("t").is_not_null())
     for key, metric, scale in STATS_SAMPLES:
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
-    rq = _timed(ff.requests_frame(), year, tz_offset_s)
+    rq = _timed(ff.requests_frame(), year, tz_offset_s, clock_offset_us)
     w.events_lazy(rq.select(
         t_us=pl.col("t") - t0, kind="kind", rank="rank", request_id="request_id",
         source=pl.lit(path.name + ":") + pl.col("line").cast(pl.Utf8)))
@@ -155,6 +158,10 @@ class RecordOptions:
     keep_prompts: bool = False
     nvsmi_columns: str | None = None
     metrics: list[str] = field(default_factory=list)
+    clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
+
+    def clock_offset_us(self, path: Path) -> int:
+        return self.clock_offsets_us.get(str(path), self.clock_offsets_us.get(path.name, 0))
 
 
 def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
@@ -241,9 +248,13 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
     versions: list[str] = []
     ranges: list[tuple[str, str]] = []
     engines: list[str] = []
-    columnar: list[tuple[Path, FastFacts]] = []  # stats and request facts of logs, never Python objects
+    columnar: list[tuple[Path, FastFacts, int]] = []  # stats and request facts of logs, never Python objects
     col_span: list[tuple[int, int]] = []
     for path, kind, r, rep in parsed_items:
+        off = opts.clock_offset_us(path)
+        rep.clock_offset_us = off
+        if off:
+            rep.notes.append(f"clock offset {off / 1e6:+.3f} s corrected (--clock-offset)")
         if kind in ("duplicate", "empty"):
             continue
         if kind == "unknown":
@@ -264,14 +275,15 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
                 quarantine.append((str(path), no, reason, raw))
             for f in lp.facts:
                 t = fact_time_us(f.ts, year, opts.tz_offset_s)
+                t = None if t is None else t - off
                 src = f"{path.name}:{f.line}"
                 events.append({"t": t, "kind": f.kind, "data": dict(f.data), "source": src, "rank": f.rank})
                 if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
                     gpu = int(f.data.get("gpu") or 0)
                     samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"]), src))
-            columnar.append((path, ff))
-            span = pl.concat([_timed(ff.stats_frame(), year, opts.tz_offset_s).select("t"),
-                              _timed(ff.requests_frame(), year, opts.tz_offset_s).select("t")]).select(
+            columnar.append((path, ff, off))
+            span = pl.concat([_timed(ff.stats_frame(), year, opts.tz_offset_s, off).select("t"),
+                              _timed(ff.requests_frame(), year, opts.tz_offset_s, off).select("t")]).select(
                 pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
             col_lo, col_hi = span["lo"][0], span["hi"][0]
             if col_lo is not None:
@@ -287,9 +299,9 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             for no, reason, raw in r.quarantine:
                 quarantine.append((str(path), no, reason, raw))
             for st, sgpu, source, metric, value in r.samples:
-                samples.append((st, sgpu, source, metric, value, path.name))
+                samples.append((None if st is None else st - off, sgpu, source, metric, value, path.name))
             for pe in r.events:
-                events.append({"t": pe.get("t"), "kind": pe["kind"], "data": pe["data"],
+                events.append({"t": None if pe.get("t") is None else pe["t"] - off, "kind": pe["kind"], "data": pe["data"],
                                "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
             for gi, info in r.gpus.items():
                 gpus.setdefault(gi, {"index": gi}).update(info)
@@ -327,7 +339,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
         meta.engine_args["gpu_memory_utilization"] = util
     reports = [rep for _, _, _, rep in parsed_items]
     meta.inputs = [{"path": r.path, "kind": r.kind, "sha256": r.sha256, "lines_read": r.lines,
-                    "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes} for r in reports]
+                    "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes,
+                    "clock_offset_us": r.clock_offset_us} for r in reports]
     w = BundleWriter(out, meta)
     untimed = 0
     for st, sgpu, source, metric, value, _src in samples:
@@ -335,8 +348,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             untimed += 1
             continue
         w.sample(st - (t0 or 0), sgpu, source, metric, value)
-    for path, ff in columnar:
-        untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0)
+    for path, ff, off in columnar:
+        untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0, off)
     for we in events:
         t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
         w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})

@@ -15,7 +15,7 @@ from replay.record.evidence import parse_exposition
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
 from replay.record.vllm_log import parse_log
-from tests.conftest import DATA
+from tests.conftest import DATA, shared
 
 GIB = 2**30
 
@@ -220,3 +220,45 @@ def test_future_version_log_is_parsed_not_crashed(tmp_path: Path) -> None:
                  "(APIServer pid=1) INFO 01-02 03:04:15 [loggers.py:999] Engine 000: Running: 1 reqs, Waiting: 0 reqs, Quantum KV cache usage: 5.0%\n")
     d = _inspect(tmp_path, str(p), year=2027)
     assert d["vllm_version"] == "0.99.0" and d["kv_usage_pct"] == [5.0]
+
+
+def test_clock_offset_moves_only_that_source(tmp_path: Path) -> None:
+    """GIVEN a real vLLM log and a real nvidia-smi log WHEN the nvidia-smi clock is declared 2.5 s ahead
+    THEN its samples move 2.5 s earlier on the bundle's UTC timeline and the log's facts do not move."""
+    from datetime import datetime
+
+    log = shared("vllm-logs/v017_v1_stats_kv_ramp.log")
+    smi = shared("evidence/nvidia-smi/a100_query_gpu_timestamped_noheader.csv")
+
+    def absolute(b: Path) -> tuple[list[float], list[float]]:
+        bb = read_bundle(b)
+        t0 = datetime.fromisoformat(str(bb.meta.t0_utc).replace("Z", "+00:00")).timestamp() * 1e6
+        s = bb.samples
+        smi_t = sorted(t0 + t for t in s.filter(s["source"] == "nvidia-smi")["t_us"].to_list())
+        log_t = sorted(t0 + t for t in s.filter(s["source"] == "vllm-log")["t_us"].to_list())
+        return smi_t, log_t
+
+    cols = ("timestamp, name, pci.bus_id, driver_version, pstate, pcie.link.gen.max, pcie.link.gen.current, temperature.gpu, "
+            "utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.free [MiB], memory.used [MiB]")
+    kw = {"year": 2025, "nvsmi_columns": cols}
+    record([log, smi], tmp_path / "a", RecordOptions(**kw))  # type: ignore[arg-type]
+    record([log, smi], tmp_path / "b", RecordOptions(**kw, clock_offsets_us={smi.name: 2_500_000}))  # type: ignore[arg-type]
+    (sa, la), (sb, lb) = absolute(tmp_path / "a"), absolute(tmp_path / "b")
+    assert sa and la and len(sa) == len(sb)
+    assert all(abs((x - y) - 2_500_000) < 1 for x, y in zip(sa, sb))
+    assert la == lb
+    assert any(i.get("clock_offset_us") == 2_500_000 for i in read_bundle(tmp_path / "b").meta.inputs)
+
+
+def test_clock_offset_flag_is_checked(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    log = shared("vllm-logs/v017_v1_stats_kv_ramp.log")
+    base = [sys.executable, "-m", "replay", "record", str(log), "-o", str(tmp_path / "b")]
+    r = subprocess.run([*base, "--clock-offset", "other.csv=1s"], capture_output=True, text=True)
+    assert r.returncode == 2 and "not among the evidence files" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([*base, "--clock-offset", f"{log.name}=soon"], capture_output=True, text=True)
+    assert r.returncode == 2 and "expected FILE=+1.5s" in r.stderr
+    r = subprocess.run([*base, "--clock-offset", f"{log.name}=-250ms", "--year", "2025"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert read_bundle(tmp_path / "b").meta.inputs[0]["clock_offset_us"] == -250_000
