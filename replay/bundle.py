@@ -145,6 +145,13 @@ class BundleWriter:
         self._quarantine.write(json.dumps(rec) + "\n")
         self.counts["quarantined"] += 1
 
+    def requests_lazy(self, lf: pl.LazyFrame) -> None:
+        """Append requests from a lazy query (REQUESTS_SCHEMA columns plus optional extras such as
+        prompt_chars/prompt_sha256), streamed to a part file merged at close."""
+        part = self.path / f"requests.part{len(list(self.path.glob('requests.part*.parquet'))):05d}.parquet"
+        lf.sink_parquet(part)
+        self.counts["requests"] += pl.scan_parquet(part).select(pl.len()).collect().item()
+
     def request(self, row: dict[str, Any]) -> None:
         self._requests.append(row)
         self.counts["requests"] += 1
@@ -171,7 +178,14 @@ class BundleWriter:
             pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(target)
         for p in parts:
             p.unlink()
-        _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
+        req_parts = sorted(self.path.glob("requests.part*.parquet"))
+        if req_parts:
+            frames = [_requests_df(self._requests), *(pl.read_parquet(p) for p in req_parts)]
+            pl.concat(frames, how="diagonal_relaxed").write_parquet(self.path / "requests.parquet")
+            for p in req_parts:
+                p.unlink()
+        else:
+            _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
         self._events.close()
         self._quarantine.close()
         self.write_meta()

@@ -39,9 +39,6 @@ STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:,
             r"(?:GPU|CPU|XPU|\w+) KV cache usage: (?P<kv>" + _NUM + ")%")
 THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg generation throughput: (?P<gtps>" + _NUM + ")"
 REQUEST = r"^(?P<verb>Added|Finished) request (?P<rid>\S+?)\.?$"
-RECEIVED = r"^Received request (?P<rid>\S+?):"
-# words that make a line mean more than its shape: such lines take the reference parser
-_TRIGGERS = r"(?i)memory|kv cache (?:size|memory)|engine|version|blocks:|took|preempt|non-default args|maximum concurrency"
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 
@@ -52,7 +49,8 @@ STATS_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.
                 "kv_usage_pct": pl.Float64, "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64,
                 "gen_tps": pl.Float64}
 REQUEST_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
-                  "request_id": pl.Utf8}
+                  "request_id": pl.Utf8, "input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64,
+                  "logprobs": pl.Int64, "n": pl.Int64, "best_of": pl.Int64, "prompt": pl.Utf8}
 
 
 @dataclass
@@ -150,14 +148,13 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.DataFra
         cpu_kv=pl.when(v0).then(pl.col("v0").struct.field("cpu_kv")),
         ptps=pl.col("tp").struct.field("ptps"), gtps=pl.col("tp").struct.field("gtps"),
     )
-    rq = cand.filter(msg.str.contains(r"^(?:Added|Finished|Received) request "))
-    rq = rq.with_columns(req=msg.str.extract_groups(REQUEST), rec=msg.str.extract(RECEIVED, 1),
-                         trig=msg.str.contains(_TRIGGERS))
+    # Added / Finished lines; Received lines carry the request's parameters and prompt: reference parser
+    rq = cand.filter(msg.str.contains(r"^(?:Added|Finished) request "))
+    rq = rq.with_columns(req=msg.str.extract_groups(REQUEST))
     rq = rq.with_columns(
         kind=pl.when(pl.col("req").struct.field("rid").is_not_null())
-        .then(pl.lit("request_") + pl.col("req").struct.field("verb").str.to_lowercase())
-        .when(pl.col("rec").is_not_null() & ~pl.col("trig")).then(pl.lit("request_received")),
-        rid=pl.coalesce(pl.col("req").struct.field("rid"), pl.col("rec")),
+        .then(pl.lit("request_") + pl.col("req").struct.field("verb").str.to_lowercase()),
+        rid=pl.col("req").struct.field("rid"),
     ).filter(pl.col("kind").is_not_null()).select("line", "raw", "proc", "md", "hms", "fl", "msg", "kind", "rid")
     ac = df.filter(pl.col("clean") & pl.col("raw").str.contains(' - "', literal=True))
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
@@ -239,7 +236,8 @@ def _fast_frames(fast: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         prompt_tps=_num(pl.col("ptps")), gen_tps=_num(pl.col("gtps")),
     )
     rq = fast.filter(pl.col("kind").str.starts_with("request_")).select(
-        "line", "rank", "ts", "t_exact", "kind", "h", "repeatable", request_id="rid")
+        "line", "rank", "ts", "t_exact", "kind", "h", "repeatable", request_id="rid",
+        **{k: pl.lit(None, dtype=t) for k, t in REQUEST_DETAILS.items()})
     return st, rq
 
 
@@ -247,8 +245,10 @@ _STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.I
                "h": pl.UInt64, "repeatable": pl.Boolean, "running": pl.Float64, "waiting": pl.Float64,
                "swapped": pl.Float64, "preemptions": pl.Float64, "kv_usage_pct": pl.Float64,
                "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64}
+REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64,
+                   "n": pl.Int64, "best_of": pl.Int64, "prompt": pl.Utf8}
 _REQUEST_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
-                 "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8}
+                 "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8, **REQUEST_DETAILS}
 
 
 def _exact(ts: str | None) -> int | None:
@@ -273,7 +273,8 @@ def _slow_frames(res: LogParse) -> tuple[pl.DataFrame, pl.DataFrame]:
             "prompt_tps", "gen_tps")
     sdf = pl.DataFrame({**base(st), **{k: [f.data.get(k) for f in st] for k in keys}},
                        schema_overrides={**_STATS_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8})
-    rdf = pl.DataFrame({**base(rq), "request_id": [f.data["request_id"] for f in rq]},
+    rdf = pl.DataFrame({**base(rq), "request_id": [f.data["request_id"] for f in rq],
+                        **{k: [f.data.get(k) for f in rq] for k in REQUEST_DETAILS}},
                        schema_overrides={**_REQUEST_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8})
     return (sdf.with_columns(h=_KEY).select(list(_STATS_COLS)), rdf.with_columns(h=_KEY).select(list(_REQUEST_COLS)))
 

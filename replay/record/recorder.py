@@ -102,7 +102,7 @@ def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int =
 
 
 def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int,
-                    clock_offset_us: int = 0) -> int:
+                    clock_offset_us: int = 0, keep_prompts: bool = False) -> int:
     """Stats facts -> samples and request facts -> events, streamed; returns how many had no time."""
     st = _timed(ff.stats_frame(), year, tz_offset_s, clock_offset_us)
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
@@ -114,7 +114,34 @@ def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_of
     w.events_lazy(rq.select(
         t_us=pl.col("t") - t0, kind="kind", rank="rank", request_id="request_id",
         source=pl.lit(path.name + ":") + pl.col("line").cast(pl.Utf8)))
+    w.requests_lazy(_requests_from_log(rq, path.name, t0, keep_prompts))
     return untimed
+
+
+def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool) -> pl.LazyFrame:
+    """One row per request id seen in the log: arrival (received/added), finish, abort, and the
+    memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
+    --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it."""
+    ids = pl.col("request_id")
+    rq = rq.with_columns(request_id=pl.when(pl.col("kind") == "request_aborted")
+                         .then(ids.str.split(",")).otherwise(pl.concat_list(ids))).explode("request_id").with_columns(
+        pl.col("request_id").str.strip_chars())
+    kind = pl.col("kind")
+    details = ["input_tokens", "max_tokens", "prompt_logprobs", "logprobs", "n", "best_of"]
+    out = rq.group_by("request_id", maintain_order=True).agg(
+        arrival_us=pl.col("t").filter(kind.is_in(["request_received", "request_added"])).min() - t0,
+        finish_us=pl.col("t").filter(kind == "request_finished").min() - t0,
+        aborted=(kind == "request_aborted").any(),
+        source=pl.lit(name + ":") + pl.col("line").min().cast(pl.Utf8),
+        prompt=pl.col("prompt").drop_nulls().first(),
+        **{k: pl.col(k).drop_nulls().first() for k in details},
+    ).with_columns(
+        status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
+        .when(pl.col("aborted")).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
+        prompt_chars=pl.col("prompt").str.len_chars(),
+        prompt_sha256=pl.col("prompt").map_elements(lambda p: hashlib.sha256(p.encode()).hexdigest(), return_dtype=pl.Utf8),
+    ).rename({"request_id": "id"}).drop("aborted")
+    return out if keep_prompts else out.drop("prompt")
 
 
 def detect_kind(text: str) -> str | None:
@@ -349,7 +376,7 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             continue
         w.sample(st - (t0 or 0), sgpu, source, metric, value)
     for path, ff, off in columnar:
-        untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0, off)
+        untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0, off, opts.keep_prompts)
     for we in events:
         t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
         w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})

@@ -74,6 +74,10 @@ R_ADDED = re.compile(r"Added request (\S+?)\.?$")
 R_RECEIVED = re.compile(r"Received request (\S+?):")
 R_FINISHED = re.compile(r"Finished request (\S+?)\.?$")
 R_ABORTED = re.compile(r"Aborted request(?:\(s\))? (.+?)\.?$")
+R_DETAILS = re.compile(r"Request (\S+?) details: ")
+R_PROMPT = re.compile(r"""prompt: ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|None)""")
+R_TOKEN_IDS = re.compile(r"prompt_token_ids: \[([\d,\s]*)(\]|\.\.\.)")
+R_PARAM = {k: re.compile(rf"\b{k}=(\d+|None)") for k in ("n", "best_of", "max_tokens", "logprobs", "prompt_logprobs", "min_tokens")}
 
 # --- OOM --------------------------------------------------------------------------------------
 R_OOM_MODERN = re.compile(
@@ -254,6 +258,27 @@ def _oom(text: str) -> dict[str, Any] | None:
     return None
 
 
+def request_details(text: str) -> dict[str, Any]:
+    """What a 'Received request' / 'Request … details' line says about the request's memory shape:
+    sampling parameters, prompt length in tokens, and the prompt as logged (``prompt``; the recorder
+    keeps only its length and hash unless --keep-prompts)."""
+    out: dict[str, Any] = {}
+    params = text[text.rfind("params: "):] if "params: " in text else text  # after the prompt
+    for k, rx in R_PARAM.items():
+        m = rx.search(params)
+        if m:
+            out[k] = None if m.group(1) == "None" else int(m.group(1))
+    m = R_TOKEN_IDS.search(text)
+    if m:
+        ids = m.group(1).strip()
+        out["input_tokens"] = (ids.count(",") + 1 if ids else 0) if m.group(2) == "]" else None
+        out["input_tokens_truncated"] = m.group(2) != "]"
+    m = R_PROMPT.search(text)
+    if m and m.group(1) != "None":
+        out["prompt"] = m.group(1)
+    return out
+
+
 def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     """All facts in one logical message."""
     out: list[tuple[str, dict[str, Any]]] = []
@@ -337,9 +362,11 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         m = R_PREEMPT.search(text)
         if m:
             out.append(("preemption", {"seq_group": m.group(1), "mode": m.group(2), "cumulative": int(m.group(3))}))
-    if "request" in text:
-        for rx, kind in ((R_ADDED, "request_added"), (R_RECEIVED, "request_received"),
-                         (R_FINISHED, "request_finished"), (R_ABORTED, "request_aborted")):
+    if "equest" in text:
+        m = R_RECEIVED.search(text) or R_DETAILS.search(text)
+        if m and m.start() < 40:  # the request line itself: its prompt text must not trigger other facts
+            return [("request_received", {"request_id": m.group(1), **request_details(text[m.end():])})]
+        for rx, kind in ((R_ADDED, "request_added"), (R_FINISHED, "request_finished"), (R_ABORTED, "request_aborted")):
             m = rx.search(text)
             if m:
                 out.append((kind, {"request_id": m.group(1)}))

@@ -262,3 +262,44 @@ def test_clock_offset_flag_is_checked(tmp_path: Path) -> None:
     r = subprocess.run([*base, "--clock-offset", f"{log.name}=-250ms", "--year", "2025"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert read_bundle(tmp_path / "b").meta.inputs[0]["clock_offset_us"] == -250_000
+
+
+RECEIVED_06 = ("INFO 02-12 12:20:{s:02d} logger.py:37] Received request cmpl-{i}: prompt: 'Tell me a secret {i}: "
+               "out of memory?', params: SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, "
+               "repetition_penalty=1.0, temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0, seed=None, stop=[], "
+               "stop_token_ids=[], include_stop_str_in_output=False, ignore_eos=False, max_tokens={mt}, min_tokens=0, "
+               "logprobs=None, prompt_logprobs={plp}, skip_special_tokens=True, spaces_between_special_tokens=True, "
+               "truncate_prompt_tokens=None), prompt_token_ids: [{ids}], lora_request: None, prompt_adapter_request: None.")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_requests_from_log_lines_and_privacy(keep: bool, tmp_path: Path) -> None:
+    """GIVEN 0.6-format request lines (Received with params and prompt, Added, Finished, Aborted) THEN
+    requests.parquet has one row per request with its memory shape, and the prompt text is in the
+    bundle only with --keep-prompts (otherwise its length and hash)."""
+    lines = []
+    for i in range(6):
+        lines.append(RECEIVED_06.format(s=i, i=i, mt=64 * (i + 1), plp=20 if i == 3 else "None",
+                                        ids=", ".join(str(100 + k) for k in range(10 * (i + 1)))))
+        lines.append(f"INFO 02-12 12:20:{i:02d} async_llm_engine.py:211] Added request cmpl-{i}.")
+    lines += [f"INFO 02-12 12:20:{10 + i:02d} async_llm_engine.py:179] Finished request cmpl-{i}." for i in (0, 1, 2)]
+    lines.append("INFO 02-12 12:20:20 async_llm_engine.py:188] Aborted request cmpl-4.")
+    lines.append("ERROR 02-12 12:20:21 async_llm_engine.py:68] Engine background task failed")
+    log = tmp_path / "v06.log"
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "b"
+    record([log], out, RecordOptions(year=2025, keep_prompts=keep))
+    b = read_bundle(out)
+    r = b.requests.sort("id")
+    assert r["id"].to_list() == [f"cmpl-{i}" for i in range(6)]
+    assert r["input_tokens"].to_list() == [10, 20, 30, 40, 50, 60]
+    assert r["max_tokens"].to_list() == [64, 128, 192, 256, 320, 384]
+    assert r["prompt_logprobs"].to_list() == [None, None, None, 20, None, None]
+    assert r["status"].to_list() == ["ok", "ok", "ok", "unknown", "aborted", "unknown"]
+    assert r["arrival_us"].to_list() == [i * 1_000_000 for i in range(6)]
+    assert r.filter(r["id"] == "cmpl-0")["finish_us"][0] == 10_000_000
+    assert r["prompt_chars"].to_list()[0] == len("'Tell me a secret 0: out of memory?'")
+    assert not [e for e in b.events if e["kind"] == "oom"]  # a prompt that says "out of memory" is not an OOM
+    everything = "".join(p.read_bytes().decode("latin-1") for p in out.iterdir() if p.is_file())
+    assert ("Tell me a secret" in everything) == keep
+    assert ("prompt" in r.columns) == keep and b.meta.keep_prompts == keep
