@@ -213,6 +213,8 @@ def run(
     interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 0.25,
     kv_cache_gib: Annotated[float, typer.Option(help="KV cache size on the CPU engine (VLLM_CPU_KVCACHE_SPACE).")] = 1.0,
     capacity_gib: Annotated[float | None, typer.Option(help="Emulated capacity: an actual-memory limit that ends the run as an emulated OOM.")] = None,
+    emulate_capacity: Annotated[bool, typer.Option(help="On a bigger GPU than production's: hold the difference in a ballast and scale gpu_memory_utilization.")] = False,
+    torch_history: Annotated[bool, typer.Option(help="Record allocation history in the engine so the OOM snapshot shows stacks (slower).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
 ) -> None:
     """Replay a trace through a real vLLM server at recorded times, measuring reported and actual memory.
@@ -225,7 +227,8 @@ def run(
     opts = RunOptions(vllm=vllm, out=out, speed=speed, window=_window(window), concurrency=concurrency,
                       engine_args_file=engine_args, set_args=set_ or [], model=model, vocab=vocab, seed=seed,
                       interval_s=interval, kv_cache_gib=kv_cache_gib,
-                      capacity_bytes=int(capacity_gib * 2**30) if capacity_gib else None)
+                      capacity_bytes=int(capacity_gib * 2**30) if capacity_gib else None,
+                      emulate_capacity=emulate_capacity, torch_history=torch_history)
     res = do_run(trace, opts, err)
     gib = 2**30
     err.print(f"[bold]{res.outcome}[/]: {res.sent} sent, {res.ok} ok, {res.failed} failed, {res.aborted} aborted; "

@@ -27,10 +27,11 @@ from replay.drive.probe import ProbeReader, probe_env
 from replay.drive.sampler import Sampler
 from replay.engine import args as eargs
 from replay.engine import envs
+from replay.engine.ballast import Ballast, scaled_utilization
 from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model
 from replay.engine.server import EngineServer
 from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError
-from replay.nvml import open_nvml
+from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log
 from replay.trace.format import read_trace
@@ -58,6 +59,7 @@ class RunOptions:
     install: bool = True
     output_policy: str = "observed"
     torch_history: bool = False  # record allocation history in the engine for the OOM snapshot (costs time)
+    emulate_capacity: bool = False  # on a bigger GPU: hold the difference in a ballast, scale the budget
 
 
 @dataclass
@@ -82,6 +84,32 @@ def _p99(xs: list[int]) -> float | None:
         return None
     s = sorted(xs)
     return float(s[min(len(s) - 1, int(0.99 * len(s)))])
+
+
+def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: dict[str, Any], opts: RunOptions,
+                    console: Console) -> dict[str, Any] | None:
+    """On a GPU other than production's: warn, or (--emulate-capacity, local GPU bigger) plan a ballast
+    of the difference and scale gpu_memory_utilization so vLLM's budget in bytes is production's."""
+    gpus = nvml.read() if nvml is not None else []
+    prod_total = prod.get("gpu_total_bytes")
+    if not gpus or not prod_total:
+        return None
+    local = gpus[0].total_bytes
+    if abs(local - int(prod_total)) < 2**30:
+        return None
+    where = f"this GPU has {local / 2**30:.1f} GiB, production's {prod.get('gpu_name') or ''} had {int(prod_total) / 2**30:.1f} GiB"
+    if not opts.emulate_capacity or local < int(prod_total):
+        console.print(f"[yellow]warning:[/] {where}; memory headroom differs from the incident"
+                      + ("" if local < int(prod_total) else " (--emulate-capacity holds the difference)"))
+        return None
+    util = float(engine_args.get("gpu_memory_utilization") or 0.9)
+    scaled = scaled_utilization(util, int(prod_total), local)
+    engine_args["gpu_memory_utilization"] = scaled
+    console.print(f"emulating production capacity: {where}; ballast {(local - int(prod_total)) / 2**30:.1f} GiB, "
+                  f"gpu_memory_utilization {util} -> {scaled}")
+    return {"production_total_bytes": int(prod_total), "local_total_bytes": local,
+            "ballast_bytes": local - int(prod_total), "gpu_memory_utilization_production": util,
+            "gpu_memory_utilization_scaled": scaled}
 
 
 def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
@@ -109,6 +137,8 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
         except (OSError, json.JSONDecodeError) as e:
             raise ReplayError(f"{opts.engine_args_file}: cannot read engine args JSON ({e})", 2) from None
     engine_args.update(eargs.parse_set(opts.set_args))
+    nvml = open_nvml() if spec.device == "cuda" else None
+    emulation = _plan_emulation(nvml, header.production or {}, engine_args, opts, console)
     with console.status(f"reading vLLM {spec.version}'s argument list"):
         allowed = eargs.known_args(spec)
     argv = eargs.to_argv(engine_args, allowed, spec.version)
@@ -129,7 +159,8 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
                       extra={"device": spec.device, "speed": opts.speed, "seed": opts.seed, "window_us": opts.window,
                              "concurrency": opts.concurrency, "production": prod,
                              "capacity_bytes": opts.capacity_bytes, "kv_cache_gib": opts.kv_cache_gib,
-                             "output_policy": opts.output_policy, "interval_s": opts.interval_s})
+                             "output_policy": opts.output_policy, "interval_s": opts.interval_s,
+                             "emulation": emulation})
     writer = BundleWriter(out, meta)
     block = (header.prefix or {}).get("block_size")
     items = []
@@ -170,21 +201,26 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     cpu0 = time.process_time()
     meta.t0_utc = datetime.fromtimestamp(t_wall0, tz=timezone.utc).isoformat().replace("+00:00", "Z")
     sampler: Sampler | None = None
+    ballast: Ballast | None = None
     baseline = None
     try:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, on_sigint)
+        if emulation is not None:  # before the engine starts: vLLM measures free memory at startup
+            with console.status(f"holding a {emulation['ballast_bytes'] / 2**30:.1f} GiB ballast on GPU 0"):
+                ballast = Ballast(spec.python, int(emulation["ballast_bytes"]), "cuda:0")
+                ballast.start()
+                emulation["ballast_pid"] = ballast.pid
         with console.status(f"starting vLLM {spec.version} ({spec.device}) server"):
             server.start()
         ready_us = int((server.ready_at or time.time()) * 1e6 - t_wall0 * 1e6)
         baseline = server.rss_bytes()
-        nvml = open_nvml() if spec.device == "cuda" else None
         uuids = {g.uuid.removeprefix("GPU-"): g.index for g in nvml.read() if g.uuid} if nvml is not None else {}
         probe = ProbeReader(out / "probe", t_wall0, uuids)
         sampler = Sampler(writer, t_wall0, metrics_url=f"{server.url}/metrics",
                           rss=server.rss_bytes if spec.device == "cpu" else None, nvml=nvml, pids=server.pids,
                           interval_s=opts.interval_s, capacity_bytes=opts.capacity_bytes, on_capacity=on_capacity,
-                          probe=probe)
+                          probe=probe, ballast_pids={ballast.pid} if ballast is not None and ballast.pid else None)
         writer.event({"t_us": ready_us, "kind": "engine_ready", "source": "replay", "rss_bytes": baseline,
                       "device": spec.device, "note": "engine memory at ready: weights + KV pool + runtime, "
                       "everything vLLM sized at startup"})
@@ -233,6 +269,8 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
         engine_cpu = server.cpu_seconds()
         stop_us = int((time.time() - t_wall0) * 1e6)
         server.stop()
+        if ballast is not None:
+            ballast.stop()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, prev_handler)
 

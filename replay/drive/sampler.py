@@ -22,7 +22,7 @@ class Sampler:
                  rss: Callable[[], int | None] | None = None, nvml: NvmlReader | None = None,
                  pids: Callable[[], list[int]] | None = None, interval_s: float = 0.25,
                  capacity_bytes: int | None = None, on_capacity: Callable[[int], None] | None = None,
-                 probe: ProbeReader | None = None) -> None:
+                 probe: ProbeReader | None = None, ballast_pids: set[int] | None = None) -> None:
         self.w = writer
         self.t0 = t0_wall
         self.metrics_url = metrics_url
@@ -33,6 +33,7 @@ class Sampler:
         self.capacity_bytes = capacity_bytes
         self.on_capacity = on_capacity
         self.probe = probe
+        self.ballast_pids = ballast_pids or set()  # capacity emulation: not a co-tenant
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="replay-sampler", daemon=True)
@@ -73,7 +74,10 @@ class Sampler:
                     self.w.sample(t, g.index, "nvml", "device_free_bytes", g.free_bytes)
                     self.w.sample(t, g.index, "nvml", "device_reserved_bytes", g.reserved_bytes)
                     own = sum(v or 0 for p, v in g.processes.items() if p in mine)
-                    other = sum(v or 0 for p, v in g.processes.items() if p not in mine)
+                    held = sum(v or 0 for p, v in g.processes.items() if p in self.ballast_pids)
+                    other = sum(v or 0 for p, v in g.processes.items() if p not in mine and p not in self.ballast_pids)
+                    if self.ballast_pids:
+                        self.w.sample(t, g.index, "nvml", "ballast_bytes", held)
                     if mine:
                         self.w.sample(t, g.index, "nvml", "process_used_bytes", own)
                     self.w.sample(t, g.index, "nvml", "other_processes_bytes", other)
