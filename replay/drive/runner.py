@@ -179,9 +179,14 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     driver = Driver(server.url, str(model_dir), speed=opts.speed, concurrency=opts.concurrency)
     loop_ref: list[asyncio.AbstractEventLoop] = []
 
+    drive_done = threading.Event()  # set once the driver's loop has finished: nothing left to stop
+
     def stop_driver() -> None:
-        if loop_ref:
-            loop_ref[0].call_soon_threadsafe(driver.stop)
+        if loop_ref and not drive_done.is_set():
+            try:
+                loop_ref[0].call_soon_threadsafe(driver.stop)
+            except RuntimeError:  # the loop closed in between: the driver has already stopped
+                pass
 
     def on_capacity(v: int) -> None:
         if not guard_hit:
@@ -227,7 +232,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
         sampler.start()
 
         def watchdog() -> None:
-            while not died.is_set() and not driver._stop.is_set():
+            while not died.is_set() and not driver._stop.is_set() and not drive_done.is_set():
                 if not server.alive():
                     died.set()
                     stop_driver()
@@ -253,7 +258,10 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
                 loop_ref.append(asyncio.get_running_loop())
                 await driver.run(items, t0=t_drive0_perf, on_tick=tick)
 
-            asyncio.run(go())
+            try:
+                asyncio.run(go())
+            finally:
+                drive_done.set()
             tick()
         if interrupted:
             outcome = "interrupted"

@@ -53,6 +53,7 @@ def replay_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpr
 def test_replay_reproduces_the_divergence(replay_bundle: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     out, r = replay_bundle
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Exception" not in r.stderr, r.stderr[-3000:]
     b = read_bundle(out)
     assert b.meta.kind == "replay" and b.meta.vllm_version == "0.32.0"
     req = b.requests
