@@ -149,7 +149,7 @@ class BundleWriter:
         """Append requests from a lazy query (REQUESTS_SCHEMA columns plus optional extras such as
         prompt_chars/prompt_sha256), streamed to a part file merged at close."""
         part = self.path / f"requests.part{len(list(self.path.glob('requests.part*.parquet'))):05d}.parquet"
-        lf.sink_parquet(part)
+        lf.sink_parquet(part, engine="streaming")
         self.counts["requests"] += pl.scan_parquet(part).select(pl.len()).collect().item()
 
     def request(self, row: dict[str, Any]) -> None:
@@ -180,8 +180,8 @@ class BundleWriter:
             p.unlink()
         req_parts = sorted(self.path.glob("requests.part*.parquet"))
         if req_parts:
-            frames = [_requests_df(self._requests), *(pl.read_parquet(p) for p in req_parts)]
-            pl.concat(frames, how="diagonal_relaxed").write_parquet(self.path / "requests.parquet")
+            frames = [_requests_df(self._requests).lazy(), *(pl.scan_parquet(p) for p in req_parts)]
+            pl.concat(frames, how="diagonal_relaxed").sink_parquet(self.path / "requests.parquet")
             for p in req_parts:
                 p.unlink()
         else:

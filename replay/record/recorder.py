@@ -121,26 +121,34 @@ def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_of
 def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool) -> pl.LazyFrame:
     """One row per request id seen in the log: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
-    --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it."""
-    ids = pl.col("request_id")
-    rq = rq.with_columns(request_id=pl.when(pl.col("kind") == "request_aborted")
-                         .then(ids.str.split(",")).otherwise(pl.concat_list(ids))).explode("request_id").with_columns(
-        pl.col("request_id").str.strip_chars())
+    --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it.
+
+    Ids are grouped by their 64-bit hash, arrivals, finishes and aborts separately and then joined,
+    so that millions of requests cost a few numbers each rather than string-keyed groups."""
+    rq = rq.select("request_id", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
+                   "logprobs", "n", "best_of")
+    is_abort = pl.col("kind") == "request_aborted"  # 'Aborted request(s) a, b, c': one row per id
+    aborts = rq.filter(is_abort).with_columns(pl.col("request_id").str.split(",")).explode("request_id")
+    rq = pl.concat([rq.filter(~is_abort), aborts.with_columns(pl.col("request_id").str.strip_chars())])
+    rq = rq.with_columns(h=pl.col("request_id").hash(seed=11))
     kind = pl.col("kind")
     details = ["input_tokens", "max_tokens", "prompt_logprobs", "logprobs", "n", "best_of"]
-    out = rq.group_by("request_id", maintain_order=True).agg(
-        arrival_us=pl.col("t").filter(kind.is_in(["request_received", "request_added"])).min() - t0,
-        finish_us=pl.col("t").filter(kind == "request_finished").min() - t0,
-        aborted=(kind == "request_aborted").any(),
-        source=pl.lit(name + ":") + pl.col("line").min().cast(pl.Utf8),
-        prompt=pl.col("prompt").drop_nulls().first(),
-        **{k: pl.col(k).drop_nulls().first() for k in details},
-    ).with_columns(
+    seen = rq.group_by("h").agg(id=pl.col("request_id").first(), line=pl.col("line").min())
+    arrived = rq.filter(kind.is_in(["request_received", "request_added"])).group_by("h").agg(
+        arrival_us=pl.col("t").min() - t0)
+    detailed = rq.filter(kind == "request_received").group_by("h").agg(
+        prompt=pl.col("prompt").drop_nulls().first(), **{k: pl.col(k).drop_nulls().first() for k in details})
+    finished = rq.filter(kind == "request_finished").group_by("h").agg(finish_us=pl.col("t").min() - t0)
+    aborted = rq.filter(kind == "request_aborted").select("h").unique().with_columns(aborted=pl.lit(True))
+    out = (seen.join(arrived, on="h", how="left").join(detailed, on="h", how="left")
+           .join(finished, on="h", how="left").join(aborted, on="h", how="left"))
+    out = out.with_columns(
+        source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
         status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
-        .when(pl.col("aborted")).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
+        .when(pl.col("aborted").fill_null(False)).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
         prompt_chars=pl.col("prompt").str.len_chars(),
         prompt_sha256=pl.col("prompt").map_elements(lambda p: hashlib.sha256(p.encode()).hexdigest(), return_dtype=pl.Utf8),
-    ).rename({"request_id": "id"}).drop("aborted")
+    ).drop("h", "line", "aborted")
     return out if keep_prompts else out.drop("prompt")
 
 
