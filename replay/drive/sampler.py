@@ -7,14 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 
 from replay.bundle import BundleWriter
 from replay.drive.probe import ProbeReader
 from replay.nvml import NvmlReader
-from replay.record.evidence import parse_exposition
+from replay.record.evidence import vllm_metric_values
 
 
 class Sampler:
@@ -91,10 +90,9 @@ class Sampler:
         if client is not None and self.metrics_url:
             try:
                 r = client.get(self.metrics_url)
-                p = parse_exposition(Path("metrics"), r.text, at=str(time.time()))
                 with self.lock:
-                    for _, gpu, source, metric, value in p.samples:
-                        self.w.sample(t, gpu, source, metric, value)
+                    for metric, value in vllm_metric_values(r.text):
+                        self.w.sample(t, None, "vllm-metrics", metric, value)
                         if metric == "kv_usage_ratio":
                             self.last_kv = value
             except httpx.HTTPError:

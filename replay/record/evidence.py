@@ -118,6 +118,26 @@ def scrape_time(path: Path, text: str, at: str | None, tz_offset_s: int) -> tupl
     return None, "none"
 
 
+def vllm_metric_values(text: str) -> list[tuple[str, float]]:
+    """The vLLM metrics a live sampler needs, from a /metrics body, without parsing the rest: a line
+    scan keyed on VLLM_METRICS names (a vLLM exposition is hundreds of histogram lines; the sampler
+    reads it several times a second and must stay cheap). Same mapping as ``parse_exposition``."""
+    out: list[tuple[str, float]] = []
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        m = VLLM_METRICS.get(name)
+        if m is None:
+            continue
+        parts = line.rsplit("}", 1)[-1].split()
+        try:
+            out.append((m[0], float(parts[0]) * m[1]))
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
                      want: list[str] | None = None) -> Parsed:
     p = Parsed(kind="prometheus-text")

