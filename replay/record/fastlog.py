@@ -14,6 +14,7 @@ reference for what a line means. Tests check that both routes give the same fact
 from __future__ import annotations
 
 import gzip
+import hashlib
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,7 +51,8 @@ STATS_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.
                 "gen_tps": pl.Float64}
 REQUEST_SCHEMA = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
                   "request_id": pl.Utf8, "input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64,
-                  "logprobs": pl.Int64, "n": pl.Int64, "best_of": pl.Int64, "prompt": pl.Utf8}
+                  "logprobs": pl.Int64, "n": pl.Int64, "best_of": pl.Int64, "prompt_chars": pl.Int64,
+                  "prompt_sha256": pl.Utf8, "prompt": pl.Utf8}
 
 
 @dataclass
@@ -171,7 +173,8 @@ def _representatives(fast: pl.DataFrame) -> list[tuple[str, int]]:
     return [(str(r), int(n)) for r, n in g.select("raw", "n").iter_rows()]
 
 
-def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None) -> tuple[LogParse, FastFacts]:
+def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
+                   keep_prompts: bool = False) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse."""
@@ -206,10 +209,10 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None) -> t
             for raw, weight in _representatives(fast):
                 for ln in split_line(0, raw):
                     parser.observe(ln, weight)
-        _spill_piece(fast, parser.res, f"{k:06d}", spill, ff)
+        _spill_piece(fast, parser.res, f"{k:06d}", spill, ff, keep_prompts)
         first_no += n
     res = parser.finish()
-    _spill_piece(pl.DataFrame(), res, "end", spill, ff)
+    _spill_piece(pl.DataFrame(), res, "end", spill, ff, keep_prompts)
     _drop_repeats(ff, res)
     return res, ff
 
@@ -246,7 +249,8 @@ _STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.I
                "swapped": pl.Float64, "preemptions": pl.Float64, "kv_usage_pct": pl.Float64,
                "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64}
 REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64,
-                   "n": pl.Int64, "best_of": pl.Int64, "prompt": pl.Utf8}
+                   "n": pl.Int64, "best_of": pl.Int64, "prompt_chars": pl.Int64, "prompt_sha256": pl.Utf8,
+                   "prompt": pl.Utf8}
 _REQUEST_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
                  "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8, **REQUEST_DETAILS}
 
@@ -256,7 +260,7 @@ def _exact(ts: str | None) -> int | None:
     return fact_time_us(ts, 1970) if ts and "T" in ts else None
 
 
-def _slow_frames(res: LogParse) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _slow_frames(res: LogParse, keep_prompts: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Take the reference parser's stats and request facts so far out of ``res`` as frames."""
     st = [f for f in res.facts if f.kind == "stats"]
     rq = [f for f in res.facts if f.kind.startswith("request_")]
@@ -273,16 +277,23 @@ def _slow_frames(res: LogParse) -> tuple[pl.DataFrame, pl.DataFrame]:
             "prompt_tps", "gen_tps")
     sdf = pl.DataFrame({**base(st), **{k: [f.data.get(k) for f in st] for k in keys}},
                        schema_overrides={**_STATS_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8})
+    for f in rq:  # the prompt leaves the parser only as its length and hash, unless --keep-prompts
+        text = f.data.get("prompt")
+        if text is not None:
+            f.data["prompt_chars"] = len(text)
+            f.data["prompt_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+            if not keep_prompts:
+                f.data["prompt"] = None
     rdf = pl.DataFrame({**base(rq), "request_id": [f.data["request_id"] for f in rq],
                         **{k: [f.data.get(k) for f in rq] for k in REQUEST_DETAILS}},
                        schema_overrides={**_REQUEST_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8})
     return (sdf.with_columns(h=_KEY).select(list(_STATS_COLS)), rdf.with_columns(h=_KEY).select(list(_REQUEST_COLS)))
 
 
-def _spill_piece(fast: pl.DataFrame, res: LogParse, tag: str, spill: Path, ff: FastFacts) -> None:
+def _spill_piece(fast: pl.DataFrame, res: LogParse, tag: str, spill: Path, ff: FastFacts, keep_prompts: bool) -> None:
     """Write one piece's stats and request facts, both lanes merged in line order."""
     fs, fr = _fast_frames(fast)
-    ss, sr = _slow_frames(res)
+    ss, sr = _slow_frames(res, keep_prompts)
     for name, a, b in (("stats", fs, ss), ("requests", fr, sr)):
         df = pl.concat([a, b]).sort("line", maintain_order=True) if b.height else a
         if df.height:

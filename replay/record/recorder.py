@@ -123,31 +123,34 @@ def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool)
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it.
 
-    Ids are grouped by their 64-bit hash, arrivals, finishes and aborts separately and then joined,
-    so that millions of requests cost a few numbers each rather than string-keyed groups."""
+    Arrivals stream through; finishes and aborts are joined on by a 64-bit hash of the id, so that
+    millions of requests cost a few numbers each. A request whose arrival line is not in the log
+    (the log starts while it was in flight) is in events.jsonl but has no row here."""
     rq = rq.select("request_id", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
-                   "logprobs", "n", "best_of")
-    is_abort = pl.col("kind") == "request_aborted"  # 'Aborted request(s) a, b, c': one row per id
-    aborts = rq.filter(is_abort).with_columns(pl.col("request_id").str.split(",")).explode("request_id")
-    rq = pl.concat([rq.filter(~is_abort), aborts.with_columns(pl.col("request_id").str.strip_chars())])
-    rq = rq.with_columns(h=pl.col("request_id").hash(seed=11))
+                   "logprobs", "n", "best_of", "prompt_chars", "prompt_sha256")
     kind = pl.col("kind")
-    details = ["input_tokens", "max_tokens", "prompt_logprobs", "logprobs", "n", "best_of"]
-    seen = rq.group_by("h").agg(id=pl.col("request_id").first(), line=pl.col("line").min())
-    arrived = rq.filter(kind.is_in(["request_received", "request_added"])).group_by("h").agg(
-        arrival_us=pl.col("t").min() - t0)
-    detailed = rq.filter(kind == "request_received").group_by("h").agg(
-        prompt=pl.col("prompt").drop_nulls().first(), **{k: pl.col(k).drop_nulls().first() for k in details})
-    finished = rq.filter(kind == "request_finished").group_by("h").agg(finish_us=pl.col("t").min() - t0)
-    aborted = rq.filter(kind == "request_aborted").select("h").unique().with_columns(aborted=pl.lit(True))
-    out = (seen.join(arrived, on="h", how="left").join(detailed, on="h", how="left")
-           .join(finished, on="h", how="left").join(aborted, on="h", how="left"))
+    aborts = rq.filter(kind == "request_aborted").with_columns(  # 'Aborted request(s) a, b, c'
+        pl.col("request_id").str.split(",")).explode("request_id").with_columns(pl.col("request_id").str.strip_chars())
+    rq = rq.with_columns(h=pl.col("request_id").hash(seed=11))
+    # one row per arriving request (its first Received/Added line, which carries the details), then
+    # finish and abort looked up by id hash: only those small numeric tables are held in memory
+    arrivals = rq.filter(kind.is_in(["request_received", "request_added"])).unique(
+        subset="h", keep="first", maintain_order=True).select(
+        "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
+        input_tokens="input_tokens", max_tokens="max_tokens", prompt_logprobs="prompt_logprobs",
+        logprobs="logprobs", n="n", best_of="best_of", prompt_chars="prompt_chars", prompt_sha256="prompt_sha256")
+    # collected on their own (not as branches of one plan, which would cache every request fact)
+    finished = rq.filter(kind == "request_finished").group_by("h").agg(
+        finish_us=pl.col("t").min() - t0).collect(engine="streaming")
+    aborted = aborts.select(h=pl.col("request_id").hash(seed=11)).unique().collect(engine="streaming")
+    # a lookup per batch rather than a join, which would hold the arrivals side in memory
+    out = arrivals.with_columns(
+        finish_us=pl.col("h").replace_strict(finished["h"], finished["finish_us"], default=None, return_dtype=pl.Int64),
+        aborted=pl.col("h").is_in(aborted["h"].implode()))
     out = out.with_columns(
         source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
         status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
         .when(pl.col("aborted").fill_null(False)).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
-        prompt_chars=pl.col("prompt").str.len_chars(),
-        prompt_sha256=pl.col("prompt").map_elements(lambda p: hashlib.sha256(p.encode()).hexdigest(), return_dtype=pl.Utf8),
     ).drop("h", "line", "aborted")
     return out if keep_prompts else out.drop("prompt")
 
@@ -223,7 +226,7 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             continue
         result: Any
         if kind == "vllm-log":
-            result = parse_log_file(path, spill_root / str(len(parsed_items)))
+            result = parse_log_file(path, spill_root / str(len(parsed_items)), keep_prompts=opts.keep_prompts)
             parsed_items.append((path, kind, result, rep))
             continue
         text = _read_text(path)
