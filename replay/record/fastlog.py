@@ -39,7 +39,6 @@ STATS_V0 = (r"Running: (?P<running>\d+) reqs, Swapped: (?P<swapped>\d+) reqs, Pe
 STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:, Preemptions: (?P<pre>\d+))?.*?"
             r"(?:GPU|CPU|XPU|\w+) KV cache usage: (?P<kv>" + _NUM + ")%")
 THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg generation throughput: (?P<gtps>" + _NUM + ")"
-REQUEST = r"^(?P<verb>Added|Finished) request (?P<rid>\S+?)\.?$"
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 
@@ -103,7 +102,7 @@ _FLAT = {"proc": pl.Utf8, "md": pl.Utf8, "hms": pl.Utf8, "fl": pl.Utf8, "msg": p
          "cpu_kv": pl.Utf8, "ptps": pl.Utf8, "gtps": pl.Utf8, "rid": pl.Utf8}
 
 
-def _fields(df: pl.DataFrame) -> pl.DataFrame:
+def _fields(df: pl.LazyFrame) -> pl.LazyFrame:
     """Split strictly shaped lines into prefix fields and message without regex captures (slow)."""
     has_proc = pl.col("raw").str.starts_with("(")
     pp = pl.col("raw").str.splitn(") ", 2)
@@ -123,8 +122,8 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.DataFra
     """All lines with their numbers, and the fast-lane lines with their kind and fields.
 
     Cheap tests (literal searches, anchored matches) pick the candidates; the costly extractions
-    run only on the few lines of each shape."""
-    df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(
+    run only on the few lines of each shape. One lazy plan, collected once per piece."""
+    df = pl.DataFrame({"raw": lines}).lazy().with_row_index("i").with_columns(
         line=pl.col("i").cast(pl.Int64) + first_no,
         raw=pl.col("raw").str.strip_suffix("\r"),
     ).drop("i")
@@ -150,20 +149,22 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.DataFra
         cpu_kv=pl.when(v0).then(pl.col("v0").struct.field("cpu_kv")),
         ptps=pl.col("tp").struct.field("ptps"), gtps=pl.col("tp").struct.field("gtps"),
     )
-    # Added / Finished lines; Received lines carry the request's parameters and prompt: reference parser
-    rq = cand.filter(msg.str.contains(r"^(?:Added|Finished) request "))
-    rq = rq.with_columns(req=msg.str.extract_groups(REQUEST))
-    rq = rq.with_columns(
-        kind=pl.when(pl.col("req").struct.field("rid").is_not_null())
-        .then(pl.lit("request_") + pl.col("req").struct.field("verb").str.to_lowercase()),
-        rid=pl.col("req").struct.field("rid"),
-    ).filter(pl.col("kind").is_not_null()).select("line", "raw", "proc", "md", "hms", "fl", "msg", "kind", "rid")
+    # Added / Finished lines (split, not matched: a capture per line is slow); Received lines carry the
+    # request's parameters and prompt and go to the reference parser
+    added = msg.str.starts_with("Added request ")
+    rq = cand.filter(added | msg.str.starts_with("Finished request "))
+    rest = msg.str.splitn(" ", 3).struct.field("field_2")
+    rq = rq.with_columns(rid=rest.str.strip_suffix("."), one_word=~rest.str.contains(r"\s"),
+                         kind=pl.when(added).then(pl.lit("request_added")).otherwise(pl.lit("request_finished")))
+    rq = rq.filter(pl.col("one_word") & (pl.col("rid").str.len_bytes() > 0)).select(
+        "line", "raw", "proc", "md", "hms", "fl", "msg", "kind", "rid")
     ac = df.filter(pl.col("clean") & pl.col("raw").str.contains(' - "', literal=True))
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
         "line", "raw", proc=pl.col("raw").str.extract(r"^\(([^)]*)\)", 1), kind=pl.lit("access"))
-    facts = pl.concat([x.select([pl.col(c).cast(t) if c in x.columns else pl.lit(None, dtype=t).alias(c)
+    facts = pl.concat([x.select([pl.col(c).cast(t) if c in x.collect_schema().names() else pl.lit(None, dtype=t).alias(c)
                                  for c, t in _FLAT.items()] + [pl.col("line"), pl.col("raw")]) for x in (st, rq, ac)])
-    return df.drop("clean"), facts.sort("line")
+    all_lines, fast = pl.collect_all([df.drop("clean"), facts.sort("line")])
+    return all_lines, fast
 
 
 def _representatives(fast: pl.DataFrame) -> list[tuple[str, int]]:
