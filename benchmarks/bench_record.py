@@ -22,24 +22,24 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _child import run_measured  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared/data"
-STATS = ("(APIServer pid=3646) INFO 05-19 {t} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 tokens/s, "
+STATS = ("(APIServer pid=3646) INFO {t} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 tokens/s, "
          "Avg generation throughput: 734.9 tokens/s, Running: {r} reqs, Waiting: {w} reqs, GPU KV cache usage: {kv}%, "
          "Prefix cache hit rate: 0.0%\n")
-ADDED = "(APIServer pid=3646) INFO 05-19 {t} [async_llm.py:587] Added request cmpl-{i:032x}-0.\n"
-FINISHED = "(APIServer pid=3646) INFO 05-19 {t} [async_llm.py:587] Finished request cmpl-{i:032x}-0.\n"
+ADDED = "(APIServer pid=3646) INFO {t} [async_llm.py:587] Added request cmpl-{i:032x}-0.\n"
+FINISHED = "(APIServer pid=3646) INFO {t} [async_llm.py:587] Finished request cmpl-{i:032x}-0.\n"
 ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/completions HTTP/1.1" 200 OK\n'
-PREEMPT = ("WARNING 05-19 {t} scheduler.py:1558] Sequence group cmpl-{i:032x}-0 is preempted by PreemptionMode.RECOMPUTE "
+PREEMPT = ("WARNING {t} scheduler.py:1558] Sequence group cmpl-{i:032x}-0 is preempted by PreemptionMode.RECOMPUTE "
            "mode because there is not enough KV cache space. This can affect the end-to-end performance. Increase "
            "gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption={n}\n")
-OOM = ["ERROR 05-19 {t} [core.py:330] EngineCore encountered a fatal error.\n",
-       "ERROR 05-19 {t} [core.py:330] Traceback (most recent call last):\n",
+OOM = ["ERROR {t} [core.py:330] EngineCore encountered a fatal error.\n",
+       "ERROR {t} [core.py:330] Traceback (most recent call last):\n",
        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 321, in run_engine_core\n',
        "    engine_core.run_busy_loop()\n",
-       "ERROR 05-19 {t} [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has "
+       "ERROR {t} [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has "
        "a total capacity of 79.25 GiB of which 1.17 GiB is free. Including non-PyTorch memory, this process has 78.02 GiB "
        "memory in use. Of the allocated memory 74.81 GiB is allocated by PyTorch, and 1.97 GiB is reserved by PyTorch "
        "but unallocated.\n",
-       "(APIServer pid=3646) ERROR 05-19 {t} [async_llm.py:420] EngineDeadError: EngineCore encountered an issue.\n"]
+       "(APIServer pid=3646) ERROR {t} [async_llm.py:420] EngineDeadError: EngineCore encountered an issue.\n"]
 
 
 def _startup() -> list[str]:
@@ -52,8 +52,9 @@ def lifetime(k: int, requests: int = 20_000) -> str:
     """One engine lifetime: startup, ``requests`` requests at 50/s, OOM, death."""
     out = _startup()
     for i in range(requests):
-        sec = i // 50
-        t = f"{10 + sec // 3600 % 10:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        sec = k * (requests // 50 + 600) + i // 50  # each lifetime later than the last: no line repeats
+        t = f"{sec // 3600 % 24:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        t = f"{5 + sec // 86400 // 28:02d}-{1 + sec // 86400 % 28:02d} {t}"
         rid = k * 10_000_000 + i
         out.append(ADDED.format(t=t, i=rid))
         out.append(ACCESS.format(port=40000 + i % 20000))
@@ -62,7 +63,7 @@ def lifetime(k: int, requests: int = 20_000) -> str:
             out.append(STATS.format(t=t, r=18 + i % 7, w=i % 40, kv=f"{(i / requests) * 100:.1f}"))
         if i % 5000 == 4999:
             out.append(PREEMPT.format(t=t, i=rid, n=i // 5000 + 1))
-    out += [ln.format(t="10:59:59") for ln in OOM]
+    out += [ln.format(t=t) for ln in OOM]
     return "".join(out)
 
 

@@ -13,6 +13,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from replay.errors import EXIT_CHECK_FAILED, ReplayError
@@ -161,7 +169,11 @@ def record(
         raise ReplayError(f"--clock-offset names {', '.join(unknown)}, which is not among the evidence files", 2)
     opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
                          nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets)
-    with err.status("recording"):
+    total = sum(p.stat().st_size for p in evidence if p.is_file())
+    with Progress(TextColumn("[bold]record[/]"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=err, transient=True) as prog:
+        task = prog.add_task("record", total=total or None)
+        opts.progress = lambda n: prog.advance(task, n)
         reports, summary = do_record(list(evidence), out, opts)
     t = Table(title=f"bundle {out}")
     for c in ("file", "kind", "lines", "parsed", "quarantined", "time span"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,10 +69,14 @@ class FastFacts:
     duplicates: int = 0
 
     def stats_frame(self) -> pl.LazyFrame:
-        return pl.scan_ipc(self.stats) if self.stats else pl.LazyFrame(schema=STATS_SCHEMA)
+        if not self.stats:
+            return pl.LazyFrame(schema=STATS_SCHEMA)
+        return pl.scan_ipc(self.stats).select(list(STATS_SCHEMA))
 
     def requests_frame(self) -> pl.LazyFrame:
-        return pl.scan_ipc(self.requests) if self.requests else pl.LazyFrame(schema=REQUEST_SCHEMA)
+        if not self.requests:
+            return pl.LazyFrame(schema=REQUEST_SCHEMA)
+        return pl.scan_ipc(self.requests).select(list(REQUEST_SCHEMA))
 
 
 def _pieces(path: Path, chunk_bytes: int) -> Iterator[str]:
@@ -180,7 +184,7 @@ def _representatives(fast: pl.DataFrame) -> list[tuple[str, int]]:
 
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
-                   keep_prompts: bool = False) -> tuple[LogParse, FastFacts]:
+                   keep_prompts: bool = False, progress: Callable[[int], None] | None = None) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse."""
@@ -190,6 +194,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
     first_no = 1
     prev_fast = False
     for k, text in enumerate(_pieces(path, chunk_bytes or CHUNK_BYTES)):
+        if progress is not None:
+            progress(len(text))  # characters of this piece: close enough to bytes for a progress bar
         lines = pl.Series("raw", [text]).str.split("\n").explode()
         if text.endswith("\n"):
             lines = lines.slice(0, len(lines) - 1)
@@ -307,10 +313,14 @@ def _drop_repeats(ff: FastFacts, res: LogParse) -> None:
         keys = pl.scan_ipc(files).filter("repeatable").select("line", "h").collect()
         drop = keys.filter(~pl.col("h").is_first_distinct())
         res.duplicates += drop.height
-        for f in files:
-            lf = pl.scan_ipc(f)
-            if drop.height:
-                lf = lf.join(drop.lazy(), on=["line", "h"], how="anti", maintain_order="left")
+        if drop.height == 0:
+            continue
+        lo, hi = int(drop["line"].min()), int(drop["line"].max())  # type: ignore[arg-type]
+        for f in files:  # rewrite only the pieces that hold a repeat
+            span = pl.scan_ipc(f).select(pl.col("line").min().alias("a"), pl.col("line").max().alias("b")).collect()
+            a, b = span["a"][0], span["b"][0]
+            if a is None or b < lo or a > hi:
+                continue
             tmp = f.with_suffix(".tmp")
-            lf.drop("h", "repeatable").sink_ipc(tmp)
+            pl.scan_ipc(f).join(drop.lazy(), on=["line", "h"], how="anti", maintain_order="left").sink_ipc(tmp)
             tmp.replace(f)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import shutil
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -197,6 +198,7 @@ class RecordOptions:
     nvsmi_columns: str | None = None
     metrics: list[str] = field(default_factory=list)
     clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
+    progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
 
     def clock_offset_us(self, path: Path) -> int:
         return self.clock_offsets_us.get(str(path), self.clock_offsets_us.get(path.name, 0))
@@ -226,7 +228,8 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
             continue
         result: Any
         if kind == "vllm-log":
-            result = parse_log_file(path, spill_root / str(len(parsed_items)), keep_prompts=opts.keep_prompts)
+            result = parse_log_file(path, spill_root / str(len(parsed_items)), keep_prompts=opts.keep_prompts,
+                                    progress=opts.progress)
             parsed_items.append((path, kind, result, rep))
             continue
         text = _read_text(path)
