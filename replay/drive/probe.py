@@ -28,6 +28,10 @@ def probe_env(out_dir: Path, interval_s: float = 0.25, history: bool = False) ->
 Sample = tuple[int, int | None, str, str, float]
 
 
+def _bare(uuid: str) -> str:
+    return uuid.removeprefix("GPU-")
+
+
 @dataclass
 class ProbeReader:
     """Follows ``probe-<pid>.jsonl`` files; times become µs from the bundle's t0 (wall clock)."""
@@ -40,6 +44,10 @@ class ProbeReader:
     oom_snapshots: list[str] = field(default_factory=list)
     errors: int = 0
     _pos: dict[Path, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # NVML names a GPU "GPU-<uuid>", torch by the bare uuid: compare them without the prefix
+        self.uuid_to_index = {_bare(u): i for u, i in self.uuid_to_index.items()}
 
     def poll(self) -> tuple[list[Sample], list[dict[str, Any]]]:
         samples: list[Sample] = []
@@ -73,8 +81,7 @@ class ProbeReader:
         elif kind == "cuda":
             self.cuda_processes.add(pid)
         elif kind == "sample":
-            # torch names a device by its UUID without NVML's "GPU-" prefix; match NVML's index by it
-            gpu = self.uuid_to_index.get(str(rec.get("uuid") or "").removeprefix("GPU-"), int(rec.get("device") or 0))
+            gpu = self.uuid_to_index.get(_bare(str(rec.get("uuid") or "")), int(rec.get("device") or 0))
             t = self._t(rec)
             samples.append((t, gpu, "torch", "torch_reserved_bytes", float(rec["reserved"])))
             samples.append((t, gpu, "torch", "torch_allocated_bytes", float(rec["allocated"])))

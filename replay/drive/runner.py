@@ -220,7 +220,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             server.start()
         ready_us = int((server.ready_at or time.time()) * 1e6 - t_wall0 * 1e6)
         baseline = server.rss_bytes()
-        uuids = {g.uuid.removeprefix("GPU-"): g.index for g in nvml.read() if g.uuid} if nvml is not None else {}
+        uuids = {g.uuid: g.index for g in nvml.read() if g.uuid} if nvml is not None else {}
         probe = ProbeReader(out / "probe", t_wall0, uuids)
         sampler = Sampler(writer, t_wall0, metrics_url=f"{server.url}/metrics",
                           rss=server.rss_bytes if spec.device == "cpu" else None, nvml=nvml, pids=server.pids,

@@ -77,16 +77,15 @@ def _head_and_hash(path: Path, head_bytes: int = 1 << 16) -> tuple[str, str, int
     without reading the whole file into memory."""
     _check_file(path)
     h = hashlib.sha256()
+    raw = b""
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
+            raw = raw or chunk[:head_bytes]  # the head of a plain file comes with the first read
             h.update(chunk)
     try:
-        if _is_gzip(path):
+        if raw[:2] == b"\x1f\x8b" or path.suffix == ".gz":
             with gzip.open(path, "rb") as gz:
                 raw = gz.read(head_bytes)
-        else:
-            with path.open("rb") as fh:
-                raw = fh.read(head_bytes)
     except (EOFError, OSError, zlib.error) as e:
         raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
     if b"\x00" in raw[:4096]:
