@@ -33,7 +33,7 @@ from replay.engine.server import EngineServer
 from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError
 from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
-from replay.record.vllm_log import fact_time_us, parse_log
+from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
 from replay.trace.format import read_trace
 from replay.trace.prompts import synth_prompt_ids
 
@@ -300,7 +300,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             "status": oc.status if oc else "aborted", "error": oc.error if oc else "not sent", "source": "replay"})
     # Server log -> events (the recorder's parser), times on the run's clock.
     year = datetime.now(timezone.utc).year
-    parsed = parse_log((out / "server.log").read_text(encoding="utf-8", errors="replace").splitlines())
+    parsed = parse_log(physical_lines((out / "server.log").read_bytes().decode("utf-8", errors="replace")))
     for f in parsed.facts:
         t = fact_time_us(f.ts, year)
         if f.kind == "stats":

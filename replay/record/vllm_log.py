@@ -492,6 +492,12 @@ class LogParser:
         return res
 
 
+def physical_lines(text: str) -> list[str]:
+    """A log's lines as editors and ``file:line`` references count them: split on LF only (a bare CR,
+    as progress bars write, stays inside its line; ``str.splitlines`` would split there)."""
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+
+
 def parse_log(lines: Iterable[str]) -> LogParse:
     """Parse a whole log given as physical lines (no line ending needed)."""
     p = LogParser()

@@ -14,7 +14,7 @@ from replay.bundle import read_bundle
 from replay.record.fastlog import parse_log_file
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
-from replay.record.vllm_log import LogParse, parse_log
+from replay.record.vllm_log import LogParse, parse_log, physical_lines
 from tests.conftest import shared
 
 STATS_V1 = ("(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 "
@@ -53,7 +53,7 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
 
 def _reference(path: Path) -> LogParse:
     text = path.read_bytes().decode("utf-8", errors="replace")
-    return parse_log(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"))
+    return parse_log(physical_lines(text))
 
 
 def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
