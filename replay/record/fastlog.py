@@ -44,6 +44,12 @@ THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg gene
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 
 CHUNK_BYTES = 16 << 20
+BUCKET_FACTS = 2_000_000  # request or repeat-key facts held in memory at once
+
+
+def buckets_for(n_facts: int) -> int:
+    """How many hash buckets keep each bucket of ``n_facts`` facts under BUCKET_FACTS."""
+    return max(1, -(-n_facts // BUCKET_FACTS))
 
 # Spilled fact tables (the repeat-key hash ``h`` and ``repeatable`` are dropped once repeats are gone).
 _STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "engine": pl.Utf8,
@@ -79,8 +85,8 @@ class FastFacts:
         return pl.scan_ipc(self.requests).select(list(REQUEST_SCHEMA))
 
 
-def _pieces(path: Path, chunk_bytes: int) -> Iterator[str]:
-    """The file's text in pieces that end at a line end (decompressing gzip as it goes)."""
+def _pieces(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """The file's bytes in pieces that end at a line end (decompressing gzip as it goes)."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as fh:
@@ -89,7 +95,7 @@ def _pieces(path: Path, chunk_bytes: int) -> Iterator[str]:
                 chunk = fh.read(chunk_bytes)
                 if not chunk:
                     if rest:
-                        yield rest.decode("utf-8", errors="replace")
+                        yield rest
                     return
                 buf = rest + chunk
                 cut = buf.rfind(b"\n") + 1
@@ -97,9 +103,30 @@ def _pieces(path: Path, chunk_bytes: int) -> Iterator[str]:
                     rest = buf
                     continue
                 rest = buf[cut:]
-                yield buf[:cut].decode("utf-8", errors="replace")
+                yield buf[:cut]
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+
+
+def _lines(piece: bytes) -> pl.Series:
+    """The piece's lines without their LF, as ``vllm_log.physical_lines`` cuts them.
+
+    Polars' CSV reader, told that a line is one unquoted field, cuts lines natively at memory
+    speed; the Python split it replaces cost more than all the parsing. It is used only where it
+    cannot differ from the reference: valid UTF-8 (no replacement characters to count), no CR (which
+    it would strip), no byte that could act as its field separator, and one row per LF (checked)."""
+    expect = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
+    if b"\x01" not in piece and b"\r" not in piece:
+        try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
+            raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
+                              infer_schema=False, comment_prefix=None, encoding="utf8")["raw"]
+        except pl.exceptions.ComputeError:
+            raw = None
+        if raw is not None and len(raw) == expect:
+            return raw.fill_null("") if raw.null_count() else raw
+    text = piece.decode("utf-8", errors="replace")
+    lines = pl.Series("raw", [text]).str.split("\n").explode()
+    return lines.slice(0, len(lines) - 1) if text.endswith("\n") else lines
 
 
 def _num(col: pl.Expr) -> pl.Expr:
@@ -111,7 +138,7 @@ _FLAT = {"proc": pl.Utf8, "md": pl.Utf8, "hms": pl.Utf8, "fl": pl.Utf8, "msg": p
          "cpu_kv": pl.Utf8, "ptps": pl.Utf8, "gtps": pl.Utf8, "rid": pl.Utf8}
 
 
-def _fields(df: pl.DataFrame) -> pl.DataFrame:
+def _prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
     """Split strictly shaped lines into prefix fields and message without regex captures (slow)."""
     has_proc = pl.col("raw").str.starts_with("(")
     pp = pl.col("raw").str.splitn(") ", 2)
@@ -127,25 +154,40 @@ def _fields(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("rest")
 
 
-def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """All lines with their numbers, and the fast-lane lines with their kind and fields.
+def _fields(df: pl.DataFrame) -> pl.DataFrame:
+    """Prefix fields and message of strictly shaped lines. The prefix ('(proc) INFO date time [file:line]')
+    ends at the first '] ' (neither process nor call site can hold one); the many lines of a piece
+    share few distinct prefixes, so those are split once each and joined back."""
+    pm = pl.col("raw").str.splitn("] ", 2)
+    df = df.with_columns(prefix=pm.struct.field("field_0"), msg=pm.struct.field("field_1"))
+    heads = df.select(pl.col("prefix").unique()).with_columns(raw=pl.col("prefix") + "] ")
+    heads = _prefix_fields(heads).drop("raw", "msg")
+    return df.join(heads, on="prefix", how="left", maintain_order="left").drop("prefix")
 
-    Cheap tests (literal searches, anchored matches) pick the candidates; the costly extractions
-    run only on the few lines of each shape. Eager on purpose: one lazy plan per piece measured
-    no faster and held twice the memory."""
+
+def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame]:
+    """All lines with their numbers, which of them take the fast lane, and the fast-lane lines with
+    their kind and fields.
+
+    Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
+    plan so that both cores work; the costly splits and extractions run only on the candidates."""
+    raw = pl.col("raw")
     df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(
-        line=pl.col("i").cast(pl.Int64) + first_no,
-        raw=pl.col("raw").str.strip_suffix("\r"),
-    ).drop("i")
-    opens_next = pl.col("raw").shift(-1).str.contains(OPENS).fill_null(False)
-    clean = opens_next & ~pl.col("raw").str.contains("\x1b", literal=True)
-    df = df.with_columns(clean=clean)
-    cand = df.filter(pl.col("clean") & pl.col("raw").str.contains(_STRICT))
+        line=pl.col("i").cast(pl.Int64) + first_no, raw=raw.str.strip_suffix("\r")).drop("i")
+    marks = df.lazy().select(
+        opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
+        strict=raw.str.contains(_STRICT),
+        kv=raw.str.contains("KV cache usage", literal=True) & raw.str.contains("reqs", literal=True),
+        rq=raw.str.contains("Added request ", literal=True) | raw.str.contains("Finished request ", literal=True),
+        ac=raw.str.contains(' - "', literal=True),
+    ).collect()
+    clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
+    cand = df.filter(clean & marks["strict"] & (marks["kv"] | marks["rq"]))
     cand = _fields(cand).filter(~pl.col("msg").str.contains(_GLUED))
     msg = pl.col("msg")
     st = cand.filter(msg.str.contains("KV cache usage", literal=True) & msg.str.contains("reqs", literal=True))
-    st = st.with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
-                         tp=msg.str.extract_groups(THROUGHPUT))
+    st = st.lazy().with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
+                                tp=msg.str.extract_groups(THROUGHPUT)).collect()
     v0 = pl.col("v0").struct.field("kv").is_not_null()
     v1 = pl.col("v1").struct.field("kv").is_not_null()
     st = st.filter(v0 | v1).select(
@@ -168,12 +210,14 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.DataFra
                          kind=pl.when(added).then(pl.lit("request_added")).otherwise(pl.lit("request_finished")))
     rq = rq.filter(pl.col("one_word") & (pl.col("rid").str.len_bytes() > 0)).select(
         "line", "raw", "proc", "md", "hms", "fl", "msg", "kind", "rid")
-    ac = df.filter(pl.col("clean") & pl.col("raw").str.contains(' - "', literal=True))
+    ac = df.filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
-        "line", "raw", proc=pl.col("raw").str.extract(r"^\(([^)]*)\)", 1), kind=pl.lit("access"))
+        "line", "raw", proc=pl.when(pl.col("raw").str.starts_with("("))
+        .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), kind=pl.lit("access"))
     facts = pl.concat([x.select([pl.col(c).cast(t) if c in x.columns else pl.lit(None, dtype=t).alias(c)
                                  for c, t in _FLAT.items()] + [pl.col("line"), pl.col("raw")]) for x in (st, rq, ac)])
-    return df.drop("clean"), facts.sort("line")
+    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(facts["line"] - first_no, True)
+    return df, is_fast, facts.sort("line")
 
 
 def _representatives(fast: pl.DataFrame) -> list[tuple[str, int]]:
@@ -193,17 +237,14 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
     ff = FastFacts()
     first_no = 1
     prev_fast = False
-    for k, text in enumerate(_pieces(path, chunk_bytes or CHUNK_BYTES)):
+    for k, piece in enumerate(_pieces(path, chunk_bytes or CHUNK_BYTES)):
         if progress is not None:
-            progress(len(text))  # characters of this piece: close enough to bytes for a progress bar
-        lines = pl.Series("raw", [text]).str.split("\n").explode()
-        if text.endswith("\n"):
-            lines = lines.slice(0, len(lines) - 1)
+            progress(len(piece))
+        lines = _lines(piece)
         n = len(lines)
         if n == 0:
             continue
-        df, fast = _classify(lines, first_no)
-        is_fast = df["line"].is_in(fast["line"].implode())
+        df, is_fast, fast = _classify(lines, first_no)
         # the line-by-line parser gets every other line, in order, with a barrier after fast ones
         prev = is_fast.shift(1).fill_null(prev_fast)
         slow = df.select("line", "raw").with_columns(prev=prev).filter(~is_fast)
@@ -305,13 +346,17 @@ def _spill_piece(fast: pl.DataFrame, res: LogParse, tag: str, spill: Path, ff: F
 
 def _drop_repeats(ff: FastFacts, res: LogParse) -> None:
     """A line repeated identically within a rank (overlapping pastes) is one fact: keep the first.
-    Only (line, key hash) pairs of all pieces are held in memory for this, never the facts."""
+    Only (line, key hash) pairs are held in memory for this, never the facts, and only a bucket of
+    them (by hash) at a time, so memory does not grow with the log."""
     for name in ("stats", "requests"):
         files: list[Path] = getattr(ff, name)
         if not files:
             continue
-        keys = pl.scan_ipc(files).filter("repeatable").select("line", "h").collect()
-        drop = keys.filter(~pl.col("h").is_first_distinct())
+        keys = pl.scan_ipc(files).filter("repeatable").select("line", "h")
+        nb = buckets_for(int(keys.select(pl.len()).collect().item()))
+        drop = pl.concat([  # repeats share their key hash, so each bucket of hashes is judged on its own
+            (keys.filter(pl.col("h") % nb == b) if nb > 1 else keys).filter(~pl.col("h").is_first_distinct()).collect()
+            for b in range(nb)]).sort("line")
         res.duplicates += drop.height
         if drop.height == 0:
             continue

@@ -8,7 +8,7 @@ import hashlib
 import json
 import shutil
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +19,7 @@ import polars as pl
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.record import evidence as ev
-from replay.record.fastlog import FastFacts, parse_log_file
+from replay.record.fastlog import FastFacts, buckets_for, parse_log_file
 from replay.record.vllm_log import fact_time_us
 from replay.units import GiB
 from replay.versioning import version_key
@@ -103,7 +103,7 @@ def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int =
 
 def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int,
                     clock_offset_us: int = 0, keep_prompts: bool = False) -> int:
-    """Stats facts -> samples and request facts -> events, streamed; returns how many had no time."""
+    """Stats facts -> samples and request facts -> requests, streamed; returns how many had no time."""
     st = _timed(ff.stats_frame(), year, tz_offset_s, clock_offset_us)
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
     st = st.filter(pl.col("t").is_not_null())
@@ -111,48 +111,49 @@ def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_of
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
     rq = _timed(ff.requests_frame(), year, tz_offset_s, clock_offset_us)
-    w.events_lazy(rq.select(
-        t_us=pl.col("t") - t0, kind="kind", rank="rank", request_id="request_id",
-        source=pl.lit(path.name + ":") + pl.col("line").cast(pl.Utf8)))
-    w.requests_lazy(_requests_from_log(rq, path.name, t0, keep_prompts))
+    for part in _requests_from_log(rq, path.name, t0, keep_prompts):
+        w.requests_lazy(part.lazy())
     return untimed
 
 
-def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool) -> pl.LazyFrame:
+def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool) -> Iterator[pl.DataFrame]:
     """One row per request id seen in the log: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
-    --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it.
+    --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
+    request whose arrival is not in the log (it was in flight when the log starts) still has a row,
+    with its finish and no arrival.
 
-    Arrivals stream through; finishes and aborts are joined on by a 64-bit hash of the id, so that
-    millions of requests cost a few numbers each. A request whose arrival line is not in the log
-    (the log starts while it was in flight) is in events.jsonl but has no row here."""
+    Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
+    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own. Within a
+    bucket rows are in log order; across buckets in bucket order."""
     rq = rq.select("request_id", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
                    "logprobs", "n", "best_of", "prompt_chars", "prompt_sha256")
     kind = pl.col("kind")
-    aborts = rq.filter(kind == "request_aborted").with_columns(  # 'Aborted request(s) a, b, c'
-        pl.col("request_id").str.split(",")).explode("request_id").with_columns(pl.col("request_id").str.strip_chars())
-    rq = rq.with_columns(h=pl.col("request_id").hash(seed=11))
-    # one row per arriving request (its first Received/Added line, which carries the details), then
-    # finish and abort looked up by id hash: only those small numeric tables are held in memory
-    arrivals = rq.filter(kind.is_in(["request_received", "request_added"])).unique(
-        subset="h", keep="first", maintain_order=True).select(
-        "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
-        input_tokens="input_tokens", max_tokens="max_tokens", prompt_logprobs="prompt_logprobs",
-        logprobs="logprobs", n="n", best_of="best_of", prompt_chars="prompt_chars", prompt_sha256="prompt_sha256")
-    # collected on their own (not as branches of one plan, which would cache every request fact)
-    finished = rq.filter(kind == "request_finished").group_by("h").agg(
-        finish_us=pl.col("t").min() - t0).collect(engine="streaming")
-    aborted = aborts.select(h=pl.col("request_id").hash(seed=11)).unique().collect(engine="streaming")
-    # a lookup per batch rather than a join, which would hold the arrivals side in memory
-    out = arrivals.with_columns(
-        finish_us=pl.col("h").replace_strict(finished["h"], finished["finish_us"], default=None, return_dtype=pl.Int64),
-        aborted=pl.col("h").is_in(aborted["h"].implode()))
-    out = out.with_columns(
-        source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
-        status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
-        .when(pl.col("aborted").fill_null(False)).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
-    ).drop("h", "line", "aborted")
-    return out if keep_prompts else out.drop("prompt")
+    aborted = rq.filter(kind == "request_aborted").select(  # 'Aborted request(s) a, b, c': few, held whole
+        h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=11))
+    ).explode("h").unique().collect()["h"]
+    n = int(rq.filter(kind != "request_aborted").select(pl.len()).collect().item())
+    nb = buckets_for(n)
+    for b in range(nb):
+        part = rq.filter(kind != "request_aborted").with_columns(h=pl.col("request_id").hash(seed=11))
+        if nb > 1:
+            part = part.filter(pl.col("h") % nb == b)
+        df = part.collect()
+        arrivals = df.filter(kind.is_in(["request_received", "request_added"])).unique(
+            subset="h", keep="first", maintain_order=True).select(
+            "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
+            input_tokens="input_tokens", max_tokens="max_tokens", prompt_logprobs="prompt_logprobs",
+            logprobs="logprobs", n="n", best_of="best_of", prompt_chars="prompt_chars", prompt_sha256="prompt_sha256")
+        finished = df.filter(kind == "request_finished").group_by("h", maintain_order=True).agg(
+            finish_us=pl.col("t").min() - t0, fid=pl.col("request_id").first(), fline=pl.col("line").first())
+        out = arrivals.join(finished, on="h", how="full", coalesce=True, maintain_order="left_right").with_columns(
+            id=pl.coalesce("id", "fid"), line=pl.coalesce("line", "fline"))
+        out = out.with_columns(
+            source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
+            status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
+            .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
+        ).drop("h", "line", "fid", "fline")
+        yield out if keep_prompts else out.drop("prompt")
 
 
 def detect_kind(text: str) -> str | None:
