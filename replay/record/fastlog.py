@@ -17,7 +17,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +45,9 @@ THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg gene
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 
-CHUNK_BYTES = 16 << 20
-BUCKET_FACTS = 2_000_000  # request or repeat-key facts held in memory at once
+CHUNK_BYTES = 8 << 20
+WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
+BUCKET_FACTS = 500_000  # request or repeat-key facts held in memory at once
 
 
 def buckets_for(n_facts: int) -> int:
@@ -60,7 +63,8 @@ REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_log
                    "n": pl.Int64, "best_of": pl.Int64, "prompt_chars": pl.Int64, "prompt_sha256": pl.Utf8,
                    "prompt": pl.Utf8}
 _REQUEST_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
-                 "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8, **REQUEST_DETAILS}
+                 "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8, "rh": pl.UInt64, **REQUEST_DETAILS}
+ID_HASH = pl.col("request_id").hash(seed=11)  # ``rh``: requests are joined on it, bucket by bucket
 STATS_SCHEMA = {k: v for k, v in _STATS_COLS.items() if k not in ("h", "repeatable")}
 REQUEST_SCHEMA = {k: v for k, v in _REQUEST_COLS.items() if k not in ("h", "repeatable")}
 
@@ -71,13 +75,14 @@ class FastFacts:
 
     stats: list[Path] = field(default_factory=list)
     requests: list[Path] = field(default_factory=list)
+    spill: Path | None = None  # where they are, and where later passes may put their own files
     lines: int = 0
     duplicates: int = 0
 
     def stats_frame(self) -> pl.LazyFrame:
         if not self.stats:
             return pl.LazyFrame(schema=STATS_SCHEMA)
-        return pl.scan_ipc(self.stats).select(list(STATS_SCHEMA))
+        return pl.scan_ipc(self.stats).select(list(STATS_SCHEMA)).sort("line")  # few: one per 10 s of log
 
     def requests_frame(self) -> pl.LazyFrame:
         if not self.requests:
@@ -108,14 +113,13 @@ def _pieces(path: Path, chunk_bytes: int) -> Iterator[bytes]:
         raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
 
 
-def _lines(piece: bytes) -> pl.Series:
+def _lines(piece: bytes, expect: int) -> pl.Series:
     """The piece's lines without their LF, as ``vllm_log.physical_lines`` cuts them.
 
     Polars' CSV reader, told that a line is one unquoted field, cuts lines natively at memory
     speed; the Python split it replaces cost more than all the parsing. It is used only where it
     cannot differ from the reference: valid UTF-8 (no replacement characters to count), no CR (which
     it would strip), no byte that could act as its field separator, and one row per LF (checked)."""
-    expect = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
     if b"\x01" not in piece and b"\r" not in piece:
         try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
             raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
@@ -131,11 +135,6 @@ def _lines(piece: bytes) -> pl.Series:
 
 def _num(col: pl.Expr) -> pl.Expr:
     return col.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
-
-
-_FLAT = {"proc": pl.Utf8, "md": pl.Utf8, "hms": pl.Utf8, "fl": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8,
-         "running": pl.Utf8, "waiting": pl.Utf8, "swapped": pl.Utf8, "pre": pl.Utf8, "kv": pl.Utf8,
-         "cpu_kv": pl.Utf8, "ptps": pl.Utf8, "gtps": pl.Utf8, "rid": pl.Utf8}
 
 
 def _prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
@@ -155,19 +154,24 @@ def _prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _fields(df: pl.DataFrame) -> pl.DataFrame:
-    """Prefix fields and message of strictly shaped lines. The prefix ('(proc) INFO date time [file:line]')
-    ends at the first '] ' (neither process nor call site can hold one); the many lines of a piece
-    share few distinct prefixes, so those are split once each and joined back."""
+    """Prefix fields (proc, rank, ts, fl) and message of strictly shaped lines. The prefix ('(proc)
+    INFO date time [file:line]') ends at the first '] ' (neither process nor call site can hold one);
+    the many lines of a piece share few distinct prefixes, so those are split once each and joined."""
     pm = pl.col("raw").str.splitn("] ", 2)
     df = df.with_columns(prefix=pm.struct.field("field_0"), msg=pm.struct.field("field_1"))
     heads = df.select(pl.col("prefix").unique()).with_columns(raw=pl.col("prefix") + "] ")
-    heads = _prefix_fields(heads).drop("raw", "msg")
+    heads = _prefix_fields(heads).drop("raw", "msg").with_columns(
+        rank=pl.col("proc").fill_null("main"), ts=pl.concat_str(["md", "hms"], separator=" "))
     return df.join(heads, on="prefix", how="left", maintain_order="left").drop("prefix")
 
 
-def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame]:
-    """All lines with their numbers, which of them take the fast lane, and the fast-lane lines with
-    their kind and fields.
+_KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
+
+
+def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
+                                                         list[tuple[str, int]]]:
+    """All lines with their numbers, which of them take the fast lane, that lane's stats and request
+    facts (spill schemas), and representative lines for version inference.
 
     Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
@@ -190,111 +194,133 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
                                 tp=msg.str.extract_groups(THROUGHPUT)).collect()
     v0 = pl.col("v0").struct.field("kv").is_not_null()
     v1 = pl.col("v1").struct.field("kv").is_not_null()
-    st = st.filter(v0 | v1).select(
-        "line", "raw", "proc", "md", "hms", "fl", "msg",
-        kind=pl.when(v0).then(pl.lit("stats_v0")).otherwise(pl.lit("stats_v1")),
-        running=pl.when(v0).then(pl.col("v0").struct.field("running")).otherwise(pl.col("v1").struct.field("running")),
-        waiting=pl.when(v0).then(pl.col("v0").struct.field("waiting")).otherwise(pl.col("v1").struct.field("waiting")),
-        swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped")),
-        pre=pl.when(~v0).then(pl.col("v1").struct.field("pre")),
-        kv=pl.when(v0).then(pl.col("v0").struct.field("kv")).otherwise(pl.col("v1").struct.field("kv")),
-        cpu_kv=pl.when(v0).then(pl.col("v0").struct.field("cpu_kv")),
-        ptps=pl.col("tp").struct.field("ptps"), gtps=pl.col("tp").struct.field("gtps"),
-    )
+
+    def pick(field: str) -> pl.Expr:
+        return pl.when(v0).then(pl.col("v0").struct.field(field)).otherwise(pl.col("v1").struct.field(field))
+
+    st = st.filter(v0 | v1).with_columns(
+        kind=pl.lit("stats"), key_ts=pl.col("ts"), engine=pl.when(v0).then(pl.lit("v0")).otherwise(pl.lit("v1")),
+        shape=pl.when(v0).then(pl.lit("stats_v0")).otherwise(pl.lit("stats_v1")),
+    ).with_columns(h=_KEY)
+    stats = st.select(
+        "line", "rank", "ts", t_exact=pl.lit(None, dtype=pl.Int64), engine="engine", h="h", repeatable=pl.lit(True),
+        running=pick("running").cast(pl.Float64), waiting=pick("waiting").cast(pl.Float64),
+        swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped")).cast(pl.Float64),
+        preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre")).cast(pl.Float64),
+        kv_usage_pct=_num(pick("kv")), cpu_kv_usage_pct=_num(pl.when(v0).then(pl.col("v0").struct.field("cpu_kv"))),
+        prompt_tps=_num(pl.col("tp").struct.field("ptps")), gen_tps=_num(pl.col("tp").struct.field("gtps")))
     # Added / Finished lines (split, not matched: a capture per line is slow); Received lines carry the
     # request's parameters and prompt and go to the reference parser
-    added = msg.str.starts_with("Added request ")
-    rq = cand.filter(added | msg.str.starts_with("Finished request "))
-    rest = msg.str.splitn(" ", 3).struct.field("field_2")
-    rq = rq.with_columns(rid=rest.str.strip_suffix("."), one_word=~rest.str.contains(r"\s"),
-                         kind=pl.when(added).then(pl.lit("request_added")).otherwise(pl.lit("request_finished")))
-    rq = rq.filter(pl.col("one_word") & (pl.col("rid").str.len_bytes() > 0)).select(
-        "line", "raw", "proc", "md", "hms", "fl", "msg", "kind", "rid")
+    added, finished = msg.str.starts_with("Added request "), msg.str.starts_with("Finished request ")
+    rq = cand.filter(added | finished).with_columns(
+        word=pl.when(added).then(pl.lit("Added")).otherwise(pl.lit("Finished")),
+        rest=pl.when(added).then(msg.str.slice(14)).otherwise(msg.str.slice(17)))
+    rq = rq.filter(~pl.col("rest").str.contains(r"\s") & (pl.col("rest").str.strip_suffix(".").str.len_bytes() > 0))
+    rq = rq.with_columns(kind=pl.when(pl.col("word") == "Added").then(pl.lit("request_added"))
+                         .otherwise(pl.lit("request_finished")), key_ts=pl.col("ts")).with_columns(h=_KEY)
+    requests = rq.select("line", "rank", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind="kind", h="h",
+                         repeatable=pl.lit(True), request_id=pl.col("rest").str.strip_suffix("."),
+                         rh=pl.col("rest").str.strip_suffix(".").hash(seed=11),
+                         **{k: pl.lit(None, dtype=t) for k, t in REQUEST_DETAILS.items()})
     ac = df.filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
         "line", "raw", proc=pl.when(pl.col("raw").str.starts_with("("))
-        .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), kind=pl.lit("access"))
-    facts = pl.concat([x.select([pl.col(c).cast(t) if c in x.columns else pl.lit(None, dtype=t).alias(c)
-                                 for c, t in _FLAT.items()] + [pl.col("line"), pl.col("raw")]) for x in (st, rq, ac)])
-    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(facts["line"] - first_no, True)
-    return df, is_fast, facts.sort("line")
+        .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), fl=pl.lit(None, dtype=pl.Utf8),
+        kind=pl.lit("access"), msg=pl.lit("", dtype=pl.Utf8))
+    # one row per (process, call site, shape) of this piece, with how many lines it stands for
+    shapes = pl.concat([st.select("line", "raw", "proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)),
+                        rq.select("line", "raw", "proc", "fl", kind="word", msg=pl.lit("")),
+                        ac.select("line", "raw", "proc", "fl", "kind", "msg")], how="vertical_relaxed")
+    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(shapes["line"] - first_no, True)
+    reps = shapes.group_by("proc", "fl", "kind", "msg").agg(pl.col("raw").first(), pl.len().alias("n"))
+    return df, is_fast, stats, requests, _representatives(reps)
 
 
-def _representatives(fast: pl.DataFrame) -> list[tuple[str, int]]:
+def _representatives(g: pl.DataFrame) -> list[tuple[str, int]]:
     """One real line per (process kind, call site, shape) with its count, for version inference."""
-    g = fast.group_by("proc", "fl", "kind", pl.col("msg").str.slice(0, 7)).agg(pl.col("raw").first(), pl.len().alias("n"))
+    if g.height == 0:
+        return []
     g = g.group_by(pl.col("proc").str.replace_all(r"\d+", "0"), "fl", "kind", "msg").agg(pl.col("raw").first(), pl.col("n").sum())
     return [(str(r), int(n)) for r, n in g.select("raw", "n").iter_rows()]
+
+
+@dataclass
+class _Piece:
+    """What the vectorised lane makes of one piece, before the line-by-line parser sees the rest."""
+
+    slow: pl.DataFrame  # line, raw, prev (the line before took the fast lane; null for the first)
+    last_fast: bool
+    fast_lines: int
+    files: tuple[Path | None, Path | None]  # this piece's fast-lane stats and request facts, spilled
+    representatives: list[tuple[str, int]]
+
+
+def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path) -> _Piece:
+    """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
+    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no)
+    slow = df.select("line", "raw").with_columns(prev=is_fast.shift(1)).filter(~is_fast)
+    return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
 
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
                    keep_prompts: bool = False, progress: Callable[[int], None] | None = None) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
-    version and engine in the LogParse."""
+    version and engine in the LogParse.
+
+    The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
+    this thread feeds the line-by-line parser and spills the piece before them, in order: at most
+    WORKERS + 2 pieces are in memory."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
-    ff = FastFacts()
-    first_no = 1
+    ff = FastFacts(spill=spill)
     prev_fast = False
-    for k, piece in enumerate(_pieces(path, chunk_bytes or CHUNK_BYTES)):
-        if progress is not None:
-            progress(len(piece))
-        lines = _lines(piece)
-        n = len(lines)
-        if n == 0:
-            continue
-        df, is_fast, fast = _classify(lines, first_no)
-        # the line-by-line parser gets every other line, in order, with a barrier after fast ones
-        prev = is_fast.shift(1).fill_null(prev_fast)
-        slow = df.select("line", "raw").with_columns(prev=prev).filter(~is_fast)
-        for no, raw, after_fast in slow.iter_rows():
-            if after_fast:
+    seen = 0  # res.facts before this index hold no stats or request facts
+
+    def numbered() -> Iterator[tuple[bytes, int, int]]:
+        first_no = 1
+        for piece in _pieces(path, chunk_bytes or CHUNK_BYTES):
+            n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
+            yield piece, first_no, n
+            first_no += n
+
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="replay-fastlog") as pool:
+        ahead: deque[tuple[Future[_Piece], int, int, int]] = deque()
+        items = numbered()
+        k = 0
+        while True:
+            while len(ahead) <= WORKERS and (nxt := next(items, None)) is not None:
+                ahead.append((pool.submit(_prepare, nxt[0], nxt[1], nxt[2], f"{len(ahead) + k:06d}", spill),
+                              len(nxt[0]), nxt[1], nxt[2]))
+            if not ahead:
+                break
+            job, size, first_no, n = ahead.popleft()
+            if progress is not None:
+                progress(size)
+            p = job.result()
+            # the line-by-line parser gets every other line, in order, with a barrier after fast ones
+            for no, raw, after_fast in p.slow.iter_rows():
+                if after_fast if after_fast is not None else prev_fast:
+                    parser.barrier()
+                parser.feed(int(no), str(raw))
+            prev_fast = p.last_fast
+            if prev_fast:
                 parser.barrier()
-            parser.feed(int(no), str(raw))
-        prev_fast = bool(is_fast[-1])
-        if prev_fast:
-            parser.barrier()
-        if fast.height:
-            ff.lines += fast.height
-            parser.res.lines_parsed += fast.height
-            parser.res.lines_read = max(parser.res.lines_read, first_no + n - 1)
-            for raw, weight in _representatives(fast):
-                for ln in split_line(0, raw):
-                    parser.observe(ln, weight)
-        _spill_piece(fast, parser.res, f"{k:06d}", spill, ff, keep_prompts)
-        first_no += n
+            if p.fast_lines:
+                ff.lines += p.fast_lines
+                parser.res.lines_parsed += p.fast_lines
+                parser.res.lines_read = max(parser.res.lines_read, first_no + n - 1)
+                for raw, weight in p.representatives:
+                    for ln in split_line(0, raw):
+                        parser.observe(ln, weight)
+            _add_files(ff, p.files)
+            _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill))
+            seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
+            k += 1
     res = parser.finish()
-    _spill_piece(pl.DataFrame(), res, "end", spill, ff, keep_prompts)
+    _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill))
     _drop_repeats(ff, res)
     return res, ff
-
-
-_KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
-
-
-def _fast_frames(fast: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """This piece's fast-lane stats and request facts, with the hash of their repeat key."""
-    if fast.height == 0 or "proc" not in fast.columns:
-        return pl.DataFrame(schema=_STATS_COLS), pl.DataFrame(schema=_REQUEST_COLS)
-    fast = fast.filter(pl.col("kind") != "access").with_columns(
-        rank=pl.col("proc").fill_null("main"),
-        ts=pl.concat_str(["md", "hms"], separator=" "),
-        engine=pl.when(pl.col("kind") == "stats_v0").then(pl.lit("v0")).when(pl.col("kind") == "stats_v1").then(pl.lit("v1")),
-        kind=pl.when(pl.col("kind").str.starts_with("stats")).then(pl.lit("stats")).otherwise(pl.col("kind")),
-        t_exact=pl.lit(None, dtype=pl.Int64),
-    ).with_columns(key_ts=pl.col("ts"), repeatable=pl.lit(True)).with_columns(h=_KEY)
-    st = fast.filter(pl.col("kind") == "stats").select(
-        "line", "rank", "ts", "t_exact", "engine", "h", "repeatable",
-        running=pl.col("running").cast(pl.Float64), waiting=pl.col("waiting").cast(pl.Float64),
-        swapped=pl.col("swapped").cast(pl.Float64), preemptions=pl.col("pre").cast(pl.Float64),
-        kv_usage_pct=_num(pl.col("kv")), cpu_kv_usage_pct=_num(pl.col("cpu_kv")),
-        prompt_tps=_num(pl.col("ptps")), gen_tps=_num(pl.col("gtps")),
-    )
-    rq = fast.filter(pl.col("kind").str.starts_with("request_")).select(
-        "line", "rank", "ts", "t_exact", "kind", "h", "repeatable", request_id="rid",
-        **{k: pl.lit(None, dtype=t) for k, t in REQUEST_DETAILS.items()})
-    return st, rq
 
 
 def _exact(ts: str | None) -> int | None:
@@ -302,13 +328,14 @@ def _exact(ts: str | None) -> int | None:
     return fact_time_us(ts, 1970) if ts and "T" in ts else None
 
 
-def _slow_frames(res: LogParse, keep_prompts: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Take the reference parser's stats and request facts so far out of ``res`` as frames."""
-    st = [f for f in res.facts if f.kind == "stats"]
-    rq = [f for f in res.facts if f.kind.startswith("request_")]
+def _slow_frames(res: LogParse, keep_prompts: bool = False, start: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Take the reference parser's stats and request facts out of ``res.facts[start:]`` as frames."""
+    tail = res.facts[start:]
+    st = [f for f in tail if f.kind == "stats"]
+    rq = [f for f in tail if f.kind.startswith("request_")]
     if not st and not rq:
         return pl.DataFrame(schema=_STATS_COLS), pl.DataFrame(schema=_REQUEST_COLS)
-    res.facts = [f for f in res.facts if f.kind != "stats" and not f.kind.startswith("request_")]
+    res.facts[start:] = [f for f in tail if f.kind != "stats" and not f.kind.startswith("request_")]
 
     def base(fs: list[LogFact]) -> dict[str, list[Any]]:
         return {"line": [f.line for f in fs], "rank": [f.rank for f in fs], "ts": [f.ts for f in fs],
@@ -328,19 +355,25 @@ def _slow_frames(res: LogParse, keep_prompts: bool = False) -> tuple[pl.DataFram
                 f.data["prompt"] = None
     rdf = pl.DataFrame({**base(rq), "request_id": [f.data["request_id"] for f in rq],
                         **{k: [f.data.get(k) for f in rq] for k in REQUEST_DETAILS}},
-                       schema_overrides={**_REQUEST_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8})
-    return (sdf.with_columns(h=_KEY).select(list(_STATS_COLS)), rdf.with_columns(h=_KEY).select(list(_REQUEST_COLS)))
+                       schema_overrides={**{k: v for k, v in _REQUEST_COLS.items() if k != "rh"}, "key_ts": pl.Utf8,
+                                         "msg": pl.Utf8})
+    return (sdf.with_columns(h=_KEY).select(list(_STATS_COLS)), rdf.with_columns(h=_KEY, rh=ID_HASH).select(list(_REQUEST_COLS)))
 
 
-def _spill_piece(fast: pl.DataFrame, res: LogParse, tag: str, spill: Path, ff: FastFacts, keep_prompts: bool) -> None:
-    """Write one piece's stats and request facts, both lanes merged in line order."""
-    fs, fr = _fast_frames(fast)
-    ss, sr = _slow_frames(res, keep_prompts)
-    for name, a, b in (("stats", fs, ss), ("requests", fr, sr)):
-        df = pl.concat([a, b]).sort("line", maintain_order=True) if b.height else a
+def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Path) -> tuple[Path | None, Path | None]:
+    """Write stats and request facts (each in line order) to their own files; None where there are none."""
+    out: list[Path | None] = []
+    for name, df in zip(("stats", "requests"), frames, strict=True):
+        f = spill / f"{name}.{tag}.arrow"
         if df.height:
-            f = spill / f"{name}.{tag}.arrow"
             df.write_ipc(f)
+        out.append(f if df.height else None)
+    return out[0], out[1]
+
+
+def _add_files(ff: FastFacts, files: tuple[Path | None, Path | None]) -> None:
+    for name, f in zip(("stats", "requests"), files, strict=True):
+        if f is not None:
             getattr(ff, name).append(f)
 
 
@@ -353,9 +386,10 @@ def _drop_repeats(ff: FastFacts, res: LogParse) -> None:
         if not files:
             continue
         keys = pl.scan_ipc(files).filter("repeatable").select("line", "h")
-        nb = buckets_for(int(keys.select(pl.len()).collect().item()))
+        nb = buckets_for(int(keys.select(pl.len()).collect().item()) // 8)  # 16 bytes a fact: 8x a request's share
         drop = pl.concat([  # repeats share their key hash, so each bucket of hashes is judged on its own
-            (keys.filter(pl.col("h") % nb == b) if nb > 1 else keys).filter(~pl.col("h").is_first_distinct()).collect()
+            (keys.filter(pl.col("h") % nb == b) if nb > 1 else keys).sort("line")
+            .filter(~pl.col("h").is_first_distinct()).collect()
             for b in range(nb)]).sort("line")
         res.duplicates += drop.height
         if drop.height == 0:

@@ -7,8 +7,9 @@ import gzip
 import hashlib
 import json
 import shutil
+import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -111,12 +112,13 @@ def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_of
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
     rq = _timed(ff.requests_frame(), year, tz_offset_s, clock_offset_us)
-    for part in _requests_from_log(rq, path.name, t0, keep_prompts):
-        w.requests_lazy(part.lazy())
+    _requests_from_log(rq, path.name, t0, keep_prompts, lambda part: w.requests_lazy(part.lazy()),
+                       ff.spill or w.path)
     return untimed
 
 
-def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool) -> Iterator[pl.DataFrame]:
+def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool,
+                       sink: Callable[[pl.DataFrame], None], spill: Path) -> None:
     """One row per request id seen in the log: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
@@ -124,36 +126,46 @@ def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool)
     with its finish and no arrival.
 
     Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
-    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own. Within a
-    bucket rows are in log order; across buckets in bucket order."""
-    rq = rq.select("request_id", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
+    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and handed to
+    ``sink`` before the next is read. Within a bucket rows are in log order; across buckets in bucket
+    order."""
+    rq = rq.select("request_id", "rh", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
                    "logprobs", "n", "best_of", "prompt_chars", "prompt_sha256")
     kind = pl.col("kind")
     aborted = rq.filter(kind == "request_aborted").select(  # 'Aborted request(s) a, b, c': few, held whole
         h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=11))
     ).explode("h").unique().collect()["h"]
-    n = int(rq.filter(kind != "request_aborted").select(pl.len()).collect().item())
-    nb = buckets_for(n)
-    for b in range(nb):
-        part = rq.filter(kind != "request_aborted").with_columns(h=pl.col("request_id").hash(seed=11))
-        if nb > 1:
-            part = part.filter(pl.col("h") % nb == b)
-        df = part.collect()
-        arrivals = df.filter(kind.is_in(["request_received", "request_added"])).unique(
-            subset="h", keep="first", maintain_order=True).select(
-            "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
-            input_tokens="input_tokens", max_tokens="max_tokens", prompt_logprobs="prompt_logprobs",
-            logprobs="logprobs", n="n", best_of="best_of", prompt_chars="prompt_chars", prompt_sha256="prompt_sha256")
-        finished = df.filter(kind == "request_finished").group_by("h", maintain_order=True).agg(
-            finish_us=pl.col("t").min() - t0, fid=pl.col("request_id").first(), fline=pl.col("line").first())
-        out = arrivals.join(finished, on="h", how="full", coalesce=True, maintain_order="left_right").with_columns(
-            id=pl.coalesce("id", "fid"), line=pl.coalesce("line", "fline"))
-        out = out.with_columns(
-            source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
-            status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
-            .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
-        ).drop("h", "line", "fid", "fline")
-        yield out if keep_prompts else out.drop("prompt")
+    facts = rq.filter(kind != "request_aborted").rename({"rh": "h"})
+    nb = buckets_for(int(facts.select(pl.len()).collect().item()))
+    if nb == 1:
+        sink(_request_bucket(facts, aborted, name, t0, keep_prompts))
+        return
+    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:  # one streaming pass splits them
+        facts.with_columns(bucket=pl.col("h") % nb).sink_ipc(pl.PartitionBy(tmp, key="bucket", include_key=False))
+        for d in sorted(Path(tmp).iterdir()):
+            sink(_request_bucket(pl.scan_ipc(d / "*.ipc"), aborted, name, t0, keep_prompts))
+
+
+def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
+    """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
+    kind = pl.col("kind")
+    df = facts.collect().sort("line")
+    arrivals = df.filter(kind.is_in(["request_received", "request_added"])).unique(
+        subset="h", keep="first", maintain_order=True).select(
+        "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
+        input_tokens="input_tokens", max_tokens="max_tokens", prompt_logprobs="prompt_logprobs",
+        logprobs="logprobs", n="n", best_of="best_of", prompt_chars="prompt_chars", prompt_sha256="prompt_sha256")
+    finished = df.filter(kind == "request_finished").group_by("h", maintain_order=True).agg(
+        finish_us=pl.col("t").min() - t0, fid=pl.col("request_id").first(), fline=pl.col("line").first())
+    del df
+    out = arrivals.join(finished, on="h", how="full", coalesce=True, maintain_order="left_right").with_columns(
+        id=pl.coalesce("id", "fid"), line=pl.coalesce("line", "fline"))
+    out = out.with_columns(
+        source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
+        status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
+        .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
+    ).drop("h", "line", "fid", "fline")
+    return out if keep_prompts else out.drop("prompt")
 
 
 def detect_kind(text: str) -> str | None:
