@@ -272,12 +272,17 @@ RECEIVED_06 = ("INFO 02-12 12:20:{s:02d} logger.py:37] Received request cmpl-{i}
                "truncate_prompt_tokens=None), prompt_token_ids: [{ids}], lora_request: None, prompt_adapter_request: None.")
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_requests_from_log_lines_and_privacy(keep: bool, tmp_path: Path) -> None:
-    """GIVEN 0.6-format request lines (Received with params and prompt, Added, Finished, Aborted) THEN
-    requests.parquet has one row per request with its memory shape, and the prompt text is in the
-    bundle only with --keep-prompts (otherwise its length and hash)."""
-    lines = []
+@pytest.mark.parametrize("keep,bucket", [(False, None), (True, None), (False, 2)])
+def test_requests_from_log_lines_and_privacy(keep: bool, bucket: int | None, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN 0.6-format request lines (Received with params and prompt, Added, Finished, Aborted, and a
+    Finished whose arrival predates the log) THEN requests.parquet has one row per request with its
+    memory shape, and the prompt text is in the bundle only with --keep-prompts (otherwise its length
+    and hash). Split into hash buckets of 2 facts, the rows are the same."""
+    if bucket:
+        from replay.record import fastlog
+        monkeypatch.setattr(fastlog, "BUCKET_FACTS", bucket)
+    lines = ["INFO 02-12 12:19:59 async_llm_engine.py:179] Finished request cmpl-early."]
     for i in range(6):
         lines.append(RECEIVED_06.format(s=i, i=i, mt=64 * (i + 1), plp=20 if i == 3 else "None",
                                         ids=", ".join(str(100 + k) for k in range(10 * (i + 1)))))
@@ -291,13 +296,17 @@ def test_requests_from_log_lines_and_privacy(keep: bool, tmp_path: Path) -> None
     record([log], out, RecordOptions(year=2025, keep_prompts=keep))
     b = read_bundle(out)
     r = b.requests.sort("id")
+    early = r.filter(r["id"] == "cmpl-early")  # in flight when the log starts: a row, with no arrival
+    assert early["arrival_us"].to_list() == [None] and early["status"].to_list() == ["ok"]
+    assert early["source"].to_list() == ["v06.log:1"]
+    r = r.filter(r["id"] != "cmpl-early")
     assert r["id"].to_list() == [f"cmpl-{i}" for i in range(6)]
     assert r["input_tokens"].to_list() == [10, 20, 30, 40, 50, 60]
     assert r["max_tokens"].to_list() == [64, 128, 192, 256, 320, 384]
     assert r["prompt_logprobs"].to_list() == [None, None, None, 20, None, None]
     assert r["status"].to_list() == ["ok", "ok", "ok", "unknown", "aborted", "unknown"]
-    assert r["arrival_us"].to_list() == [i * 1_000_000 for i in range(6)]
-    assert r.filter(r["id"] == "cmpl-0")["finish_us"][0] == 10_000_000
+    assert r["arrival_us"].to_list() == [1_000_000 + i * 1_000_000 for i in range(6)]  # t0: the early finish
+    assert r.filter(r["id"] == "cmpl-0")["finish_us"][0] == 11_000_000
     assert r["prompt_chars"].to_list()[0] == len("'Tell me a secret 0: out of memory?'")
     assert not [e for e in b.events if e["kind"] == "oom"]  # a prompt that says "out of memory" is not an OOM
     everything = "".join(p.read_bytes().decode("latin-1") for p in out.iterdir() if p.is_file())
