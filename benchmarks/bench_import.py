@@ -59,6 +59,8 @@ def main() -> None:
             cases.append((f"synthetic-{n}", p))
         rss = {}
         for name, src in cases:
+            for old in (d / "loop.jsonl", d / "imp.jsonl"):  # neither side pays for freeing the last output
+                old.unlink(missing_ok=True)
             loop_s = plain_loop(src, d / "loop.jsonl")
             imp_s, peak = replay_import(src, d / "imp.jsonl")
             rss[name] = peak

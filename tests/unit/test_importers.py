@@ -83,8 +83,8 @@ def test_burstgpt_by_column_name(rel: str, sessions: bool, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("back", [False, True])
 def test_streamed_blocks_match_whole_file(back: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GIVEN a CSV read in 1 KiB pieces (quoted newlines, bad rows, optionally a step back in time)
-    THEN the trace and quarantine equal those of a whole-file read."""
+    """GIVEN a CSV read in 1 KiB pieces (quoted newlines, blank lines, bad rows, optionally a step back
+    in time) THEN the trace and quarantine equal those of a whole-file read."""
     import replay.trace.importers as im
 
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens,note"]
@@ -93,6 +93,8 @@ def test_streamed_blocks_match_whole_file(back: bool, tmp_path: Path, monkeypatc
         note = '"a, ""quoted""\nnote"' if i % 37 == 0 else "n"
         tokens = "x" if i % 53 == 0 else str(10 + i)
         lines.append(f"{ts},{tokens},{i % 7},{note}")
+        if i % 91 == 5:
+            lines.append("")  # a blank line: a row with no fields (quarantined), in its place
     if back:
         lines[300] = "2023-11-16 18:00:00.1,5,5,back"  # earlier than everything before it
     src = tmp_path / "a.csv"
@@ -106,7 +108,7 @@ def test_streamed_blocks_match_whole_file(back: bool, tmp_path: Path, monkeypatc
         outs[size] = (list(iter_requests(out)), q, read_header(out).time, res.rows_read, res.quarantined)
     assert outs[1024] == outs[1 << 30]
     reqs, q, time, n, n_bad = outs[1024]
-    assert n == 400 and n_bad == 8 and q.count("\n") == 8
+    assert n == 405 and n_bad == 13 and q.count("\n") == 13
     assert (time["backwards_steps"] >= 1) == back and time["sorted"] is not back
     assert (reqs[0]["src_ts"] == "2023-11-16 18:00:00.1") == back
     assert [r["t_us"] for r in reqs] == sorted(r["t_us"] for r in reqs) and reqs[0]["t_us"] == 0
