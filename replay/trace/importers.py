@@ -219,7 +219,7 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
-    def run(piece: Block) -> tuple[bytes, bytes, dict[str, Any]]:
+    def run(piece: Block) -> tuple[io.BytesIO, io.BytesIO, dict[str, Any]]:
         """One block parsed, its body and quarantine rendered to bytes, and its counts."""
         lf = piece().with_columns(**parsed)
         stats = lf.select(
@@ -243,11 +243,11 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
         body, qbuf = io.BytesIO(), io.BytesIO()
         res = pl.collect_all([good.select(cols).sink_ndjson(body, lazy=True),
                               quarantine.sink_ndjson(qbuf, lazy=True), stats])
-        return body.getvalue(), qbuf.getvalue(), res[-1].row(0, named=True)
+        return body, qbuf, res[-1].row(0, named=True)  # written from their buffers, not copied
 
     with out.open("wb") as fo, q_path.open("wb") as fq, ThreadPoolExecutor(BLOCK_WORKERS) as pool:
         fo.write(b" " * (room - 1) + b"\n")  # the header goes here once the counts are known
-        ahead: deque[Future[tuple[bytes, bytes, dict[str, Any]]]] = deque()
+        ahead: deque[Future[tuple[io.BytesIO, io.BytesIO, dict[str, Any]]]] = deque()
         try:
             while True:  # blocks are parsed side by side and written in order
                 while len(ahead) <= BLOCK_WORKERS and (piece := next(pieces, None)) is not None:
@@ -255,8 +255,8 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
                 if not ahead:
                     break
                 body, qb, st = ahead.popleft().result()
-                fo.write(body)
-                fq.write(qb)
+                fo.write(body.getbuffer())
+                fq.write(qb.getbuffer())
                 for k, v in st.items():
                     if k in _STATS_SUM or k.startswith("null:"):
                         total[k] += int(v or 0)
