@@ -84,10 +84,12 @@ class FastFacts:
             return pl.LazyFrame(schema=STATS_SCHEMA)
         return pl.scan_ipc(self.stats).select(list(STATS_SCHEMA)).sort("line")  # few: one per 10 s of log
 
-    def requests_frame(self) -> pl.LazyFrame:
-        if not self.requests:
+    def requests_frame(self, files: list[Path] | None = None) -> pl.LazyFrame:
+        """The request facts of all pieces, or of ``files`` among them."""
+        files = self.requests if files is None else files
+        if not files:
             return pl.LazyFrame(schema=REQUEST_SCHEMA)
-        return pl.scan_ipc(self.requests).select(list(REQUEST_SCHEMA))
+        return pl.scan_ipc(files).select(list(REQUEST_SCHEMA))
 
 
 def _pieces(path: Path, chunk_bytes: int) -> Iterator[bytes]:

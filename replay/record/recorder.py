@@ -20,6 +20,7 @@ import polars as pl
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.record import evidence as ev
+from replay.record import fastlog
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file
 from replay.record.vllm_log import fact_time_us
 from replay.units import GiB
@@ -111,14 +112,16 @@ def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_of
     for key, metric, scale in STATS_SAMPLES:
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
-    rq = _timed(ff.requests_frame(), year, tz_offset_s, clock_offset_us)
-    _requests_from_log(rq, path.name, t0, keep_prompts, lambda part: w.requests_lazy(part.lazy()),
+    def timed(lf: pl.LazyFrame) -> pl.LazyFrame:
+        return _timed(lf, year, tz_offset_s, clock_offset_us)
+
+    _requests_from_log(ff, timed, path.name, t0, keep_prompts, lambda part: w.requests_lazy(part.lazy()),
                        ff.spill or w.path)
     return untimed
 
 
-def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool,
-                       sink: Callable[[pl.DataFrame], None], spill: Path) -> None:
+def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFrame], name: str, t0: int,
+                       keep_prompts: bool, sink: Callable[[pl.DataFrame], None], spill: Path) -> None:
     """One row per request id seen in the log: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
@@ -128,22 +131,40 @@ def _requests_from_log(rq: pl.LazyFrame, name: str, t0: int, keep_prompts: bool,
     Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
     hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and handed to
     ``sink`` before the next is read. Within a bucket rows are in log order; across buckets in bucket
-    order."""
-    rq = rq.select("request_id", "rh", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
-                   "logprobs", "n", "best_of", "prompt_chars", "prompt_sha256")
+    order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
+    of them measured twice the memory)."""
+    def facts_of(files: list[Path]) -> pl.LazyFrame:
+        return timed(ff.requests_frame(files)).select("request_id", "rh", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
+                   "logprobs", "n", "best_of", "prompt_chars", "prompt_sha256").rename({"rh": "h"})
+
     kind = pl.col("kind")
+    rq = facts_of(ff.requests)
     aborted = rq.filter(kind == "request_aborted").select(  # 'Aborted request(s) a, b, c': few, held whole
         h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=11))
     ).explode("h").unique().collect()["h"]
-    facts = rq.filter(kind != "request_aborted").rename({"rh": "h"})
-    nb = buckets_for(int(facts.select(pl.len()).collect().item()))
+    sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in ff.requests]  # from the files' footers
+    nb = buckets_for(sum(sizes))
     if nb == 1:
-        sink(_request_bucket(facts, aborted, name, t0, keep_prompts))
+        sink(_request_bucket(rq.filter(kind != "request_aborted"), aborted, name, t0, keep_prompts))
         return
-    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:  # one streaming pass splits them
-        facts.with_columns(bucket=pl.col("h") % nb).sink_ipc(pl.PartitionBy(tmp, key="bucket", include_key=False))
-        for d in sorted(Path(tmp).iterdir()):
-            sink(_request_bucket(pl.scan_ipc(d / "*.ipc"), aborted, name, t0, keep_prompts))
+    groups: list[list[Path]] = [[]]
+    held = 0
+    for f, n in zip(ff.requests, sizes, strict=True):
+        if held + n > fastlog.BUCKET_FACTS and groups[-1]:
+            groups.append([])
+            held = 0
+        groups[-1].append(f)
+        held += n
+    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
+        for g, files in enumerate(groups):
+            df = facts_of(files).filter(kind != "request_aborted").with_columns(bucket=pl.col("h") % nb).collect()
+            for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
+                part.write_ipc(Path(tmp) / f"b{b:05d}.g{g:05d}.arrow")
+            del df
+        for b in range(nb):
+            files = sorted(Path(tmp).glob(f"b{b:05d}.*"))
+            if files:
+                sink(_request_bucket(pl.scan_ipc(files), aborted, name, t0, keep_prompts))
 
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
