@@ -47,7 +47,7 @@ _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 
 CHUNK_BYTES = 8 << 20
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
-BUCKET_FACTS = 500_000  # request or repeat-key facts held in memory at once
+BUCKET_FACTS = 350_000  # request or repeat-key facts held in memory at once
 
 
 def buckets_for(n_facts: int) -> int:

@@ -9,7 +9,9 @@ import json
 import shutil
 import tempfile
 import zlib
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -155,16 +157,26 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
             held = 0
         groups[-1].append(f)
         held += n
-    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
-        for g, files in enumerate(groups):
-            df = facts_of(files).filter(kind != "request_aborted").with_columns(bucket=pl.col("h") % nb).collect()
-            for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
-                part.write_ipc(Path(tmp) / f"b{b:05d}.g{g:05d}.arrow")
-            del df
-        for b in range(nb):
-            files = sorted(Path(tmp).glob(f"b{b:05d}.*"))
-            if files:
-                sink(_request_bucket(pl.scan_ipc(files), aborted, name, t0, keep_prompts))
+    def split(g: int) -> None:
+        df = facts_of(groups[g]).filter(kind != "request_aborted").with_columns(bucket=pl.col("h") % nb).collect()
+        for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
+            part.write_ipc(Path(tmp) / f"b{b:05d}.g{g:05d}.arrow")
+
+    def bucket(b: int) -> pl.DataFrame | None:
+        files = sorted(Path(tmp).glob(f"b{b:05d}.*"))
+        return _request_bucket(pl.scan_ipc(files), aborted, name, t0, keep_prompts) if files else None
+
+    # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
+    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp, ThreadPoolExecutor(2) as pool:
+        list(pool.map(split, range(len(groups))))
+        ahead: deque[Future[pl.DataFrame | None]] = deque()
+        for b in range(nb + 1):  # two buckets in the works at most
+            if b < nb:
+                ahead.append(pool.submit(bucket, b))
+            if len(ahead) > 1 or (b >= nb and ahead):
+                out = ahead.popleft().result()
+                if out is not None:
+                    sink(out)
 
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
