@@ -12,7 +12,6 @@ import csv
 import functools
 import gzip
 import hashlib
-import io
 import json
 import shutil
 import tempfile
@@ -190,7 +189,7 @@ def _fill_header(out: Path, header: TraceHeader, room: int) -> None:
 
 _STATS_SUM = ("n", "bad", "backwards", "in_sum")
 CSV_BLOCK_BYTES = 4 << 20  # CSV imports stream the file in pieces of this size
-BLOCK_WORKERS = 2  # blocks parsed side by side while this thread reads ahead and writes in order
+BLOCK_WORKERS = 2  # blocks parsed side by side while this thread reads ahead and renders in order
 
 
 def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
@@ -219,8 +218,10 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
-    def run(piece: Block) -> tuple[io.BytesIO, io.BytesIO, dict[str, Any]]:
-        """One block parsed, its body and quarantine rendered to bytes, and its counts."""
+    def run(piece: Block) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+        """One block parsed: its body and quarantine rows, and its counts. They are rendered by this
+        thread's caller, straight into the files (rendering to in-memory buffers here measured slower:
+        every block's fresh megabytes cost page faults)."""
         lf = piece().with_columns(**parsed)
         stats = lf.select(
             pl.len().alias("n"), bad.sum().alias("bad"),
@@ -240,14 +241,12 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
             good = good.sort(["_abs_us", "src_row"]).with_columns(t_us=pl.col("_abs_us") - pl.col("_abs_us").min())
         else:
             good = good.with_columns(t_us=pl.col("_abs_us") - t_first)
-        body, qbuf = io.BytesIO(), io.BytesIO()
-        res = pl.collect_all([good.select(cols).sink_ndjson(body, lazy=True),
-                              quarantine.sink_ndjson(qbuf, lazy=True), stats])
-        return body, qbuf, res[-1].row(0, named=True)  # written from their buffers, not copied
+        res = pl.collect_all([good.select(cols), quarantine, stats])
+        return res[0], res[1], res[-1].row(0, named=True)
 
     with out.open("wb") as fo, q_path.open("wb") as fq, ThreadPoolExecutor(BLOCK_WORKERS) as pool:
         fo.write(b" " * (room - 1) + b"\n")  # the header goes here once the counts are known
-        ahead: deque[Future[tuple[io.BytesIO, io.BytesIO, dict[str, Any]]]] = deque()
+        ahead: deque[Future[tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]]] = deque()
         try:
             while True:  # blocks are parsed side by side and written in order
                 while len(ahead) <= BLOCK_WORKERS and (piece := next(pieces, None)) is not None:
@@ -255,8 +254,9 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
                 if not ahead:
                     break
                 body, qb, st = ahead.popleft().result()
-                fo.write(body.getbuffer())
-                fq.write(qb.getbuffer())
+                body.write_ndjson(fo)
+                if qb.height:
+                    qb.write_ndjson(fq)
                 for k, v in st.items():
                     if k in _STATS_SUM or k.startswith("null:"):
                         total[k] += int(v or 0)
@@ -278,16 +278,20 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
     """The CSV body in pieces of about ``block_bytes`` cut at line ends (never inside quotes), so the
     import holds a few pieces at a time: memory stays flat however long the file is.
 
-    A piece with no quotes and no blank lines has one row per line, so its first row number is known
+    A piece with no quotes has one row per line (a blank one too), so its first row number is known
     by counting line ends and its parsing is left to the worker that calls it; any other piece is
     parsed here, in order, to learn how many rows it holds."""
 
     def parse(buf: bytes, row0: int, expect: int | None) -> pl.LazyFrame:
+        body = buf.lstrip(b"\r\n")  # the reader cannot start on a blank line; those are rows of nulls
+        lead = buf.count(b"\n", 0, len(buf) - len(body))
         try:
-            df = pl.read_csv(buf, has_header=False, new_columns=cols, infer_schema=False,
-                             separator=separator, quote_char='"')
+            df = pl.read_csv(body, has_header=False, new_columns=cols, infer_schema=False,
+                             separator=separator, quote_char='"') if body else pl.DataFrame(schema=dict.fromkeys(cols, pl.String))
         except pl.exceptions.PolarsError:
             raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
+        if lead:
+            df = pl.concat([pl.DataFrame({c: [None] * lead for c in cols}, schema=dict.fromkeys(cols, pl.String)), df])
         if expect is not None and df.height != expect:
             raise ReplayError(f"{label}: internal error: a block of {expect} lines gave {df.height} rows", 70)
         return df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
@@ -299,22 +303,22 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
         with path.open("rb") as fh:
             fh.readline()
             rest = b""
-            while True:
+            while True:  # one copy per block: the rest of the last read joined to this read's lines
                 chunk = fh.read(size)
-                buf = rest + chunk
-                if not buf.strip():
-                    return
                 if chunk:
-                    cut = buf.rfind(b"\n") + 1
-                    # no line end yet, or inside a quoted field (counting quotes only where there are any)
-                    if cut == 0 or (b'"' in buf and buf.count(b'"', 0, cut) % 2):
-                        rest = buf
+                    cut = chunk.rfind(b"\n") + 1
+                    if cut == 0:  # no line end yet
+                        rest += chunk
                         continue
-                    buf, rest = buf[:cut], buf[cut:]
+                    buf, rest = b"".join((rest, memoryview(chunk)[:cut])), chunk[cut:]
+                    if b'"' in buf and buf.count(b'"') % 2:  # the cut falls inside a quoted field
+                        rest = buf + rest
+                        continue
                 else:
-                    rest = b""
-                plain = b'"' not in buf and b"\n\n" not in buf and b"\n\r\n" not in buf and not buf.startswith((b"\n", b"\r\n"))
-                if plain:
+                    buf, rest = rest, b""
+                if not chunk and (not buf or buf.isspace()):  # only blank space after the last line
+                    return
+                if b'"' not in buf:  # one row per line, blank lines included
                     n = buf.count(b"\n") + (0 if buf.endswith(b"\n") else 1)
                     yield functools.partial(parse, buf, row0, n)
                 else:

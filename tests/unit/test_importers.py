@@ -244,3 +244,20 @@ def test_property_splitwise_rows_are_emitted_or_quarantined(rows: list[tuple[str
     got = list(iter_requests(d / "o.jsonl"))
     assert len(got) == res.rows_emitted
     assert all(r["t_us"] >= 0 for r in got)
+
+
+@pytest.mark.parametrize("block", [1 << 20, 24])
+def test_blank_lines_are_quarantined_in_place(block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN blank lines right after the header and between rows (LF and CRLF), read whole or in
+    pieces that start on a blank line THEN each is one quarantined row with its own line number, and
+    the rows after them keep theirs."""
+    import replay.trace.importers as im
+    monkeypatch.setattr(im, "CSV_BLOCK_BYTES", block)
+    src = tmp_path / "a.csv"
+    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n\n2023-11-16 18:00:00,1,1\n\r\n\n2023-11-16 18:00:01,2,2\n")
+    out = tmp_path / "t.jsonl"
+    res = import_trace("azure", src, out)
+    assert (res.rows_read, res.rows_emitted, res.quarantined) == (5, 2, 3)
+    assert [r["src_row"] for r in iter_requests(out)] == [1, 4]
+    assert res.quarantine_path is not None
+    assert [json.loads(x)["line"] for x in res.quarantine_path.read_text().splitlines()] == [2, 4, 5]
