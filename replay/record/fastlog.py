@@ -161,7 +161,7 @@ def _fields(df: pl.DataFrame) -> pl.DataFrame:
     the many lines of a piece share few distinct prefixes, so those are split once each and joined."""
     pm = pl.col("raw").str.splitn("] ", 2)
     df = df.with_columns(prefix=pm.struct.field("field_0"), msg=pm.struct.field("field_1"))
-    heads = df.select(pl.col("prefix").unique()).with_columns(raw=pl.col("prefix") + "] ")
+    heads = df.select(pl.col("prefix").unique()).with_row_index("pid").with_columns(raw=pl.col("prefix") + "] ")
     heads = _prefix_fields(heads).drop("raw", "msg").with_columns(
         rank=pl.col("proc").fill_null("main"), ts=pl.concat_str(["md", "hms"], separator=" "))
     return df.join(heads, on="prefix", how="left", maintain_order="left").drop("prefix")
@@ -230,11 +230,17 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
         .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), fl=pl.lit(None, dtype=pl.Utf8),
         kind=pl.lit("access"), msg=pl.lit("", dtype=pl.Utf8))
     # one row per (process, call site, shape) of this piece, with how many lines it stands for
-    shapes = pl.concat([st.select("line", "raw", "proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)),
-                        rq.select("line", "raw", "proc", "fl", kind="word", msg=pl.lit("")),
-                        ac.select("line", "raw", "proc", "fl", "kind", "msg")], how="vertical_relaxed")
-    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(shapes["line"] - first_no, True)
-    reps = shapes.group_by("proc", "fl", "kind", "msg").agg(pl.col("raw").first(), pl.len().alias("n"))
+    lines_fast = pl.concat([st["line"], rq["line"], ac["line"]])
+    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
+    # one row per (process, call site, shape) of this piece, with how many lines it stands for; the
+    # many request lines are counted per (prefix id, word) first, a cheap integer grouping
+    by_prefix = rq.group_by("pid", "word").agg(pl.col("raw").first(), pl.col("proc").first(), pl.col("fl").first(),
+                                                 pl.len().alias("n"))
+    reps = pl.concat([
+        st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("raw").first(), pl.len().alias("n")),
+        by_prefix.group_by("proc", "fl", kind="word").agg(pl.col("raw").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
+        ac.group_by("proc", "fl", "kind", "msg").agg(pl.col("raw").first(), pl.len().alias("n")),
+    ], how="diagonal_relaxed")
     return df, is_fast, stats, requests, _representatives(reps)
 
 
