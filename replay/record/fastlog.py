@@ -213,16 +213,15 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
         prompt_tps=_num(pl.col("tp").struct.field("ptps")), gen_tps=_num(pl.col("tp").struct.field("gtps")))
     # Added / Finished lines (split, not matched: a capture per line is slow); Received lines carry the
     # request's parameters and prompt and go to the reference parser
-    added, finished = msg.str.starts_with("Added request "), msg.str.starts_with("Finished request ")
-    rq = cand.filter(added | finished).with_columns(
-        word=pl.when(added).then(pl.lit("Added")).otherwise(pl.lit("Finished")),
-        rest=pl.when(added).then(msg.str.slice(14)).otherwise(msg.str.slice(17)))
-    rq = rq.filter(~pl.col("rest").str.contains(r"\s") & (pl.col("rest").str.strip_suffix(".").str.len_bytes() > 0))
-    rq = rq.with_columns(kind=pl.when(pl.col("word") == "Added").then(pl.lit("request_added"))
-                         .otherwise(pl.lit("request_finished")), key_ts=pl.col("ts")).with_columns(h=_KEY)
+    rq = cand.filter(msg.str.starts_with("Added request ") | msg.str.starts_with("Finished request ")).with_columns(
+        added=msg.str.starts_with("A"))
+    rest = pl.col("rest")
+    rq = rq.with_columns(rest=msg.str.slice(pl.when("added").then(14).otherwise(17)))
+    rq = rq.filter((rest != "") & (rest != ".") & ~rest.str.contains(r"\s"))  # one word, not just the full stop
+    rq = rq.with_columns(kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")),
+                         key_ts=pl.col("ts"), request_id=rest.str.strip_suffix(".")).with_columns(h=_KEY)
     requests = rq.select("line", "rank", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind="kind", h="h",
-                         repeatable=pl.lit(True), request_id=pl.col("rest").str.strip_suffix("."),
-                         rh=pl.col("rest").str.strip_suffix(".").hash(seed=11),
+                         repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH,
                          **{k: pl.lit(None, dtype=t) for k, t in REQUEST_DETAILS.items()})
     ac = df.filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
@@ -233,9 +232,10 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     lines_fast = pl.concat([st["line"], rq["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
     # one row per (process, call site, shape) of this piece, with how many lines it stands for; the
-    # many request lines are counted per (prefix id, word) first, a cheap integer grouping
-    by_prefix = rq.group_by("pid", "word").agg(pl.col("raw").first(), pl.col("proc").first(), pl.col("fl").first(),
-                                                 pl.len().alias("n"))
+    # many request lines are counted per (prefix id, Added or not) first, a cheap grouping
+    by_prefix = rq.group_by("pid", "added").agg(pl.col("raw").first(), pl.col("proc").first(), pl.col("fl").first(),
+                                                  pl.len().alias("n")).with_columns(
+        word=pl.when("added").then(pl.lit("Added")).otherwise(pl.lit("Finished")))
     reps = pl.concat([
         st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("raw").first(), pl.len().alias("n")),
         by_prefix.group_by("proc", "fl", kind="word").agg(pl.col("raw").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
