@@ -158,13 +158,17 @@ def _prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
 def _fields(df: pl.DataFrame) -> pl.DataFrame:
     """Prefix fields (proc, rank, ts, fl) and message of strictly shaped lines. The prefix ('(proc)
     INFO date time [file:line]') ends at the first '] ' (neither process nor call site can hold one);
-    the many lines of a piece share few distinct prefixes, so those are split once each and joined."""
+    the lines of a piece come in runs that share a prefix, so each run's prefix is split once."""
     pm = pl.col("raw").str.splitn("] ", 2)
     df = df.with_columns(prefix=pm.struct.field("field_0"), msg=pm.struct.field("field_1"))
-    heads = df.select(pl.col("prefix").unique()).with_row_index("pid").with_columns(raw=pl.col("prefix") + "] ")
-    heads = _prefix_fields(heads).drop("raw", "msg").with_columns(
-        rank=pl.col("proc").fill_null("main"), ts=pl.concat_str(["md", "hms"], separator=" "))
-    return df.join(heads, on="prefix", how="left", maintain_order="left").drop("prefix")
+    # consecutive lines mostly share their prefix: number the runs and split the first line of each
+    starts = (pl.col("prefix") != pl.col("prefix").shift(1)).fill_null(True)
+    df = df.with_columns(pid=starts.cast(pl.UInt32).cum_sum() - 1)
+    heads = df.filter(starts).select(raw=pl.col("prefix") + "] ")
+    heads = _prefix_fields(heads).with_columns(rank=pl.col("proc").fill_null("main"),
+                                               ts=pl.concat_str(["md", "hms"], separator=" "))
+    pid = df["pid"]
+    return df.drop("prefix").with_columns(*(heads[c].gather(pid) for c in ("proc", "fl", "rank", "ts")))
 
 
 _KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
