@@ -98,19 +98,18 @@ def _pieces(path: Path, chunk_bytes: int) -> Iterator[bytes]:
     try:
         with opener(path, "rb") as fh:
             rest = b""
-            while True:
+            while True:  # one copy per piece: the rest of the last read joined to this read's lines
                 chunk = fh.read(chunk_bytes)
                 if not chunk:
                     if rest:
                         yield rest
                     return
-                buf = rest + chunk
-                cut = buf.rfind(b"\n") + 1
+                cut = chunk.rfind(b"\n") + 1
                 if cut == 0:
-                    rest = buf
+                    rest += chunk
                     continue
-                rest = buf[cut:]
-                yield buf[:cut]
+                piece, rest = b"".join((rest, memoryview(chunk)[:cut])), chunk[cut:]
+                yield piece
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
 
