@@ -125,7 +125,7 @@ def _lines(piece: bytes, expect: int) -> pl.Series:
         try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
             raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
                               infer_schema=False, comment_prefix=None, encoding="utf8")["raw"]
-        except pl.exceptions.ComputeError:
+        except pl.exceptions.PolarsError:  # anything the reader refuses takes the reference route
             raw = None
         if raw is not None and len(raw) == expect:
             return raw.fill_null("") if raw.null_count() else raw

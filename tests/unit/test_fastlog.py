@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
 from replay.record import fastlog
-from replay.record.fastlog import parse_log_file
+from replay.record.fastlog import _lines, parse_log_file
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
 from replay.record.vllm_log import LogParse, parse_log, physical_lines
@@ -127,3 +129,16 @@ def test_record_gzip_log_equals_plain(tmp_path: Path) -> None:
     ia, ib = inspect_bundle(read_bundle(a)), inspect_bundle(read_bundle(b))
     assert ia == ib and ia["stats_lines"] > 0 and ia["kv_usage_pct"]
     assert not (a / ".spill").exists()  # spilled pieces are cleaned up
+
+
+_PARTS = [b"a", b"\n", b"\r", b" ", b"\xff", b"\xc3\xa9", b'"', b",", b"\x01", b"\t", b"INFO ", b"\x1b[0m", b"\x00"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PARTS), min_size=1, max_size=60))
+def test_line_cutting_equals_the_reference(parts: list[bytes]) -> None:
+    """However a piece mixes CR, quotes, separators, NULs and invalid UTF-8, the fast line cutter gives
+    exactly the lines (and replacement characters) of the reference cutting."""
+    piece = b"".join(parts)
+    n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
+    assert _lines(piece, n).to_list() == physical_lines(piece.decode("utf-8", errors="replace"))
