@@ -174,7 +174,11 @@ def record(
                   TimeRemainingColumn(), console=err, transient=True) as prog:
         task = prog.add_task("record", total=total or None)
         opts.progress = lambda n: prog.advance(task, n)
-        reports, summary = do_record(list(evidence), out, opts)
+        try:
+            reports, summary = do_record(list(evidence), out, opts)
+        except KeyboardInterrupt:
+            err.print(f"[yellow]interrupted[/]: {out} is incomplete; run the same command again to record it")
+            raise typer.Exit(130) from None
     t = Table(title=f"bundle {out}")
     for c in ("file", "kind", "lines", "parsed", "quarantined", "time span"):
         t.add_column(c)

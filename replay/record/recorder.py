@@ -250,6 +250,15 @@ class RecordOptions:
 
 
 def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
+    """Record ``paths`` into the bundle ``out``; see the module docstring. Interrupted or failed, it
+    leaves no spilled intermediate files behind."""
+    try:
+        return _record(paths, out, opts)
+    finally:
+        shutil.rmtree(out / ".spill", ignore_errors=True)
+
+
+def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
     if not paths:
         raise ReplayError("no evidence files given", 2)
     parsed_items: list[tuple[Path, str, Any, FileReport]] = []

