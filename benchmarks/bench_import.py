@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import tempfile
 import time
@@ -61,7 +62,9 @@ def main() -> None:
         for name, src in cases:
             for old in (d / "loop.jsonl", d / "imp.jsonl"):  # neither side pays for freeing the last output
                 old.unlink(missing_ok=True)
+            os.sync()  # nor for writing back the other's output while it runs
             loop_s = plain_loop(src, d / "loop.jsonl")
+            os.sync()
             imp_s, peak = replay_import(src, d / "imp.jsonl")
             rss[name] = peak
             print(f"{name}: replay import {imp_s:.2f} s, plain loop {loop_s:.2f} s, speed-up x{loop_s / imp_s:.1f}, "
