@@ -233,7 +233,8 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
         quarantine = lf.filter(bad).select(
             pl.lit(str(src)).alias("file"),
             (pl.col("src_row") + plan.line_offset).alias("line"),
-            pl.concat_str(reasons, separator="; ", ignore_nulls=True).alias("reason"),
+            pl.when(pl.all_horizontal([pl.col(c).is_null() for c in raw_cols])).then(pl.lit("empty row (a blank line, or no values)"))
+            .otherwise(pl.concat_str(reasons, separator="; ", ignore_nulls=True)).alias("reason"),
             pl.struct(raw_cols).alias("raw"),
         )
         good = lf.filter(~bad)

@@ -260,4 +260,5 @@ def test_blank_lines_are_quarantined_in_place(block: int, tmp_path: Path, monkey
     assert (res.rows_read, res.rows_emitted, res.quarantined) == (5, 2, 3)
     assert [r["src_row"] for r in iter_requests(out)] == [1, 4]
     assert res.quarantine_path is not None
-    assert [json.loads(x)["line"] for x in res.quarantine_path.read_text().splitlines()] == [2, 4, 5]
+    q = [json.loads(x) for x in res.quarantine_path.read_text().splitlines()]
+    assert [x["line"] for x in q] == [2, 4, 5] and {x["reason"] for x in q} == {"empty row (a blank line, or no values)"}
