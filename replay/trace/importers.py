@@ -164,6 +164,7 @@ class _Plan:
     prefix: dict[str, Any]
     line_offset: int  # file line of src_row 0
     blocks: Callable[..., Iterator[Block]] | None = None  # the file in bounded pieces (CSV)
+    blocks_are_source: bool = False  # the blocks read the source file as given (not a decompressed copy)
 
 
 def _form(c: _Col, fast: bool) -> pl.Expr:
@@ -193,7 +194,7 @@ BLOCK_WORKERS = 2  # blocks parsed side by side while this thread reads ahead an
 
 
 def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
-              q_path: Path) -> dict[str, Any]:
+              q_path: Path, hasher: Any = None) -> dict[str, Any]:
     """Parse once and, in the same streaming query, write body and quarantine and compute the counts.
 
     With ``t_first`` (the first good row's arrival) the body is written in file order relative to it,
@@ -214,7 +215,7 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     if plan.extra_cols:
         cols.append(pl.struct([pl.col(c) for c in plan.extra_cols]).alias("extra"))
     whole: Block = functools.partial(_same, plan.lf)
-    pieces = plan.blocks() if (plan.blocks is not None and t_first is not None) else iter([whole])
+    pieces = plan.blocks(None, hasher) if (plan.blocks is not None and t_first is not None) else iter([whole])
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
@@ -297,15 +298,20 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
             raise ReplayError(f"{label}: internal error: a block of {expect} lines gave {df.height} rows", 70)
         return df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
 
-    def gen(first_bytes: int | None = None) -> Iterator[Block]:
-        """The blocks; with ``first_bytes``, a first block of about that size (for a quick look)."""
+    def gen(first_bytes: int | None = None, hasher: Any = None) -> Iterator[Block]:
+        """The blocks; with ``first_bytes``, a first block of about that size (for a quick look); with
+        ``hasher``, every byte of the file read goes into it too (the file is then read once)."""
         size = first_bytes or block_bytes or CSV_BLOCK_BYTES
         row0 = 0
         with path.open("rb") as fh:
-            fh.readline()
+            head = fh.readline()
+            if hasher is not None:
+                hasher.update(head)
             rest = b""
             while True:  # one copy per block: the rest of the last read joined to this read's lines
                 chunk = fh.read(size)
+                if hasher is not None:
+                    hasher.update(chunk)
                 if chunk:
                     cut = chunk.rfind(b"\n") + 1
                     if cut == 0:  # no line end yet
@@ -349,7 +355,9 @@ def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str) -> ImportResult:
 def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str) -> ImportResult:
     """Import into ``part`` (renamed to ``out`` on success): usually one streaming pass over the file."""
     q_path = out.with_name(out.name + ".quarantine.jsonl")
-    sha = _sha256(src)
+    # a plain CSV is hashed as its blocks are read; anything else (gzip, JSON lines) beforehand
+    hasher = hashlib.sha256() if plan.blocks is not None and plan.blocks_are_source else None
+    sha = "0" * 64 if hasher is not None else _sha256(src)
     room = _header_room(TraceHeader(source={"format": fmt, "path": str(src), "sha256": sha},
                                     time={**plan.time, "sorted": False, "backwards_steps": None, "t0_src_us": None},
                                     prefix=plan.prefix,
@@ -364,7 +372,9 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str) -> Imp
         t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
     except pl.exceptions.PolarsError as e:
         raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
-    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path)
+    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path, hasher)
+    if hasher is not None:
+        sha = hasher.hexdigest() if t_first is not None else _sha256(src)  # (no blocks were read without it)
     if any(stats[f"null:{k}"] for k in has_full):  # the cheap parser missed rows: use the full one
         fast = False
         stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path)
@@ -601,5 +611,6 @@ def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
         if fmt in _CSV_FORMATS or real.suffix == ".csv":
             cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
             plan.blocks = _csv_blocks(real, src, cols, ",")
+            plan.blocks_are_source = real == src
         res = _run_plan(plan, src, out, fmt)
     return res

@@ -262,3 +262,18 @@ def test_blank_lines_are_quarantined_in_place(block: int, tmp_path: Path, monkey
     assert res.quarantine_path is not None
     q = [json.loads(x) for x in res.quarantine_path.read_text().splitlines()]
     assert [x["line"] for x in q] == [2, 4, 5] and {x["reason"] for x in q} == {"empty row (a blank line, or no values)"}
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_header_sha256_is_the_source_file_as_given(gz: bool, tmp_path: Path) -> None:
+    """The header's sha256 is that of the file as given (hashed while its blocks are read for a plain
+    CSV, beforehand for a gzip), whatever path the import took."""
+    import hashlib
+    src = shared("traces/azure/AzureLLMInferenceTrace_code.csv")
+    if gz:
+        src2 = tmp_path / "code.csv.gz"
+        src2.write_bytes(gzip.compress(src.read_bytes()))
+        src = src2
+    out = tmp_path / "t.jsonl"
+    import_trace("azure", src, out)
+    assert read_header(out).source["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
