@@ -280,29 +280,34 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
     """The CSV body in pieces of about ``block_bytes`` cut at line ends (never inside quotes), so the
     import holds a few pieces at a time: memory stays flat however long the file is.
 
-    A piece with no quotes has one row per line (a blank one too), so its first row number is known
-    by counting line ends and its parsing is left to the worker that calls it; any other piece is
-    parsed here, in order, to learn how many rows it holds."""
+    Every piece is parsed by the worker that calls it. Its first row number is the row after the
+    previous piece's last, which that piece's worker publishes as soon as its reader has counted its
+    rows: pieces wait on each other only for that number, never for each other's parsing."""
 
-    def parse(buf: bytes, row0: int, expect: int | None) -> pl.LazyFrame:
-        body = buf.lstrip(b"\r\n")  # the reader cannot start on a blank line; those are rows of nulls
-        lead = buf.count(b"\n", 0, len(buf) - len(body))
+    def parse(buf: bytes, start: Future[int], end: Future[int]) -> pl.LazyFrame:
         try:
-            df = pl.read_csv(body, has_header=False, new_columns=cols, infer_schema=False,
-                             separator=separator, quote_char='"') if body else pl.DataFrame(schema=dict.fromkeys(cols, pl.String))
-        except pl.exceptions.PolarsError:
-            raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
-        if lead:
-            df = pl.concat([pl.DataFrame({c: [None] * lead for c in cols}, schema=dict.fromkeys(cols, pl.String)), df])
-        if expect is not None and df.height != expect:
-            raise ReplayError(f"{label}: internal error: a block of {expect} lines gave {df.height} rows", 70)
+            body = buf.lstrip(b"\r\n")  # the reader cannot start on a blank line; those are rows of nulls
+            lead = buf.count(b"\n", 0, len(buf) - len(body))
+            try:
+                df = pl.read_csv(body, has_header=False, new_columns=cols, infer_schema=False, separator=separator,
+                                 quote_char='"') if body else pl.DataFrame(schema=dict.fromkeys(cols, pl.String))
+            except pl.exceptions.PolarsError:
+                raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
+            if lead:
+                df = pl.concat([pl.DataFrame({c: [None] * lead for c in cols}, schema=dict.fromkeys(cols, pl.String)), df])
+            row0 = start.result()
+        except BaseException as e:  # the pieces after this one learn of it instead of waiting forever
+            end.set_exception(e)
+            raise
+        end.set_result(row0 + df.height)
         return df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
 
     def gen(first_bytes: int | None = None, hasher: Any = None) -> Iterator[Block]:
         """The blocks; with ``first_bytes``, a first block of about that size (for a quick look); with
         ``hasher``, every byte of the file read goes into it too (the file is then read once)."""
         size = first_bytes or block_bytes or CSV_BLOCK_BYTES
-        row0 = 0
+        start: Future[int] = Future()
+        start.set_result(0)
         with path.open("rb") as fh:
             head = fh.readline()
             if hasher is not None:
@@ -325,14 +330,9 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
                     buf, rest = rest, b""
                 if not chunk and (not buf or buf.isspace()):  # only blank space after the last line
                     return
-                if b'"' not in buf:  # one row per line, blank lines included
-                    n = buf.count(b"\n") + (0 if buf.endswith(b"\n") else 1)
-                    yield functools.partial(parse, buf, row0, n)
-                else:
-                    lf = parse(buf, row0, None)
-                    n = lf.select(pl.len()).collect().item()
-                    yield functools.partial(_same, lf)
-                row0 += n
+                end: Future[int] = Future()
+                yield functools.partial(parse, buf, start, end)
+                start = end
                 if not chunk:
                     return
 
