@@ -59,8 +59,12 @@ def import_cmd(
 ) -> None:
     """Import a public LLM serving trace into the replay-trace/1 format (lossless: unmapped columns kept)."""
     from replay.trace.importers import import_trace
-    with err.status(f"importing {src}"):
-        r = import_trace(fmt, src, out)
+    try:
+        with err.status(f"importing {src}"):
+            r = import_trace(fmt, src, out)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: nothing written; {out} is as it was")
+        raise typer.Exit(130) from None
     err.print(f"[green]wrote[/] {out}: {r.rows_emitted} requests of {r.rows_read} rows"
               + (f", [yellow]{r.quarantined} quarantined[/] -> {r.quarantine_path}" if r.quarantined else ""))
 

@@ -344,16 +344,21 @@ def _same(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str) -> ImportResult:
+    """Import through part files renamed into place at the end: a failed or interrupted import leaves
+    the trace and quarantine of the last good import as they were."""
     part = out.with_name(out.name + ".part")
+    q_part = out.with_name(out.name + ".quarantine.jsonl.part")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return _import_into(plan, src, out, part, fmt)
+        return _import_into(plan, src, out, part, fmt, q_part)
     finally:
         part.unlink(missing_ok=True)
+        q_part.unlink(missing_ok=True)
 
 
-def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str) -> ImportResult:
-    """Import into ``part`` (renamed to ``out`` on success): usually one streaming pass over the file."""
+def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part: Path) -> ImportResult:
+    """Import into ``part`` and ``q_part`` (renamed to ``out`` and its quarantine file on success):
+    usually one streaming pass over the file."""
     q_path = out.with_name(out.name + ".quarantine.jsonl")
     # a plain CSV is hashed as its blocks are read; anything else (gzip, JSON lines) beforehand
     hasher = hashlib.sha256() if plan.blocks is not None and plan.blocks_are_source else None
@@ -372,22 +377,22 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str) -> Imp
         t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
     except pl.exceptions.PolarsError as e:
         raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
-    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path, hasher)
+    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher)
     if hasher is not None:
         sha = hasher.hexdigest() if t_first is not None else _sha256(src)  # (no blocks were read without it)
     if any(stats[f"null:{k}"] for k in has_full):  # the cheap parser missed rows: use the full one
         fast = False
-        stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_path)
+        stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part)
     if stats["t_min"] is not None and (t_first is None or stats["backwards"] or stats["t_min"] < t_first):
-        stats = _one_pass(plan, src, fmt, fast, None, part, room, q_path)  # out of order: sort
+        stats = _one_pass(plan, src, fmt, fast, None, part, room, q_part)  # out of order: sort
     n, n_bad = int(stats["n"]), int(stats["bad"])
     if n == 0:
         raise ReplayError(f"{src}: no data rows")
-    if not n_bad:
-        q_path.unlink(missing_ok=True)
     t_min = stats["t_min"]
-    if t_min is None:
-        raise ReplayError(f"{src}: every row was quarantined ({n_bad}); see {q_path}")
+    if t_min is None:  # the reasons go beside the output, which stays as the last good import left it
+        rejected = out.with_name(out.name + ".rejected.jsonl")
+        q_part.replace(rejected)
+        raise ReplayError(f"{src}: every row was quarantined ({n_bad}); see {rejected}")
     backwards = int(stats["backwards"])
     header = TraceHeader(
         source={"format": fmt, "path": str(src), "sha256": sha},
@@ -398,6 +403,10 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str) -> Imp
     )
     _fill_header(part, header, room)
     part.replace(out)
+    if n_bad:
+        q_part.replace(q_path)
+    else:
+        q_path.unlink(missing_ok=True)  # the last import's quarantine no longer describes this trace
     in_sum = int(stats["in_sum"])
     return ImportResult(out, n, n - n_bad, n_bad, q_path if n_bad else None, in_sum)
 

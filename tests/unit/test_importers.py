@@ -277,3 +277,23 @@ def test_header_sha256_is_the_source_file_as_given(gz: bool, tmp_path: Path) -> 
     out = tmp_path / "t.jsonl"
     import_trace("azure", src, out)
     assert read_header(out).source["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_failed_reimport_leaves_the_last_good_import(tmp_path: Path) -> None:
+    """GIVEN a trace imported with quarantined rows WHEN a file whose every row is bad is imported to
+    the same output THEN the error names the file and where its rows' reasons are, and the trace and
+    its quarantine are still those of the good import."""
+    good = tmp_path / "good.csv"
+    good.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,1,1\n2023-11-16 18:00:01,x,2\n")
+    out = tmp_path / "t.jsonl"
+    res = import_trace("azure", good, out)
+    assert res.quarantine_path is not None
+    before = (out.read_bytes(), res.quarantine_path.read_bytes())
+    broken = tmp_path / "broken.csv"
+    broken.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nnot a time,x,y\n")
+    with pytest.raises(ReplayError, match="broken.csv.*every row was quarantined.*t.jsonl.rejected.jsonl"):
+        import_trace("azure", broken, out)
+    assert (out.read_bytes(), res.quarantine_path.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "broken.csv", "good.csv", "t.jsonl", "t.jsonl.quarantine.jsonl", "t.jsonl.rejected.jsonl"]
+    assert "not a time" in (tmp_path / "t.jsonl.rejected.jsonl").read_text()
