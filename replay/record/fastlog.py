@@ -14,6 +14,7 @@ check that both routes give the same facts.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import zlib
@@ -92,15 +93,35 @@ class FastFacts:
         return pl.scan_ipc(files).select(list(REQUEST_SCHEMA))
 
 
-def _pieces(path: Path, chunk_bytes: int) -> Iterator[bytes]:
-    """The file's bytes in pieces that end at a line end (decompressing gzip as it goes)."""
-    opener = gzip.open if path.suffix == ".gz" else open
+class _Hashing:
+    """A raw file whose every byte read also goes into a hash (so a log is read once, not twice)."""
+
+    def __init__(self, raw: Any, hasher: Any) -> None:
+        self.raw, self.hasher = raw, hasher
+
+    def read(self, n: int = -1) -> bytes:
+        b: bytes = self.raw.read(n)
+        if self.hasher is not None:
+            self.hasher.update(b)
+        return b
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
+    """The file's bytes in pieces that end at a line end (decompressing gzip as it goes); with
+    ``hasher``, every byte of the file as given goes into it."""
+    raw: Any = _Hashing(path.open("rb"), hasher)
+    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
     try:
-        with opener(path, "rb") as fh:
+        with contextlib.closing(raw), contextlib.closing(fh):
             rest = b""
             while True:  # one copy per piece: the rest of the last read joined to this read's lines
                 chunk = fh.read(chunk_bytes)
                 if not chunk:
+                    while raw.read(1 << 20):  # bytes after the gzip stream belong to the file's hash too
+                        pass
                     if rest:
                         yield rest
                     return
@@ -273,15 +294,15 @@ def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path) -> _Pie
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
 
 
-def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
-                   keep_prompts: bool = False, progress: Callable[[int], None] | None = None) -> tuple[LogParse, FastFacts]:
+def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
+                   progress: Callable[[int], None] | None = None, hasher: Any = None) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse.
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
-    WORKERS + 2 pieces are in memory."""
+    WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
     ff = FastFacts(spill=spill)
@@ -290,7 +311,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None,
 
     def numbered() -> Iterator[tuple[bytes, int, int]]:
         first_no = 1
-        for piece in _pieces(path, chunk_bytes or CHUNK_BYTES):
+        for piece in _pieces(path, chunk_bytes or CHUNK_BYTES, hasher):
             n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
             yield piece, first_no, n
             first_no += n

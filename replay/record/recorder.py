@@ -76,25 +76,41 @@ def _read_text(path: Path) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _head_and_hash(path: Path, head_bytes: int = 1 << 16) -> tuple[str, str, int]:
-    """The first ``head_bytes`` of text (decompressed), the sha256 of the file as given, and its size,
-    without reading the whole file into memory."""
+def _head(path: Path, head_bytes: int = 1 << 16) -> tuple[str, int]:
+    """The first ``head_bytes`` of text (decompressed) and the file's size, for recognising it."""
     _check_file(path)
-    h = hashlib.sha256()
-    raw = b""
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            raw = raw or chunk[:head_bytes]  # the head of a plain file comes with the first read
-            h.update(chunk)
     try:
-        if raw[:2] == b"\x1f\x8b" or path.suffix == ".gz":
+        if _is_gzip(path):
             with gzip.open(path, "rb") as gz:
                 raw = gz.read(head_bytes)
+        else:
+            with path.open("rb") as fh:
+                raw = fh.read(head_bytes)
     except (EOFError, OSError, zlib.error) as e:
         raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
     if b"\x00" in raw[:4096]:
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
-    return raw.decode("utf-8", errors="replace"), h.hexdigest(), path.stat().st_size
+    return raw.decode("utf-8", errors="replace"), path.stat().st_size
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fingerprint(path: Path, size: int) -> tuple[int, str]:
+    """Size and a hash of the first and last MiB: files that differ here differ. Two files alike here
+    are hashed whole before either is taken as a copy of the other."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        h.update(fh.read(1 << 20))
+        if size > 2 << 20:
+            fh.seek(size - (1 << 20))
+            h.update(fh.read())
+    return size, h.hexdigest()
 
 
 def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int = 0) -> pl.LazyFrame:
@@ -265,16 +281,24 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     seen_hashes: dict[str, str] = {}
     notes: list[str] = []
     spill_root = out / ".spill"
+    fingerprints: dict[tuple[int, str], list[Path]] = {}
     for path in paths:
-        head, sha, size = _head_and_hash(path)
+        head, size = _head(path)
         kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head)
+        fp = _fingerprint(path, size)
+        alike = fingerprints.setdefault(fp, [])
+        # a log with no look-alike is hashed while it is parsed (one read); anything else now
+        hash_later = kind == "vllm-log" and not alike and size > (1 << 16)
+        alike.append(path)
+        sha = "" if hash_later else _sha256(path)
         rep = FileReport(str(path), kind or "unknown", sha256=sha)
-        if sha in seen_hashes:
+        if sha and sha in seen_hashes:
             rep.kind = "duplicate"
             rep.notes.append(f"identical to {seen_hashes[sha]}; counted once")
             parsed_items.append((path, "duplicate", None, rep))
             continue
-        seen_hashes[sha] = str(path)
+        if sha:
+            seen_hashes[sha] = str(path)
         if not head.strip() and size < (1 << 16):
             rep.kind = "empty"
             rep.notes.append("empty file")
@@ -282,8 +306,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             continue
         result: Any
         if kind == "vllm-log":
+            hasher = hashlib.sha256() if hash_later else None
             result = parse_log_file(path, spill_root / str(len(parsed_items)), keep_prompts=opts.keep_prompts,
-                                    progress=opts.progress)
+                                    progress=opts.progress, hasher=hasher)
+            if hasher is not None:
+                rep.sha256 = hasher.hexdigest()
+                seen_hashes[rep.sha256] = str(path)
             parsed_items.append((path, kind, result, rep))
             continue
         text = _read_text(path)

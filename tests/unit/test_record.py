@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -340,3 +341,27 @@ def test_interrupted_record_leaves_no_spill(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         record([log], out, RecordOptions(year=2026, progress=stop))
     assert not (out / ".spill").exists()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_logs_hashed_in_passing_and_copies_still_found(gz: bool, tmp_path: Path) -> None:
+    """GIVEN two logs of a few MiB that differ only in the middle, and a copy of the first WHEN
+    recorded THEN each input's sha256 is that of the file as given (a log is hashed while parsed),
+    the copy is counted once, and the look-alike is not taken for a copy."""
+    import hashlib
+    line = ("(APIServer pid=1) INFO 05-19 10:13:{s:02d} [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 "
+            "tokens/s, Avg generation throughput: 2.0 tokens/s, Running: {r} reqs, Waiting: 0 reqs, GPU KV cache "
+            "usage: 5.0%, Prefix cache hit rate: 0.0%\n")
+    body = [line.format(s=i % 60, r=i * 7919 % 100003) for i in range(16000)]
+    a, b = "".join(body), "".join(body[:8000] + [line.format(s=1, r=9)] + body[8001:])
+    paths = []
+    for name, text in (("a.log", a), ("b.log", b), ("a-copy.log", a)):
+        p = tmp_path / (name + (".gz" if gz else ""))
+        p.write_bytes(gzip.compress(text.encode(), mtime=0) if gz else text.encode())
+        paths.append(p)
+    assert paths[0].stat().st_size > (2 << 20 if not gz else 1 << 16)  # hashed in passing, not beforehand
+    out = tmp_path / "bundle"
+    reports, _ = record(paths, out, RecordOptions(year=2025))
+    assert [r.sha256 for r in reports] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+    assert [r.kind for r in reports] == ["vllm-log", "vllm-log", "duplicate"]
+    assert [i["sha256"] for i in read_bundle(out).meta.inputs] == [r.sha256 for r in reports]
