@@ -84,7 +84,7 @@ class BundleWriter:
         path.mkdir(parents=True, exist_ok=True)
         for stale in ("samples.parquet", "requests.parquet", "events.jsonl", "quarantine.jsonl"):
             (path / stale).unlink(missing_ok=True)
-        for part in path.glob("samples.part*.parquet"):
+        for part in [*path.glob("samples.part*.parquet"), *path.glob("requests.part*")]:  # an interrupted run's
             part.unlink()
         self._samples: list[tuple[int, int | None, str, str, float]] = []
         self._parts = 0
@@ -93,6 +93,7 @@ class BundleWriter:
         self._events = (path / "events.jsonl").open("a", encoding="utf-8")
         self._quarantine = (path / "quarantine.jsonl").open("a", encoding="utf-8")
         self.counts = {"samples": 0, "events": 0, "quarantined": 0, "requests": 0}
+        self._req_parts = 0
         self.write_meta()
 
     def write_meta(self) -> None:
@@ -145,12 +146,13 @@ class BundleWriter:
         self._quarantine.write(json.dumps(rec) + "\n")
         self.counts["quarantined"] += 1
 
-    def requests_lazy(self, lf: pl.LazyFrame) -> None:
-        """Append requests from a lazy query (REQUESTS_SCHEMA columns plus optional extras such as
-        prompt_chars/prompt_sha256), streamed to a part file merged at close."""
-        part = self.path / f"requests.part{len(list(self.path.glob('requests.part*.parquet'))):05d}.parquet"
-        lf.sink_parquet(part, engine="streaming")
-        self.counts["requests"] += pl.scan_parquet(part).select(pl.len()).collect().item()
+    def requests_frame(self, df: pl.DataFrame) -> None:
+        """Append requests (REQUESTS_SCHEMA columns plus optional extras such as prompt_chars and
+        prompt_sha256) as a part file, merged into requests.parquet at close. Parts are Arrow IPC:
+        they are read once more, so compressing them would be wasted work."""
+        df.write_ipc(self.path / f"requests.part{self._req_parts:05d}.arrow")
+        self._req_parts += 1
+        self.counts["requests"] += df.height
 
     def request(self, row: dict[str, Any]) -> None:
         self._requests.append(row)
@@ -178,9 +180,9 @@ class BundleWriter:
             pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(target)
         for p in parts:
             p.unlink()
-        req_parts = sorted(self.path.glob("requests.part*.parquet"))
+        req_parts = sorted(self.path.glob("requests.part*.arrow"))
         if req_parts:
-            frames = [_requests_df(self._requests).lazy(), *(pl.scan_parquet(p) for p in req_parts)]
+            frames = [_requests_df(self._requests).lazy(), *(pl.scan_ipc(p) for p in req_parts)]
             pl.concat(frames, how="diagonal_relaxed").sink_parquet(self.path / "requests.parquet")
             for p in req_parts:
                 p.unlink()

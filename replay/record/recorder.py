@@ -133,7 +133,7 @@ def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_of
     def timed(lf: pl.LazyFrame) -> pl.LazyFrame:
         return _timed(lf, year, tz_offset_s, clock_offset_us)
 
-    _requests_from_log(ff, timed, path.name, t0, keep_prompts, lambda part: w.requests_lazy(part.lazy()),
+    _requests_from_log(ff, timed, path.name, t0, keep_prompts, w.requests_frame,
                        ff.spill or w.path)
     return untimed
 
