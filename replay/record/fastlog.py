@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
 from replay.errors import ReplayError
+from replay.filehash import HashingReader
 from replay.record.vllm_log import LogFact, LogParse, LogParser, fact_time_us, split_line
 
 _PROC = r"\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\) *"
@@ -93,35 +94,18 @@ class FastFacts:
         return pl.scan_ipc(files).select(list(REQUEST_SCHEMA))
 
 
-class _Hashing:
-    """A raw file whose every byte read also goes into a hash (so a log is read once, not twice)."""
-
-    def __init__(self, raw: Any, hasher: Any) -> None:
-        self.raw, self.hasher = raw, hasher
-
-    def read(self, n: int = -1) -> bytes:
-        b: bytes = self.raw.read(n)
-        if self.hasher is not None:
-            self.hasher.update(b)
-        return b
-
-    def close(self) -> None:
-        self.raw.close()
-
-
 def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
     """The file's bytes in pieces that end at a line end (decompressing gzip as it goes); with
     ``hasher``, every byte of the file as given goes into it."""
-    raw: Any = _Hashing(path.open("rb"), hasher)
-    fh: Any = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
+    raw = HashingReader(path, hasher)
+    fh: Any = gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") if path.suffix == ".gz" else raw
     try:
         with contextlib.closing(raw), contextlib.closing(fh):
             rest = b""
             while True:  # one copy per piece: the rest of the last read joined to this read's lines
                 chunk = fh.read(chunk_bytes)
                 if not chunk:
-                    while raw.read(1 << 20):  # bytes after the gzip stream belong to the file's hash too
-                        pass
+                    raw.rest()  # bytes after the gzip stream belong to the file's hash too
                     if rest:
                         yield rest
                     return

@@ -21,6 +21,7 @@ import polars as pl
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
+from replay.filehash import file_sha256
 from replay.record import evidence as ev
 from replay.record import fastlog
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file
@@ -91,14 +92,6 @@ def _head(path: Path, head_bytes: int = 1 << 16) -> tuple[str, int]:
     if b"\x00" in raw[:4096]:
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
     return raw.decode("utf-8", errors="replace"), path.stat().st_size
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _fingerprint(path: Path, size: int) -> tuple[int, str]:
@@ -290,7 +283,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         # a log with no look-alike is hashed while it is parsed (one read); anything else now
         hash_later = kind == "vllm-log" and not alike and size > (1 << 16)
         alike.append(path)
-        sha = "" if hash_later else _sha256(path)
+        sha = "" if hash_later else file_sha256(path)
         rep = FileReport(str(path), kind or "unknown", sha256=sha)
         if sha and sha in seen_hashes:
             rep.kind = "duplicate"

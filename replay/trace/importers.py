@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
+from replay.filehash import HashingReader, file_sha256
 from replay.trace.format import TraceHeader
 
 FORMATS: dict[str, str] = {
@@ -47,14 +48,6 @@ class ImportResult:
     quarantined: int
     quarantine_path: Path | None
     input_tokens_sum: int
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _materialise(src: Path, tmpdir: Path) -> Path:
@@ -308,15 +301,11 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
         size = first_bytes or block_bytes or CSV_BLOCK_BYTES
         start: Future[int] = Future()
         start.set_result(0)
-        with path.open("rb") as fh:
-            head = fh.readline()
-            if hasher is not None:
-                hasher.update(head)
+        with HashingReader(path, hasher) as fh:
+            fh.readline()
             rest = b""
             while True:  # one copy per block: the rest of the last read joined to this read's lines
                 chunk = fh.read(size)
-                if hasher is not None:
-                    hasher.update(chunk)
                 if chunk:
                     cut = chunk.rfind(b"\n") + 1
                     if cut == 0:  # no line end yet
@@ -362,7 +351,7 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
     q_path = out.with_name(out.name + ".quarantine.jsonl")
     # a plain CSV is hashed as its blocks are read; anything else (gzip, JSON lines) beforehand
     hasher = hashlib.sha256() if plan.blocks is not None and plan.blocks_are_source else None
-    sha = "0" * 64 if hasher is not None else _sha256(src)
+    sha = "0" * 64 if hasher is not None else file_sha256(src)
     room = _header_room(TraceHeader(source={"format": fmt, "path": str(src), "sha256": sha},
                                     time={**plan.time, "sorted": False, "backwards_steps": None, "t0_src_us": None},
                                     prefix=plan.prefix,
@@ -379,7 +368,7 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
         raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
     stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher)
     if hasher is not None:
-        sha = hasher.hexdigest() if t_first is not None else _sha256(src)  # (no blocks were read without it)
+        sha = hasher.hexdigest() if t_first is not None else file_sha256(src)  # (no blocks were read without it)
     if any(stats[f"null:{k}"] for k in has_full):  # the cheap parser missed rows: use the full one
         fast = False
         stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part)
