@@ -18,9 +18,7 @@ import contextlib
 import gzip
 import hashlib
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -29,6 +27,7 @@ import polars as pl
 
 from replay.errors import ReplayError
 from replay.filehash import HashingReader
+from replay.parallel import ordered_map
 from replay.record.vllm_log import LogFact, LogParse, LogParser, fact_time_us, split_line
 
 _PROC = r"\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\) *"
@@ -300,39 +299,32 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
             yield piece, first_no, n
             first_no += n
 
-    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="replay-fastlog") as pool:
-        ahead: deque[tuple[Future[_Piece], int, int, int]] = deque()
-        items = numbered()
-        k = 0
-        while True:
-            while len(ahead) <= WORKERS and (nxt := next(items, None)) is not None:
-                ahead.append((pool.submit(_prepare, nxt[0], nxt[1], nxt[2], f"{len(ahead) + k:06d}", spill),
-                              len(nxt[0]), nxt[1], nxt[2]))
-            if not ahead:
-                break
-            job, size, first_no, n = ahead.popleft()
-            if progress is not None:
-                progress(size)
-            p = job.result()
-            # the line-by-line parser gets every other line, in order, with a barrier after fast ones
-            for no, raw, after_fast in p.slow.iter_rows():
-                if after_fast if after_fast is not None else prev_fast:
-                    parser.barrier()
-                parser.feed(int(no), str(raw))
-            prev_fast = p.last_fast
-            if prev_fast:
+    def prepare(item: tuple[int, tuple[bytes, int, int]]) -> tuple[_Piece, int, int, int]:
+        k, (piece, first_no, n) = item
+        return _prepare(piece, first_no, n, f"{k:06d}", spill), len(piece), first_no, n
+
+    for k, (p, size, first_no, n) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
+                                                           ahead=WORKERS + 1)):
+        if progress is not None:
+            progress(size)
+        # the line-by-line parser gets every other line, in order, with a barrier after fast ones
+        for no, raw, after_fast in p.slow.iter_rows():
+            if after_fast if after_fast is not None else prev_fast:
                 parser.barrier()
-            if p.fast_lines:
-                ff.lines += p.fast_lines
-                parser.res.lines_parsed += p.fast_lines
-                parser.res.lines_read = max(parser.res.lines_read, first_no + n - 1)
-                for raw, weight in p.representatives:
-                    for ln in split_line(0, raw):
-                        parser.observe(ln, weight)
-            _add_files(ff, p.files)
-            _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill))
-            seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
-            k += 1
+            parser.feed(int(no), str(raw))
+        prev_fast = p.last_fast
+        if prev_fast:
+            parser.barrier()
+        if p.fast_lines:
+            ff.lines += p.fast_lines
+            parser.res.lines_parsed += p.fast_lines
+            parser.res.lines_read = max(parser.res.lines_read, first_no + n - 1)
+            for raw, weight in p.representatives:
+                for ln in split_line(0, raw):
+                    parser.observe(ln, weight)
+        _add_files(ff, p.files)
+        _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill))
+        seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
     res = parser.finish()
     _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill))
     _drop_repeats(ff, res)

@@ -9,9 +9,7 @@ import json
 import shutil
 import tempfile
 import zlib
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +20,7 @@ import polars as pl
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.filehash import file_sha256
+from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file
@@ -176,16 +175,12 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
         return _request_bucket(pl.scan_ipc(files), aborted, name, t0, keep_prompts) if files else None
 
     # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
-    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp, ThreadPoolExecutor(2) as pool:
-        list(pool.map(split, range(len(groups))))
-        ahead: deque[Future[pl.DataFrame | None]] = deque()
-        for b in range(nb + 1):  # two buckets in the works at most
-            if b < nb:
-                ahead.append(pool.submit(bucket, b))
-            if len(ahead) > 1 or (b >= nb and ahead):
-                out = ahead.popleft().result()
-                if out is not None:
-                    sink(out)
+    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
+        for _ in ordered_map(split, range(len(groups)), workers=2, ahead=2):
+            pass
+        for out in ordered_map(bucket, range(nb), workers=2, ahead=2):  # two buckets in the works at most
+            if out is not None:
+                sink(out)
 
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:

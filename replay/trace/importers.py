@@ -16,9 +16,8 @@ import json
 import shutil
 import tempfile
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import polars as pl
 
 from replay.errors import ReplayError, where
 from replay.filehash import HashingReader, file_sha256
+from replay.parallel import ordered_map
 from replay.trace.format import TraceHeader
 
 FORMATS: dict[str, str] = {
@@ -239,16 +239,10 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
         res = pl.collect_all([good.select(cols), quarantine, stats])
         return res[0], res[1], res[-1].row(0, named=True)
 
-    with out.open("wb") as fo, q_path.open("wb") as fq, ThreadPoolExecutor(BLOCK_WORKERS) as pool:
+    with out.open("wb") as fo, q_path.open("wb") as fq:
         fo.write(b" " * (room - 1) + b"\n")  # the header goes here once the counts are known
-        ahead: deque[Future[tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]]] = deque()
-        try:
-            while True:  # blocks are parsed side by side and written in order
-                while len(ahead) <= BLOCK_WORKERS and (piece := next(pieces, None)) is not None:
-                    ahead.append(pool.submit(run, piece))
-                if not ahead:
-                    break
-                body, qb, st = ahead.popleft().result()
+        try:  # blocks are parsed side by side and written in order
+            for body, qb, st in ordered_map(run, pieces, workers=BLOCK_WORKERS, ahead=BLOCK_WORKERS + 1):
                 body.write_ndjson(fo)
                 if qb.height:
                     qb.write_ndjson(fq)
@@ -262,8 +256,6 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
                         total["backwards"] += 1  # a step back across the block boundary
                     last_t = st["t_last"]
         except pl.exceptions.PolarsError as e:
-            for f in ahead:
-                f.cancel()
             raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
     return total
 
