@@ -65,7 +65,8 @@ REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_log
                    "prompt": pl.Utf8}
 _REQUEST_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": pl.Utf8,
                  "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8, "rh": pl.UInt64, **REQUEST_DETAILS}
-ID_HASH = pl.col("request_id").hash(seed=11)  # ``rh``: requests are joined on it, bucket by bucket
+ID_SEED = 11  # every hash of a request id (``rh``, aborted ids): requests are joined on it, bucket by bucket
+ID_HASH = pl.col("request_id").hash(seed=ID_SEED)
 STATS_SCHEMA = {k: v for k, v in _STATS_COLS.items() if k not in ("h", "repeatable")}
 REQUEST_SCHEMA = {k: v for k, v in _REQUEST_COLS.items() if k not in ("h", "repeatable")}
 
