@@ -1,4 +1,5 @@
-"""The sha256 of an input file as given, which bundles and traces record for provenance.
+"""Input files as given: whether they are gzip, and their sha256, which bundles and traces record
+for provenance.
 
 A large input is hashed while it is read for parsing (``HashingReader``) rather than in a pass of
 its own; a small one, or one read through another route, with ``file_sha256``.
@@ -9,6 +10,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import Any
+
+
+def is_gzip(path: Path) -> bool:
+    """By name or by content: a compressed log is often saved without its ``.gz``."""
+    with path.open("rb") as fh:
+        return path.suffix == ".gz" or fh.read(2) == b"\x1f\x8b"
 
 
 def file_sha256(path: Path) -> str:

@@ -26,7 +26,7 @@ from typing import Any, cast
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.filehash import HashingReader
+from replay.filehash import HashingReader, is_gzip
 from replay.parallel import ordered_map
 from replay.record.vllm_log import LogFact, LogParse, LogParser, fact_time_us, split_line
 
@@ -98,7 +98,7 @@ def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]
     """The file's bytes in pieces that end at a line end (decompressing gzip as it goes); with
     ``hasher``, every byte of the file as given goes into it."""
     raw = HashingReader(path, hasher)
-    fh: Any = gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") if path.suffix == ".gz" else raw
+    fh: Any = gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") if is_gzip(path) else raw
     try:
         with contextlib.closing(raw), contextlib.closing(fh):
             rest = b""

@@ -19,7 +19,7 @@ import polars as pl
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
-from replay.filehash import file_sha256
+from replay.filehash import file_sha256, is_gzip
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
@@ -58,15 +58,10 @@ def _check_file(path: Path) -> None:
         raise ReplayError(f"{path}: no such file")
 
 
-def _is_gzip(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return path.suffix == ".gz" or fh.read(2) == b"\x1f\x8b"
-
-
 def _read_text(path: Path) -> str:
     _check_file(path)
     raw = path.read_bytes()
-    if _is_gzip(path):
+    if is_gzip(path):
         try:
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as e:
@@ -80,7 +75,7 @@ def _head(path: Path, head_bytes: int = 1 << 16) -> tuple[str, int]:
     """The first ``head_bytes`` of text (decompressed) and the file's size, for recognising it."""
     _check_file(path)
     try:
-        if _is_gzip(path):
+        if is_gzip(path):
             with gzip.open(path, "rb") as gz:
                 raw = gz.read(head_bytes)
         else:

@@ -119,9 +119,11 @@ def test_messy_log_fast_lane_equals_reference(seed: int, chunk: int, bucket: int
     assert res.duplicates > 0  # repeated lines were seen and counted once
 
 
-def test_record_gzip_log_equals_plain(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["log.gz", "saved-without-suffix.log"])
+def test_record_gzip_log_equals_plain(name: str, tmp_path: Path) -> None:
+    """A gzip log, named as such or not, records as the plain log does."""
     src = shared("vllm-logs/v017_v1_stats_kv_ramp.log")
-    gz = tmp_path / "log.gz"
+    gz = tmp_path / name
     gz.write_bytes(gzip.compress(src.read_bytes()))
     a, b = tmp_path / "a", tmp_path / "b"
     record([src], a, RecordOptions(year=2025))
