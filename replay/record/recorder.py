@@ -58,34 +58,22 @@ def _check_file(path: Path) -> None:
         raise ReplayError(f"{path}: no such file")
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, limit: int = -1) -> str:
+    """The file's text, decompressed where it is gzip, or its first ``limit`` bytes; binary data is
+    refused with a clear message."""
     _check_file(path)
-    raw = path.read_bytes()
     if is_gzip(path):
         try:
-            raw = gzip.decompress(raw)
+            with gzip.open(path, "rb") as gz:
+                raw = gz.read(limit)
         except (EOFError, OSError, zlib.error) as e:
             raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+    else:
+        with path.open("rb") as fh:
+            raw = fh.read(limit)
     if b"\x00" in raw[:4096]:
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
     return raw.decode("utf-8", errors="replace")
-
-
-def _head(path: Path, head_bytes: int = 1 << 16) -> tuple[str, int]:
-    """The first ``head_bytes`` of text (decompressed) and the file's size, for recognising it."""
-    _check_file(path)
-    try:
-        if is_gzip(path):
-            with gzip.open(path, "rb") as gz:
-                raw = gz.read(head_bytes)
-        else:
-            with path.open("rb") as fh:
-                raw = fh.read(head_bytes)
-    except (EOFError, OSError, zlib.error) as e:
-        raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
-    if b"\x00" in raw[:4096]:
-        raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
-    return raw.decode("utf-8", errors="replace"), path.stat().st_size
 
 
 def _fingerprint(path: Path, size: int) -> tuple[int, str]:
@@ -266,7 +254,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     spill_root = out / ".spill"
     fingerprints: dict[tuple[int, str], list[Path]] = {}
     for path in paths:
-        head, size = _head(path)
+        head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
         kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head)
         fp = _fingerprint(path, size)
         alike = fingerprints.setdefault(fp, [])
