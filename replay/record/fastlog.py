@@ -28,7 +28,14 @@ import polars as pl
 from replay.errors import ReplayError
 from replay.filehash import HashingReader, is_gzip
 from replay.parallel import ordered_map
-from replay.record.vllm_log import LogFact, LogParse, LogParser, fact_time_us, split_line
+from replay.record.vllm_log import (
+    LogFact,
+    LogParse,
+    LogParser,
+    fact_time_us,
+    physical_lines,
+    split_line,
+)
 
 _PROC = r"\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\) *"
 _NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
@@ -134,9 +141,7 @@ def _lines(piece: bytes, expect: int) -> pl.Series:
             raw = None
         if raw is not None and len(raw) == expect:
             return raw.fill_null("") if raw.null_count() else raw
-    text = piece.decode("utf-8", errors="replace")
-    lines = pl.Series("raw", [text]).str.split("\n").explode()
-    return lines.slice(0, len(lines) - 1) if text.endswith("\n") else lines
+    return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8)
 
 
 def _num(col: pl.Expr) -> pl.Expr:
