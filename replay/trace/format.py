@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
+from replay.filehash import is_gzip
 
 SCHEMA = "replay-trace/1"
 SCHEMA_NAME, SCHEMA_VERSION = "replay-trace", 1
@@ -74,7 +75,7 @@ def _open_text(path: Path) -> Any:
         raise ReplayError(f"{path}: is a directory, expected a trace file")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
-    if path.suffix == ".gz":
+    if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8")
     return path.open("r", encoding="utf-8")
 

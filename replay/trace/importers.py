@@ -25,7 +25,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
-from replay.filehash import HashingReader, file_sha256
+from replay.filehash import HashingReader, file_sha256, is_gzip
 from replay.parallel import ordered_map
 from replay.trace.format import TraceHeader
 
@@ -51,16 +51,16 @@ class ImportResult:
 
 
 def _materialise(src: Path, tmpdir: Path) -> Path:
-    """Check the source exists and is a non-empty file; decompress .gz with a clear truncation error."""
+    """Check the source exists and is a non-empty file; decompress gzip with a clear truncation error."""
     if src.is_dir():
         raise ReplayError(f"{src}: is a directory, expected a trace file")
     if not src.exists():
         raise ReplayError(f"{src}: no such file")
     if src.stat().st_size == 0:
         raise ReplayError(f"{src}: empty file")
-    if src.suffix != ".gz":
+    if not is_gzip(src):  # by content too: a compressed export is often saved without its .gz
         return src
-    out = tmpdir / src.stem
+    out = tmpdir / (src.stem if src.suffix == ".gz" else src.name)
     try:
         with gzip.open(src, "rb") as fin, out.open("wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)

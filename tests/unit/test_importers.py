@@ -297,3 +297,21 @@ def test_failed_reimport_leaves_the_last_good_import(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "broken.csv", "good.csv", "t.jsonl", "t.jsonl.quarantine.jsonl", "t.jsonl.rejected.jsonl"]
     assert "not a time" in (tmp_path / "t.jsonl.rejected.jsonl").read_text()
+
+
+@pytest.mark.parametrize("fmt,rel", [("azure", "traces/azure/AzureLLMInferenceTrace_code.csv"),
+                                     ("mooncake", "traces/mooncake/conversation_trace.jsonl")])
+def test_gzip_saved_without_its_suffix_imports_as_the_plain_file(fmt: str, rel: str, tmp_path: Path) -> None:
+    """A compressed export is recognised by its content, not its name: the same requests as the plain
+    file (it used to be parsed as raw bytes and end in an internal error)."""
+    src = shared(rel)
+    disguised = tmp_path / src.name  # gzip bytes under the plain name
+    disguised.write_bytes(gzip.compress(src.read_bytes()))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    ra, rb = import_trace(fmt, src, a), import_trace(fmt, disguised, b)
+    assert (rb.rows_read, rb.rows_emitted, rb.input_tokens_sum) == (ra.rows_read, ra.rows_emitted, ra.input_tokens_sum)
+    assert ra.rows_emitted > 100
+    assert list(iter_requests(b)) == list(iter_requests(a))
+    plain = tmp_path / "plain.jsonl"  # and a trace file itself, gzipped under a plain name, reads as one
+    plain.write_bytes(gzip.compress(a.read_bytes()))
+    assert read_header(plain).import_counts == read_header(a).import_counts
