@@ -168,8 +168,8 @@ def _fields(df: pl.DataFrame) -> pl.DataFrame:
     """Prefix fields (proc, rank, ts, fl) and message of strictly shaped lines. The prefix ('(proc)
     INFO date time [file:line]') ends at the first '] ' (neither process nor call site can hold one);
     the lines of a piece come in runs that share a prefix, so each run's prefix is split once."""
-    pm = pl.col("raw").str.splitn("] ", 2)
-    df = df.with_columns(prefix=pm.struct.field("field_0"), msg=pm.struct.field("field_1"))
+    end = pl.col("raw").str.find("] ", literal=True)  # found by a literal search, cut by slicing (a split copies more)
+    df = df.with_columns(prefix=pl.col("raw").str.slice(0, end), msg=pl.col("raw").str.slice(end + 2))
     # consecutive lines mostly share their prefix: number the runs and split the first line of each
     starts = (pl.col("prefix") != pl.col("prefix").shift(1)).fill_null(True)
     df = df.with_columns(pid=starts.cast(pl.UInt32).cum_sum() - 1)
@@ -191,8 +191,9 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
     raw = pl.col("raw")
-    df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(
-        line=pl.col("i").cast(pl.Int64) + first_no, raw=raw.str.strip_suffix("\r")).drop("i")
+    df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
+    if lines.str.contains("\r", literal=True).any():  # a CRLF line ends without its CR
+        df = df.with_columns(raw=raw.str.strip_suffix("\r"))
     marks = df.lazy().select(
         opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
         strict=raw.str.contains(_STRICT),
