@@ -78,6 +78,13 @@ STATS_SCHEMA = {k: v for k, v in _STATS_COLS.items() if k not in ("h", "repeatab
 REQUEST_SCHEMA = {k: v for k, v in _REQUEST_COLS.items() if k not in ("h", "repeatable")}
 
 
+def scan_facts(files: list[Path]) -> pl.LazyFrame:
+    """Spilled fact files as one frame. The fast lane's request files leave out the columns that only
+    'Received request' lines fill (REQUEST_DETAILS): they were two fifths of every file written and
+    read again. Columns a file lacks read as nulls."""
+    return pl.concat([pl.scan_ipc(f) for f in files], how="diagonal_relaxed")
+
+
 @dataclass
 class FastFacts:
     """Columnar facts of the fast lane, spilled to Arrow IPC files (one per piece of the log)."""
@@ -98,7 +105,7 @@ class FastFacts:
         files = self.requests if files is None else files
         if not files:
             return pl.LazyFrame(schema=REQUEST_SCHEMA)
-        return pl.scan_ipc(files).select(list(REQUEST_SCHEMA))
+        return scan_facts(files).select(list(REQUEST_SCHEMA))
 
 
 def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
@@ -235,8 +242,7 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     rq = rq.with_columns(kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")),
                          key_ts=pl.col("ts"), request_id=rest.str.strip_suffix(".")).with_columns(h=_KEY)
     requests = rq.select("line", "rank", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind="kind", h="h",
-                         repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH,
-                         **{k: pl.lit(None, dtype=t) for k, t in REQUEST_DETAILS.items()})
+                         repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     ac = df.filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
         "line", "raw", proc=pl.when(pl.col("raw").str.starts_with("("))
@@ -400,7 +406,7 @@ def _drop_repeats(ff: FastFacts, res: LogParse) -> None:
         files: list[Path] = getattr(ff, name)
         if not files:
             continue
-        keys = pl.scan_ipc(files).filter("repeatable").select("line", "h")
+        keys = scan_facts(files).filter("repeatable").select("line", "h")
         nb = buckets_for(int(keys.select(pl.len()).collect().item()) // 8)  # 16 bytes a fact: 8x a request's share
         drop = pl.concat([  # repeats share their key hash, so each bucket of hashes is judged on its own
             (keys.filter(pl.col("h") % nb == b) if nb > 1 else keys).sort("line")

@@ -150,12 +150,13 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
         held += n
     def split(g: int) -> None:
         df = facts_of(groups[g]).filter(kind != "request_aborted").with_columns(bucket=pl.col("h") % nb).collect()
+        df = df.drop([c for c in fastlog.REQUEST_DETAILS if df[c].null_count() == df.height])  # fast-lane facts: none
         for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
             part.write_ipc(Path(tmp) / f"b{b:05d}.g{g:05d}.arrow")
 
     def bucket(b: int) -> pl.DataFrame | None:
         files = sorted(Path(tmp).glob(f"b{b:05d}.*"))
-        return _request_bucket(pl.scan_ipc(files), aborted, name, t0, keep_prompts) if files else None
+        return _request_bucket(fastlog.scan_facts(files), aborted, name, t0, keep_prompts) if files else None
 
     # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
     with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
@@ -170,6 +171,7 @@ def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int,
     """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
     kind = pl.col("kind")
     df = facts.collect().sort("line")
+    df = df.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items() if c not in df.columns})
     arrivals = df.filter(kind.is_in(["request_received", "request_added"])).unique(
         subset="h", keep="first", maintain_order=True).select(
         "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
