@@ -121,7 +121,8 @@ def _parse_timestamp_us(col: str) -> _Parse:
     # on the whole string); anything else is null here and goes to the full parser
     shape = c.str.contains(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?$")
     whole = c.str.slice(0, 19).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False, cache=True)
-    frac = c.str.slice(20, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+    digits = c.str.len_bytes().clip(20, 26) - 20  # fraction digits that count (µs: at most 6)
+    frac = (c.str.slice(20, 6).cast(pl.Int64, strict=False) * pl.lit(10, pl.Int64).pow(6 - digits)).fill_null(0)
     fast = pl.when(shape).then(whole.dt.epoch("us") + frac)
     s = pl.col(col).str.strip_chars()
     off = s.str.extract(r"([+-]\d\d):?(\d\d)$", 1).cast(pl.Int64, strict=False) * 60 + s.str.extract(

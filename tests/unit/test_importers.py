@@ -315,3 +315,26 @@ def test_gzip_saved_without_its_suffix_imports_as_the_plain_file(fmt: str, rel: 
     plain = tmp_path / "plain.jsonl"  # and a trace file itself, gzipped under a plain name, reads as one
     plain.write_bytes(gzip.compress(a.read_bytes()))
     assert read_header(plain).import_counts == read_header(a).import_counts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.text("0123456789", max_size=10),
+                          st.sampled_from(["", "Z", "+01:00", "-0530", " "])), min_size=1, max_size=30))
+def test_azure_timestamp_fast_form_agrees_with_the_full_parser(rows: list[tuple[int, str, str]]) -> None:
+    """The cheap parser of the common Azure shape never gives a time the full parser would not: it
+    either agrees exactly (any number of fraction digits) or leaves the row to the full parser."""
+    import datetime as dt
+
+    import polars as pl
+
+    from replay.trace.importers import _parse_timestamp_us
+    vals = []
+    for secs, frac, suffix in rows:
+        base = (dt.datetime(2023, 1, 1) + dt.timedelta(seconds=secs % (3 * 365 * 86400))).strftime("%Y-%m-%d %H:%M:%S")
+        vals.append(base + ("." + frac if frac else "") + suffix)
+    p = _parse_timestamp_us("ts")
+    df = pl.DataFrame({"ts": vals}).with_columns(fast=p.fast, full=p.full)
+    taken = df.filter(pl.col("fast").is_not_null())
+    assert (taken["fast"] == taken["full"]).all(), taken.filter(pl.col("fast") != pl.col("full"))
+    plain = [v for v, (_, f, sfx) in zip(vals, rows, strict=True) if sfx == "" and len(f) <= 9]
+    assert df.filter(pl.col("ts").is_in(plain))["fast"].null_count() == 0  # the common shape takes the fast form
