@@ -123,7 +123,7 @@ def record(
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines (vLLM logs carry none).")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
-    at: Annotated[str | None, typer.Option(help="Scrape time for exposition files that do not state one.")] = None,
+    at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken: exposition scrapes, nvidia-smi snapshots (ISO 8601).")] = None,
     as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind: FILE=KIND or KIND for all.")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,

@@ -297,7 +297,31 @@ def _nv_value(cell: str, header: str) -> float | None:
     return v * {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}.get(unit, 1)
 
 
-def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None) -> Parsed:
+def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,
+                         at: str | None = None) -> Parsed:
+    """``nvidia-smi --query-gpu`` or ``--query-compute-apps`` CSV (any columns, units or not). A query
+    without the timestamp field is usually one snapshot taken after the incident: it is placed at
+    ``--at`` (or a time in the file name), and said so; rows without times that repeat a GPU are a
+    loop, which cannot be placed."""
+    p = _nvidia_smi_rows(path, text, tz_offset_s, columns)
+    timeless = [s for s in p.samples if s[0] is None]
+    if not timeless:
+        return p
+    keys = [(s[1], s[3]) for s in timeless]
+    if len(set(keys)) < len(keys):
+        p.notes.append(f"{path.name}: rows without times repeat a GPU (a loop): they cannot be placed on the "
+                       "timeline; add timestamp to the --query-gpu list next time")
+        return p
+    t, how = scrape_time(path, text, at, tz_offset_s)
+    if t is None:
+        p.notes.append(f"{path.name}: a snapshot with no time: pass --at with when it was taken to place it")
+        return p
+    p.samples = [(t if s[0] is None else s[0], *s[1:]) for s in p.samples]
+    p.notes.append(f"{path.name}: a snapshot with no time of its own, placed at its time from {how}")
+    return p
+
+
+def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None) -> Parsed:
     p = Parsed(kind="nvidia-smi")
     lines = text.splitlines()
     p.lines = len(lines)

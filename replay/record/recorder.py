@@ -306,7 +306,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         elif kind == "grafana-csv":
             result = ev.parse_grafana_csv(path, text, opts.tz_offset_s)
         elif kind == "nvidia-smi":
-            result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns)
+            result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-dmon":
             result = ev.parse_dmon(path, text)
         elif kind == "k8s":

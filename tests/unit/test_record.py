@@ -396,3 +396,28 @@ def test_evidence_with_a_byte_order_mark_records_as_the_plain_file(encoding: str
     assert a.samples.height > 20 and a.requests.height > 0 and len(a.events) > 3
     assert b.samples.equals(a.samples) and b.requests.equals(a.requests) and b.events == a.events
     assert inspect_bundle(b) == inspect_bundle(a)
+
+
+def test_nvidia_smi_snapshot_without_times_is_placed_by_at(tmp_path: Path) -> None:
+    """A one-off `nvidia-smi --query-gpu ... --format=csv` (no timestamp field) is placed at --at or a
+    time in its file name, and says so; without either it says how to place it; a loop without times
+    is not placed (one time for many rows would be invented)."""
+    src = DATA / "tesla_p100_query_gpu_nounits.csv"
+    reps, meta = record([src], tmp_path / "a", RecordOptions())
+    assert read_bundle(tmp_path / "a").samples.height == 0 and any("pass --at" in n for n in reps[0].notes)
+    reps, meta = record([src], tmp_path / "b", RecordOptions(at="2025-05-01T10:00:00Z"))
+    b = read_bundle(tmp_path / "b")
+    assert b.samples.height == 5 and b.samples["t_us"].to_list() == [0] * 5
+    assert b.meta.t0_utc.startswith("2025-05-01T10:00:00")
+    assert any("placed at its time from --at" in n for n in reps[0].notes)
+    used = b.samples.filter(b.samples["metric"] == "device_used_bytes")["value"].to_list()
+    assert used == [0.0]  # the P100's memory.used of 0 MiB, a real zero, not unknown
+    named = tmp_path / "smi_2025-05-01T11:30:00Z.csv"
+    named.write_bytes(src.read_bytes())
+    record([named], tmp_path / "c", RecordOptions())
+    assert read_bundle(tmp_path / "c").meta.t0_utc.startswith("2025-05-01T11:30:00")
+    loop = tmp_path / "loop.csv"
+    lines = src.read_text().splitlines()
+    loop.write_text("\n".join([lines[0], lines[1], lines[1]]) + "\n")
+    reps, _ = record([loop], tmp_path / "d", RecordOptions(at="2025-05-01T10:00:00Z"))
+    assert read_bundle(tmp_path / "d").samples.height == 0 and any("a loop" in n for n in reps[0].notes)
