@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -435,6 +436,15 @@ class LogParser:
         self._buf: list[str] = []
         self._lo, self._hi = "0.0.0", "99.0.0"
         self._v1 = self._v0 = 0
+        self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
+
+    def _first(self, no: int) -> bool:
+        """Whether physical line ``no`` is not yet counted as parsed: the counts are of the file's lines,
+        so a line that held two glued messages counts once."""
+        if no in self._counted:
+            return False
+        self._counted.append(no)
+        return True
 
     def _flush(self) -> None:
         msg, res = self._open, self.res
@@ -444,7 +454,7 @@ class LogParser:
         facts = extract(text)
         if not msg.prefixed and not facts:
             res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
-        else:
+        elif self._first(msg.no):
             res.lines_parsed += 1
         for kind, data in facts:
             key = (msg.rank, msg.ts or msg.iso, kind + ":" + text)
@@ -490,7 +500,7 @@ class LogParser:
         res = self.res
         res.lines_read = max(res.lines_read, ln.no)
         if not ln.text.strip() and not ln.prefixed:  # a blank line (a prefixed empty message is a message)
-            res.lines_parsed += 1 if self._open is None else 0
+            res.lines_parsed += 1 if self._open is None and self._first(ln.no) else 0
             return
         self.observe(ln)
         if ln.prefixed:
@@ -503,12 +513,12 @@ class LogParser:
         msg = self._open
         if msg is not None and not alone and len(self._buf) < 200:
             self._buf.append(ln.text.strip())
-            res.continuation_lines += 1
+            res.continuation_lines += self._first(ln.no)
             return
         if msg is not None and alone and msg.prefixed and not extract(msg.text) and len(self._buf) < 200 \
                 and not ln.text.lstrip().startswith(("torch.", "RuntimeError", "ValueError")):
             self._buf.append(ln.text.strip())
-            res.continuation_lines += 1
+            res.continuation_lines += self._first(ln.no)
             return
         self._flush()
         self._open = ln

@@ -476,3 +476,15 @@ def test_shipper_times_of_every_precision_and_zone() -> None:
     assert fact_time_us("2025-05-19T08:43:00-01:30", 2025) == base
     assert fact_time_us("2025-05-19T10:13:00", 2025) == base  # no zone: UTC, as container runtimes write
     assert fact_time_us("2025-05-19Tgarbage", 2025) is None
+
+
+def test_glued_messages_count_as_the_one_line_they_are(tmp_path: Path) -> None:
+    """Two messages glued onto one line by copy-paste give two facts, but the file has one line, parsed
+    once: the table's parsed and quarantined never add up to more lines than the file has."""
+    one = (DATA / "v017_v1_stats_kv_ramp.log").read_text().splitlines()
+    stats = [ln for ln in one if "KV cache usage" in ln]
+    log = tmp_path / "glued.log"
+    log.write_text(stats[0] + stats[1] + "\n" + stats[2] + "\n")
+    reps, _ = record([log], tmp_path / "b", RecordOptions(year=2025))
+    assert (reps[0].lines, reps[0].parsed, reps[0].quarantined) == (2, 2, 0)
+    assert inspect_bundle(read_bundle(tmp_path / "b"))["stats_lines"] == 3
