@@ -124,7 +124,7 @@ def record(
     year: Annotated[int | None, typer.Option(help="Year of log lines (vLLM logs carry none).")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
     at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken: exposition scrapes, nvidia-smi snapshots (ISO 8601).")] = None,
-    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind: FILE=KIND or KIND for all.")] = None,
+    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, k8s, k8s-describe.")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
@@ -151,11 +151,13 @@ def record(
         return
     if not evidence:
         raise ReplayError("give evidence files, or --live URL", 2)
-    from replay.record.recorder import RecordOptions
+    from replay.record.recorder import KINDS, RecordOptions
     from replay.record.recorder import record as do_record
     kinds: dict[str, str] = {}
     for a in as_kind or []:
         f, _, k = a.rpartition("=")
+        if k not in KINDS:
+            raise ReplayError(f"--as {a!r}: unknown kind {k!r}; choose one of: {', '.join(KINDS)}", 2)
         kinds[f or "*"] = k
     m = __import__("re").fullmatch(r"([+-])(\d\d):?(\d\d)", tz)
     if not m:

@@ -303,14 +303,20 @@ def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: s
     without the timestamp field is usually one snapshot taken after the incident: it is placed at
     ``--at`` (or a time in the file name), and said so; rows without times that repeat a GPU are a
     loop, which cannot be placed."""
-    p = _nvidia_smi_rows(path, text, tz_offset_s, columns)
+    return _place_snapshot(_nvidia_smi_rows(path, text, tz_offset_s, columns), path, text, at, tz_offset_s,
+                           "add timestamp to the --query-gpu list next time")
+
+
+def _place_snapshot(p: Parsed, path: Path, text: str, at: str | None, tz_offset_s: int, hint: str) -> Parsed:
+    """Samples without a time: one snapshot (no GPU metric twice) is placed at ``--at`` or a time in the
+    file name, and said so; repeated rows without times (a loop) cannot be placed."""
     timeless = [s for s in p.samples if s[0] is None]
     if not timeless:
         return p
     keys = [(s[1], s[3]) for s in timeless]
     if len(set(keys)) < len(keys):
         p.notes.append(f"{path.name}: rows without times repeat a GPU (a loop): they cannot be placed on the "
-                       "timeline; add timestamp to the --query-gpu list next time")
+                       f"timeline; {hint}")
         return p
     t, how = scrape_time(path, text, at, tz_offset_s)
     if t is None:
@@ -319,6 +325,114 @@ def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: s
     p.samples = [(t if s[0] is None else s[0], *s[1:]) for s in p.samples]
     p.notes.append(f"{path.name}: a snapshot with no time of its own, placed at its time from {how}")
     return p
+
+
+# --- nvidia-smi's own text: the default table and `-q` ------------------------------------------------
+_SMI_TIME = re.compile(r"^(?:Timestamp\s*:\s*)?((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4})\s*$")
+_SMI_GPU = re.compile(r"^\|\s+(?P<idx>\d+)\s+(?P<name>\S.*?)\s+(?:On|Off)\s+\|\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)")
+_SMI_MEM = re.compile(r"\|\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|")
+_SMI_PROC = re.compile(r"^\|\s+(?P<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?P<pid>\d+)\s+(?P<type>[CGM+]+)\s+"
+                       r"(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*\|$")
+_Q_LINE = re.compile(r"^(?P<indent> *)(?P<key>\S[^:]*?)\s*(?::\s*(?P<value>.*?))?\s*$")
+_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)$")
+_Q_FB = {"Total": "device_total_bytes", "Reserved": "device_reserved_bytes", "Used": "device_used_bytes",
+         "Free": "device_free_bytes"}
+
+
+def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
+    """The default ``nvidia-smi`` table, the evidence most often pasted into a postmortem, once or
+    repeated (``nvidia-smi -l``, ``watch``): per GPU the used and total memory of its Memory-Usage cell
+    (used excludes the driver's reserve, as memory.used does), per process its GPU memory. Each table
+    is placed at the time line nvidia-smi prints above it (host local time), a table without one at
+    ``--at``. Old layouts (no GI/CI columns) read the same."""
+    p = Parsed(kind="nvidia-smi-table")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    t: int | None = None
+    gpu: int | None = None
+    for i, ln in enumerate(lines, start=1):
+        s = ln.rstrip()
+        m = _SMI_TIME.match(s.strip())
+        if m:
+            t = parse_time(m.group(1), tz_offset_s)
+            p.naive_local_times = True
+            p.parsed += 1
+            continue
+        g = _SMI_GPU.match(s)
+        mem = _SMI_MEM.search(s)
+        pr = _SMI_PROC.match(s)
+        if g:
+            gpu = int(g["idx"])
+            p.gpus.setdefault(gpu, {"index": gpu}).update(name=g["name"].strip(), pci_bus_id=g["bus"])
+        elif mem and gpu is not None:  # the second row of a GPU's cell
+            total = int(mem["total"]) * 2**20
+            p.samples += [(t, gpu, "nvidia-smi", "device_used_bytes", float(int(mem["used"]) * 2**20)),
+                          (t, gpu, "nvidia-smi", "device_total_bytes", float(total))]
+            p.gpus.setdefault(gpu, {"index": gpu})["total_bytes"] = total
+            gpu = None
+        elif pr:
+            if pr["mem"] != "N/A":  # (N/A: the driver does not say, as under some containers)
+                p.samples.append((t, int(pr["gpu"]), "nvidia-smi", f"process_used_bytes:{pr['pid']}",
+                                  float(int(pr["mem"][:-3]) * 2**20)))
+        elif s.strip() and not s.lstrip().startswith(("|", "+")):
+            p.quarantine.append((i, "not part of an nvidia-smi table", ln))
+            continue
+        p.parsed += 1  # a data row, or the table's frame and headings
+    return _place_snapshot(p, path, text, at, tz_offset_s, "keep the time line nvidia-smi prints above each table")
+
+
+def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
+    """``nvidia-smi -q`` (whole or ``-d MEMORY``, or an excerpt): per GPU its framebuffer Total,
+    Reserved, Used and Free (Used excludes Reserved: they and Free add up to Total), and per process
+    its used GPU memory. GPUs are numbered in the order their sections appear."""
+    p = Parsed(kind="nvidia-smi-q")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    t: int | None = None
+    gpu, pid = 0, None
+    section: list[tuple[int, str]] = []  # (indent, heading) of the blocks the line is in
+    seen_gpu = False
+    for i, ln in enumerate(lines, start=1):
+        if not ln.strip() or set(ln.strip()) <= {"=", "-"}:
+            p.parsed += 1
+            continue
+        m = _Q_LINE.match(ln.rstrip())
+        if m is None:  # (cannot happen: any non-blank line matches)
+            p.quarantine.append((i, "not an nvidia-smi -q line", ln))
+            continue
+        indent, key, value = len(m["indent"]), m["key"], m["value"]
+        bus = _Q_GPU.match(ln.strip())
+        if bus:  # a GPU's section ('GPU 00000000:83:00.0': its colons are not a key's)
+            key, value = ln.strip(), None
+        while section and section[-1][0] >= indent:
+            section.pop()
+        p.parsed += 1
+        if value is None:  # a block heading ('FB Memory Usage', 'GPU 00000000:83:00.0', 'Processes')
+            if bus:
+                gpu = gpu + 1 if seen_gpu else 0
+                seen_gpu = True
+                p.gpus.setdefault(gpu, {"index": gpu})["pci_bus_id"] = bus.group(1)
+            section.append((indent, key))
+            continue
+        heads = [h for _, h in section]
+        if key == "Timestamp":
+            t = parse_time(value, tz_offset_s)
+            p.naive_local_times = True
+        elif key == "Product Name":
+            p.gpus.setdefault(gpu, {"index": gpu})["name"] = value
+        elif heads and heads[-1] == "FB Memory Usage" and key in _Q_FB:
+            v = _nv_value(value, "")
+            if v is not None:
+                p.samples.append((t, gpu, "nvidia-smi", _Q_FB[key], v))
+                if key == "Total":
+                    p.gpus.setdefault(gpu, {"index": gpu})["total_bytes"] = int(v)
+        elif key == "Process ID" and value.isdigit():
+            pid = value
+        elif key == "Used GPU Memory" and pid is not None:
+            v = _nv_value(value, "")
+            if v is not None:
+                p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{pid}", v))
+    return _place_snapshot(p, path, text, at, tz_offset_s, "keep the Timestamp line of nvidia-smi -q")
 
 
 def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None) -> Parsed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import zlib
@@ -29,7 +30,7 @@ from replay.units import GiB
 from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
-         "nvidia-smi-dmon", "k8s", "k8s-describe")
+         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "k8s", "k8s-describe")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -211,6 +212,10 @@ def detect_kind(text: str) -> str | None:
         return "k8s-describe"
     if "# gpu" in head.lower() and ("# idx" in head.lower() or "# Idx" in head):
         return "nvidia-smi-dmon"
+    if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
+        return "nvidia-smi-table"
+    if re.search(r"^\s*FB Memory Usage\s*$", head, re.M):
+        return "nvidia-smi-q"
     first = head.splitlines()[0] if head else ""
     if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
             ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
@@ -219,11 +224,6 @@ def detect_kind(text: str) -> str | None:
         return "grafana-csv"
     if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in first:
         return "prometheus-text"
-    if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
-            ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
-        return "nvidia-smi"
-    if first.lower().startswith(("time", '"time"')) and ("," in first or ";" in first):
-        return "grafana-csv"
     if any(k in head for k in ("INFO ", "WARNING ", "ERROR ", "vllm", "KV cache", "CUDA out of memory",
                                "GPU blocks", "Memory profiling", "preempted", "model weights take")):
         return "vllm-log"
@@ -307,6 +307,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_grafana_csv(path, text, opts.tz_offset_s)
         elif kind == "nvidia-smi":
             result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
+        elif kind == "nvidia-smi-table":
+            result = ev.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
+        elif kind == "nvidia-smi-q":
+            result = ev.parse_nvidia_smi_q(path, text, opts.tz_offset_s, opts.at)
         elif kind == "nvidia-smi-dmon":
             result = ev.parse_dmon(path, text)
         elif kind == "k8s":

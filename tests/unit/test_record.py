@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -488,3 +489,101 @@ def test_glued_messages_count_as_the_one_line_they_are(tmp_path: Path) -> None:
     reps, _ = record([log], tmp_path / "b", RecordOptions(year=2025))
     assert (reps[0].lines, reps[0].parsed, reps[0].quarantined) == (2, 2, 0)
     assert inspect_bundle(read_bundle(tmp_path / "b"))["stats_lines"] == 3
+
+
+def _mib(n: int) -> float:
+    return float(n * 2**20)
+
+
+def test_nvidia_smi_default_table_three_driver_generations(tmp_path: Path) -> None:
+    """The plain `nvidia-smi` table, the evidence most often pasted after an OOM, from drivers 440, 460
+    and 590: per GPU used and total memory, per process its memory, each at the time line above it
+    (host local time, --tz applies); a table without one is placed by --at."""
+    reps, _ = record([DATA / "h200_default_table_load.txt"], tmp_path / "h200", RecordOptions())
+    assert (reps[0].kind, reps[0].lines, reps[0].parsed, reps[0].quarantined) == ("nvidia-smi-table", 22, 22, 0)
+    b = read_bundle(tmp_path / "h200")
+    assert b.meta.t0_utc.startswith("2026-07-03T22:11:09")
+    got = {(r["gpu"], r["metric"]): r["value"] for r in b.samples.iter_rows(named=True)}
+    assert got == {(0, "device_used_bytes"): _mib(32362), (0, "device_total_bytes"): _mib(143771),
+                   (0, "process_used_bytes:10291"): _mib(2566), (0, "process_used_bytes:10293"): _mib(1542),
+                   (0, "process_used_bytes:10309"): _mib(28234)}  # the same as its --query-compute-apps CSV
+    assert b.meta.gpus[0]["name"] == "NVIDIA H200" and b.meta.gpus[0]["total_bytes"] == 143771 * 2**20
+
+    record([DATA / "nvidia_smi_table_460_v100.txt"], tmp_path / "v100", RecordOptions(tz_offset_s=3600))
+    b = read_bundle(tmp_path / "v100")
+    assert b.meta.t0_utc.startswith("2022-01-11T07:58:05")  # 08:58:05 at UTC+1
+    assert {r["metric"]: r["value"] for r in b.samples.iter_rows(named=True)} == {
+        "device_used_bytes": _mib(2631), "device_total_bytes": _mib(16160), "process_used_bytes:3721": _mib(2629)}
+
+    reps, _ = record([DATA / "nvidia_smi_table_440_2gpu.txt"], tmp_path / "two", RecordOptions(at="2020-06-01T12:00:00Z"))
+    b = read_bundle(tmp_path / "two")
+    assert reps[0].quarantined == 0 and any("from --at" in n for n in reps[0].notes)
+    got = {(r["gpu"], r["metric"]): r["value"] for r in b.samples.iter_rows(named=True)}
+    assert got == {(0, "device_used_bytes"): _mib(15431), (0, "device_total_bytes"): _mib(16160),
+                   (1, "device_used_bytes"): 0.0, (1, "device_total_bytes"): _mib(16160),
+                   (0, "process_used_bytes:152871"): _mib(15419)}
+
+
+def test_nvidia_smi_tables_repeated_by_a_loop_are_a_series(tmp_path: Path) -> None:
+    """`nvidia-smi -l 1 > smi.txt` or `watch`: each table at its own time."""
+    one = (DATA / "nvidia_smi_table_460_v100.txt").read_text()
+    later = one.replace("Tue Jan 11 08:58:05 2022", "Tue Jan 11 08:58:06 2022").replace("2631MiB", "9000MiB")
+    log = tmp_path / "smi-loop.txt"
+    log.write_text(one + later)
+    record([log], tmp_path / "b", RecordOptions())
+    s = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes").sort("t_us")
+    assert s["t_us"].to_list() == [0, 1_000_000] and s["value"].to_list() == [_mib(2631), _mib(9000)]
+
+
+def test_nvidia_smi_q_memory_block(tmp_path: Path) -> None:
+    """`nvidia-smi -q -d MEMORY`: Total, Reserved, Used, Free of the framebuffer (Used excludes the
+    driver's Reserved: the three add up to Total, to rounding)."""
+    reps, _ = record([DATA / "h200_q_memory_block_load.txt"], tmp_path / "b", RecordOptions(at="2026-07-03T22:11:09Z"))
+    assert (reps[0].kind, reps[0].quarantined) == ("nvidia-smi-q", 0)
+    got = {r["metric"]: r["value"] for r in read_bundle(tmp_path / "b").samples.iter_rows(named=True)}
+    assert got == {"device_total_bytes": _mib(143771), "device_reserved_bytes": _mib(614),
+                   "device_used_bytes": _mib(32362), "device_free_bytes": _mib(110796)}
+    assert abs(got["device_reserved_bytes"] + got["device_used_bytes"] + got["device_free_bytes"]
+               - got["device_total_bytes"]) <= _mib(1)
+
+
+def test_nvidia_smi_q_whole_report_two_gpus(tmp_path: Path) -> None:
+    """A whole `nvidia-smi -q` report (its layout around the real H200 memory block): the Timestamp
+    line places it, GPU sections are numbered in order, and each process's used memory is kept."""
+    block = (DATA / "h200_q_memory_block_load.txt").read_text()
+    gpu = ("GPU 00000000:{bus}:00.0\n    Product Name                          : NVIDIA H200\n" + block +
+           "    Processes\n        GPU instance ID                   : N/A\n        Compute instance ID               : N/A\n"
+           "        Process ID                        : {pid}\n            Type                          : C\n"
+           "            Name                          : python3\n            Used GPU Memory               : 2566 MiB\n")
+    report = ("\n==============NVSMI LOG==============\n\nTimestamp                                 : Fri Jul  3 22:11:09 2026\n"
+              "Driver Version                            : 590.48.01\n\nAttached GPUs                             : 2\n"
+              + gpu.format(bus="83", pid=10291) + gpu.format(bus="84", pid=10292))
+    src = tmp_path / "smi-q.txt"
+    src.write_text(report)
+    reps, _ = record([src], tmp_path / "b", RecordOptions())
+    assert (reps[0].kind, reps[0].quarantined) == ("nvidia-smi-q", 0)
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc.startswith("2026-07-03T22:11:09") and [g["pci_bus_id"] for g in b.meta.gpus] == [
+        "00000000:83:00.0", "00000000:84:00.0"]
+    got = {(r["gpu"], r["metric"]): r["value"] for r in b.samples.iter_rows(named=True)}
+    assert got[(1, "device_reserved_bytes")] == _mib(614) and got[(0, "process_used_bytes:10291")] == _mib(2566)
+    assert got[(1, "process_used_bytes:10292")] == _mib(2566) and len(got) == 10
+
+
+def test_record_as_names_every_kind_and_refuses_others(tmp_path: Path) -> None:
+    """`--as` is checked (an unknown kind quarantined the whole file without a word), and its help
+    lists every kind the recorder reads."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    from replay.record.recorder import KINDS
+    runner = CliRunner()
+    bad = runner.invoke(app, ["record", str(DATA / "h200_default_table_load.txt"), "--as", "nvsmi", "-o", str(tmp_path / "b")])
+    assert isinstance(bad.exception, ReplayError) and bad.exception.exit_code == 2  # (main() prints it, exits 2)
+    assert "unknown kind 'nvsmi'" in bad.exception.message and "nvidia-smi-table" in bad.exception.message
+    assert not (tmp_path / "b").exists()
+    helptext = " ".join(runner.invoke(app, ["record", "--help"], env={"COLUMNS": "400"}).output.split())
+    assert all(k in helptext for k in KINDS), [k for k in KINDS if k not in helptext]
+    ok = runner.invoke(app, ["record", str(DATA / "h200_default_table_load.txt"), "--as", "nvidia-smi-table", "-o",
+                             str(tmp_path / "c")])
+    assert ok.exit_code == 0 and read_bundle(tmp_path / "c").samples.height == 5
