@@ -493,14 +493,14 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     return p
 
 
-def parse_dmon(path: Path, text: str) -> Parsed:
-    """``nvidia-smi dmon``: columns from the two '#' header lines (they change across drivers); no times
-    unless -o T/D was used, so rows are placed by sample index only when a time column exists."""
+def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
+    """``nvidia-smi dmon`` and ``pmon``: columns from the two '#' header lines (they change across
+    drivers); no times unless -o T/D was used, so rows are placed only when a time column exists. In
+    pmon a row is a process, not a GPU: its fb column is that process's memory (``-s m``)."""
     p = Parsed(kind="nvidia-smi-dmon")
     lines = text.splitlines()
     p.lines = len(lines)
     cols: list[str] = []
-    n = 0
     for i, ln in enumerate(lines, start=1):
         s = ln.strip()
         if not s:
@@ -508,28 +508,38 @@ def parse_dmon(path: Path, text: str) -> Parsed:
             continue
         if s.startswith("#"):
             toks = s.lstrip("#").split()
-            if not cols or toks[0].lower() in ("gpu", "date", "time"):
-                if toks and toks[0].lower() in ("gpu", "date", "time"):
-                    cols = [t.lower() for t in toks]
+            if toks and toks[0].lower() in ("gpu", "date", "time"):
+                cols = [t.lower() for t in toks]
+                if "pid" in cols:
+                    p.kind = "nvidia-smi-pmon"
             p.parsed += 1
             continue
         vals = s.split()
+        if p.kind == "nvidia-smi-pmon" and len(vals) > len(cols) and cols and cols[-1] == "command":
+            vals = vals[:len(cols) - 1] + [" ".join(vals[len(cols) - 1:])]  # a command name with spaces
         if len(vals) != len(cols):
             p.quarantine.append((i, f"expected {len(cols)} fields, found {len(vals)}", ln))
             continue
         row = dict(zip(cols, vals))
         t = None
         if "date" in row and "time" in row:
-            t = parse_time(f"{row['date'][:4]}-{row['date'][4:6]}-{row['date'][6:]} {row['time']}")
+            t = parse_time(f"{row['date'][:4]}-{row['date'][4:6]}-{row['date'][6:]} {row['time']}", tz_offset_s)
+            p.naive_local_times = True
         gpu = int(row.get("gpu", row.get("idx", "0")) or 0)
+        if p.kind == "nvidia-smi-pmon":
+            if row.get("pid", "-") != "-" and row.get("fb", "-") != "-":  # ('-': no process on this GPU)
+                p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{row['pid']}", float(row["fb"]) * MiB))
+            p.parsed += 1
+            continue
         if "fb" in row and row["fb"] != "-":
             p.samples.append((t, gpu, "nvidia-smi", "device_used_bytes", float(row["fb"]) * MiB))
         if "mem" in row and row["mem"] != "-":
             p.samples.append((t, gpu, "nvidia-smi", "util_mem_pct", float(row["mem"])))
-        n += 1
         p.parsed += 1
+    if p.kind == "nvidia-smi-pmon" and "fb" not in cols:
+        p.notes.append(f"{path.name}: pmon without its fb column holds no memory figures (use `nvidia-smi pmon -s um -o DT`)")
     if p.samples and all(s[0] is None for s in p.samples):
-        p.notes.append(f"{path.name}: dmon rows carry no time (use `nvidia-smi dmon -o DT`); "
+        p.notes.append(f"{path.name}: {p.kind[11:]} rows carry no time (use `nvidia-smi {p.kind[11:]} -o DT`); "
                        f"{len(p.samples)} values quarantined")
         p.quarantine.append((None, f"{len(p.samples)} dmon values without time", ""))
         p.samples = []

@@ -210,8 +210,8 @@ def detect_kind(text: str) -> str | None:
         return "k8s"
     if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:"):
         return "k8s-describe"
-    if "# gpu" in head.lower() and ("# idx" in head.lower() or "# Idx" in head):
-        return "nvidia-smi-dmon"
+    if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
+        return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
     if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
         return "nvidia-smi-table"
     if re.search(r"^\s*FB Memory Usage\s*$", head, re.M):
@@ -312,7 +312,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         elif kind == "nvidia-smi-q":
             result = ev.parse_nvidia_smi_q(path, text, opts.tz_offset_s, opts.at)
         elif kind == "nvidia-smi-dmon":
-            result = ev.parse_dmon(path, text)
+            result = ev.parse_dmon(path, text, opts.tz_offset_s)
         elif kind == "k8s":
             result = ev.parse_k8s(path, text)
         elif kind == "k8s-describe":

@@ -587,3 +587,37 @@ def test_record_as_names_every_kind_and_refuses_others(tmp_path: Path) -> None:
     ok = runner.invoke(app, ["record", str(DATA / "h200_default_table_load.txt"), "--as", "nvidia-smi-table", "-o",
                              str(tmp_path / "c")])
     assert ok.exit_code == 0 and read_bundle(tmp_path / "c").samples.height == 5
+
+
+def test_pmon_rows_are_processes_not_gpus(tmp_path: Path) -> None:
+    """`nvidia-smi pmon`: a row is a process, so its fb column is that process's memory, never the GPU's
+    used memory (three processes on GPU 0 used to overwrite device_used_bytes in turn); a pmon
+    without fb (the real H200 capture) says it holds no memory figures."""
+    reps, _ = record([DATA / "h200_pmon_load.txt"], tmp_path / "a", RecordOptions())
+    assert reps[0].kind == "nvidia-smi-pmon" and reps[0].quarantined == 0 and any("no memory figures" in n for n in reps[0].notes)
+    assert read_bundle(tmp_path / "a").samples.height == 0
+    log = tmp_path / "pmon.txt"  # `nvidia-smi pmon -s um -o DT` layout (driver 5xx): date, time, then the columns
+    log.write_text(
+        "#Date       Time        gpu         pid   type     sm    mem    enc    dec    jpg    ofa     fb   ccpm    command \n"
+        "#YYYYMMDD   HH:MM:SS    Idx           #    C/G      %      %      %      %      %      %     MB     MB    name \n"
+        " 20260703   22:11:09      0      10291     C      -      -      -      -      -      -   2566      0    memhog  \n"
+        " 20260703   22:11:09      0      10309     C     99      7      -      -      -      -  28234      0    gpu_burn \n"
+        " 20260703   22:11:09      1          -     -      -      -      -      -      -      -      -      -    -        \n"
+        " 20260703   22:11:10      0      10291     C      -      -      -      -      -      -   2600      0    memhog  \n")
+    reps, _ = record([log], tmp_path / "b", RecordOptions(tz_offset_s=7200))
+    b = read_bundle(tmp_path / "b")
+    assert reps[0].quarantined == 0 and b.meta.t0_utc.startswith("2026-07-03T20:11:09")  # 22:11:09 at UTC+2
+    rows = sorted((r["t_us"], r["gpu"], r["metric"], r["value"]) for r in b.samples.iter_rows(named=True))
+    assert rows == [(0, 0, "process_used_bytes:10291", _mib(2566)), (0, 0, "process_used_bytes:10309", _mib(28234)),
+                    (1_000_000, 0, "process_used_bytes:10291", _mib(2600))]
+
+
+def test_dmon_with_date_and_time_is_recognised_and_placed(tmp_path: Path) -> None:
+    """`nvidia-smi dmon -s m -o DT` begins '#Date Time gpu': it used to be 'unknown' and quarantined whole."""
+    log = tmp_path / "dmon.txt"
+    log.write_text("#Date       Time        gpu     fb   bar1   ccpm \n#YYYYMMDD   HH:MM:SS    Idx     MB     MB     MB \n"
+                   " 20260703   22:11:09      0  32362      2      0 \n 20260703   22:11:10      0  33000      2      0 \n")
+    reps, _ = record([log], tmp_path / "b", RecordOptions())
+    s = read_bundle(tmp_path / "b").samples.sort("t_us")
+    assert reps[0].kind == "nvidia-smi-dmon" and s["value"].to_list() == [_mib(32362), _mib(33000)]
+    assert s["t_us"].to_list() == [0, 1_000_000] and set(s["metric"]) == {"device_used_bytes"}
