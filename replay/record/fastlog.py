@@ -52,6 +52,11 @@ STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:,
 THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg generation throughput: (?P<gtps>" + _NUM + ")"
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
+# what `kubectl logs --prefix --timestamps`, a CRI node log or `docker logs -t` puts in front of the
+# line vLLM wrote, in the order ``vllm_log._strip`` takes it off: pod, ISO time, CRI stream and flag
+_ISO_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+ENVELOPE = (r"^(?P<env>(?:\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+)?(?:(?P<iso>" + _ISO_TS +
+            r")\s+(?:(?:stdout|stderr) [FP] )?)?)")
 
 CHUNK_BYTES = 8 << 20
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
@@ -105,7 +110,10 @@ class FastFacts:
         files = self.requests if files is None else files
         if not files:
             return pl.LazyFrame(schema=REQUEST_SCHEMA)
-        return scan_facts(files).select(list(REQUEST_SCHEMA))
+        lf = scan_facts(files)
+        have = lf.collect_schema().names()  # (no file has the detail columns when every request line ran fast)
+        return lf.with_columns(**{c: pl.lit(None, dtype=t) for c, t in REQUEST_DETAILS.items() if c not in have}).select(
+            list(REQUEST_SCHEMA))
 
 
 def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
@@ -150,6 +158,18 @@ def _lines(piece: bytes, expect: int) -> pl.Series:
         if raw is not None and len(raw) == expect:
             return raw.fill_null("") if raw.null_count() else raw
     return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8)
+
+
+def iso_us(col: pl.Expr) -> pl.Expr:
+    """Epoch µs of ISO container times (any fraction digits, Z, +hh:mm, +hhmm or none for UTC), as
+    ``vllm_log.fact_time_us`` gives them one by one; null where that gives None."""
+    g = col.str.extract_groups(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?$")
+    base = g.struct.field("1").str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False).dt.epoch("us")
+    frac = g.struct.field("2").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
+    zone = g.struct.field("3")
+    off_s = (pl.when(zone.str.starts_with("-")).then(-1).otherwise(1)
+             * (zone.str.slice(1, 2).cast(pl.Int64) * 3600 + zone.str.slice(-2).cast(pl.Int64) * 60))
+    return base + frac - pl.when(zone.is_null() | (zone == "Z")).then(0).otherwise(off_s) * 1_000_000
 
 
 def _num(col: pl.Expr) -> pl.Expr:
@@ -202,6 +222,14 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
     if lines.str.contains("\r", literal=True).any():  # a CRLF line ends without its CR
         df = df.with_columns(raw=raw.str.strip_suffix("\r"))
+    # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
+    # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
+    if lines.str.contains(r"^(?:\[|\d{4}-\d\d-\d\dT)").any():
+        env = raw.str.extract_groups(ENVELOPE)
+        df = df.with_columns(orig=raw, iso=env.struct.field("iso"),
+                             raw=raw.str.slice(env.struct.field("env").str.len_bytes()))
+    else:
+        df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
     marks = df.lazy().select(
         opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
         strict=raw.str.contains(_STRICT),
@@ -226,8 +254,10 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
         kind=pl.lit("stats"), key_ts=pl.col("ts"), engine=pl.when(v0).then(pl.lit("v0")).otherwise(pl.lit("v1")),
         shape=pl.when(v0).then(pl.lit("stats_v0")).otherwise(pl.lit("stats_v1")),
     ).with_columns(h=_KEY)
+    # a fact's time: the envelope's exact one where there is one (key_ts, for repeats, stays vLLM's own)
+    ts_exact = {"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))}
     stats = st.select(
-        "line", "rank", "ts", t_exact=pl.lit(None, dtype=pl.Int64), engine="engine", h="h", repeatable=pl.lit(True),
+        "line", "rank", **ts_exact, engine="engine", h="h", repeatable=pl.lit(True),
         running=pick("running").cast(pl.Float64), waiting=pick("waiting").cast(pl.Float64),
         swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped")).cast(pl.Float64),
         preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre")).cast(pl.Float64),
@@ -242,11 +272,11 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     rq = rq.filter((rest != "") & (rest != ".") & ~rest.str.contains(r"\s"))  # one word, not just the full stop
     rq = rq.with_columns(kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")),
                          key_ts=pl.col("ts"), request_id=rest.str.strip_suffix(".")).with_columns(h=_KEY)
-    requests = rq.select("line", "rank", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind="kind", h="h",
+    requests = rq.select("line", "rank", **ts_exact, kind="kind", h="h",
                          repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     ac = df.filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
-        "line", "raw", proc=pl.when(pl.col("raw").str.starts_with("("))
+        "line", "orig", proc=pl.when(pl.col("raw").str.starts_with("("))
         .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), fl=pl.lit(None, dtype=pl.Utf8),
         kind=pl.lit("access"), msg=pl.lit("", dtype=pl.Utf8))
     # one row per (process, call site, shape) of this piece, with how many lines it stands for
@@ -254,13 +284,13 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
     # one row per (process, call site, shape) of this piece, with how many lines it stands for; the
     # many request lines are counted per (prefix id, Added or not) first, a cheap grouping
-    by_prefix = rq.group_by("pid", "added").agg(pl.col("raw").first(), pl.col("proc").first(), pl.col("fl").first(),
+    by_prefix = rq.group_by("pid", "added").agg(pl.col("orig").first(), pl.col("proc").first(), pl.col("fl").first(),
                                                   pl.len().alias("n")).with_columns(
         word=pl.when("added").then(pl.lit("Added")).otherwise(pl.lit("Finished")))
     reps = pl.concat([
-        st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("raw").first(), pl.len().alias("n")),
-        by_prefix.group_by("proc", "fl", kind="word").agg(pl.col("raw").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
-        ac.group_by("proc", "fl", "kind", "msg").agg(pl.col("raw").first(), pl.len().alias("n")),
+        st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("orig").first(), pl.len().alias("n")),
+        by_prefix.group_by("proc", "fl", kind="word").agg(pl.col("orig").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
+        ac.group_by("proc", "fl", "kind", "msg").agg(pl.col("orig").first(), pl.len().alias("n")),
     ], how="diagonal_relaxed")
     return df, is_fast, stats, requests, _representatives(reps)
 
@@ -269,8 +299,8 @@ def _representatives(g: pl.DataFrame) -> list[tuple[str, int]]:
     """One real line per (process kind, call site, shape) with its count, for version inference."""
     if g.height == 0:
         return []
-    g = g.group_by(pl.col("proc").str.replace_all(r"\d+", "0"), "fl", "kind", "msg").agg(pl.col("raw").first(), pl.col("n").sum())
-    return [(str(r), int(n)) for r, n in g.select("raw", "n").iter_rows()]
+    g = g.group_by(pl.col("proc").str.replace_all(r"\d+", "0"), "fl", "kind", "msg").agg(pl.col("orig").first(), pl.col("n").sum())
+    return [(str(r), int(n)) for r, n in g.select("orig", "n").iter_rows()]
 
 
 @dataclass
@@ -287,7 +317,7 @@ class _Piece:
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
     df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no)
-    slow = df.select("line", "raw").with_columns(prev=is_fast.shift(1)).filter(~is_fast)
+    slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast)
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
 
 
