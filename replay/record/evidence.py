@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from replay.units import MiB
+from replay.units import MiB, parse_size_bytes
 
 # vLLM metric name (any version) -> (bundle metric, scale)
 VLLM_METRICS: dict[str, tuple[str, float]] = {
@@ -266,15 +266,39 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
         p.parsed += 1
         for (_, metric, scale, src), cell in zip(series, row[1:]):
             c = cell.strip()
-            if c in ("", "null", "NaN"):
+            if c in ("", "null", "NaN", "-"):
                 continue
             if delim == ";" and "," in c and "." not in c:
                 c = c.replace(",", ".")  # locale decimal comma
-            try:
-                p.samples.append((t, None, src, metric, float(c) * scale))
-            except ValueError:
+            v = _grafana_value(c, scale)
+            if v is None:
                 p.quarantine.append((i, f"unparseable value {cell!r}", delim.join(row)))
+            else:
+                p.samples.append((t, None, src, metric, v))
     return p
+
+
+_GRAFANA_CELL = re.compile(r"^(-?[\d,]*\.?\d+(?:e[+-]?\d+)?)\s*(%|[KMGTP]i?B|B|[KMBT])?$", re.I)
+_SI = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def _grafana_value(cell: str, scale: float) -> float | None:
+    """A Grafana cell, raw or formatted ('Formatted data' on): '0.853', '85.3%' (a 0-1 ratio shown in
+    percent, as vLLM's dashboards show KV usage), '70.5 GiB' or '75.7 GB' (bytes, whatever the
+    metric's raw unit), '1.2K' (Grafana's short SI suffixes). The raw number is scaled as the metric
+    is; None when it is none of these."""
+    m = _GRAFANA_CELL.match(cell)
+    if not m:
+        return None
+    num, unit = float(m.group(1).replace(",", "")), m.group(2) or ""
+    if not unit:
+        return num * scale
+    if unit == "%":
+        return num / 100 * scale
+    if unit.upper() in _SI:  # (before bytes: 'B' alone is Grafana's billion)
+        return num * _SI[unit.upper()] * scale
+    size = parse_size_bytes(f"{num} {unit}")
+    return None if size is None else float(size)
 
 
 # --- nvidia-smi ----------------------------------------------------------------------------------

@@ -621,3 +621,22 @@ def test_dmon_with_date_and_time_is_recognised_and_placed(tmp_path: Path) -> Non
     s = read_bundle(tmp_path / "b").samples.sort("t_us")
     assert reps[0].kind == "nvidia-smi-dmon" and s["value"].to_list() == [_mib(32362), _mib(33000)]
     assert s["t_us"].to_list() == [0, 1_000_000] and set(s["metric"]) == {"device_used_bytes"}
+
+
+def test_grafana_csv_formatted_data(tmp_path: Path) -> None:
+    """Grafana's 'Formatted data' export writes what the panel shows: KV usage in percent, bytes with
+    IEC or SI units, short SI suffixes. Each becomes the value the raw export would give (a cell with
+    a unit used to be quarantined)."""
+    p = tmp_path / "g.csv"
+    p.write_text('"Time","vllm:gpu_cache_usage_perc{instance=""vllm-0""}","DCGM_FI_DEV_FB_USED{gpu=""0""}","vllm:num_requests_waiting"\n'
+                 '"2025-01-01 10:00:00","85.3%","70.5 GiB","1.2K"\n"2025-01-01 10:00:15","0.9","75000","12"\n'
+                 '"2025-01-01 10:00:30","91 %","80 GB","-"\n')
+    reps, _ = record([p], tmp_path / "b", RecordOptions())
+    s = read_bundle(tmp_path / "b").samples
+    assert reps[0].quarantined == 0
+    got = {(r["t_us"], r["metric"]): r["value"] for r in s.iter_rows(named=True)}
+    assert got[(0, "kv_usage_ratio")] == pytest.approx(0.853) and got[(15_000_000, "kv_usage_ratio")] == 0.9
+    assert got[(30_000_000, "kv_usage_ratio")] == pytest.approx(0.91)
+    assert got[(0, "device_used_bytes")] == 70.5 * 2**30 and got[(15_000_000, "device_used_bytes")] == 75000 * 2**20
+    assert got[(30_000_000, "device_used_bytes")] == 80e9
+    assert got[(0, "requests_waiting")] == 1200 and (30_000_000, "requests_waiting") not in got
