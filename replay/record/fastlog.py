@@ -29,6 +29,7 @@ from replay.errors import ReplayError
 from replay.filehash import HashingReader, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
+    PROC_BODY,
     LogFact,
     LogParse,
     LogParser,
@@ -37,10 +38,10 @@ from replay.record.vllm_log import (
     split_line,
 )
 
-_PROC = r"\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\) *"
+_PROC = r"\((?P<proc>" + PROC_BODY + r")\) *"
 _NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
 # the strict shape of a fast-lane line: single spaces, so that plain splitting finds its fields
-_STRICT = (r"^(?:\([A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?\) )?INFO \d\d-\d\d "
+_STRICT = (r"^(?:\(" + PROC_BODY + r"\) )?INFO \d\d-\d\d "
            r"\d\d:\d\d:\d\d(?:\.\d+)? \[[\w./-]+\.py:\d+\] ")
 ACCESS = r'^(?:' + _PROC + r')?(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "[A-Z]+ [^"\s]* HTTP/[\d.]+" \d+(?: [A-Za-z ]*)?$'
 OPENS = (r'^(?:' + _PROC + r'|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s'

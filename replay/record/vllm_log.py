@@ -30,13 +30,16 @@ KUBECTL = re.compile(r"^\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+")
 AFTER_TS = re.compile(r"^(?:(?:stdout|stderr) [FP] |[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
 SYSLOG_BSD = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: ")
 DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
-PROC = re.compile(r"^\((?P<proc>[A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?)\)\s*")
+# a process prefix: vLLM's own ('APIServer pid=1', 'VllmWorker rank=0 pid=2'), Ray's ('RayWorkerWrapper
+# pid=3, ip=10.0.0.2') and Ray Serve's, whose actor names hold colons ('ServeReplica:default:VLLMDeployment')
+PROC_BODY = r"[A-Za-z_][\w:.-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?"
+PROC = re.compile(r"^\((?P<proc>" + PROC_BODY + r")\)\s*")
 LEVEL_TS = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"(?:\[(?P<file1>[\w./-]+\.py):(?P<line1>\d+)\]|(?P<file2>[\w./-]+\.py):(?P<line2>\d+)\])?\s?"
 )
 UVICORN = re.compile(r'^(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "(?P<method>\w+) (?P<path>\S+) HTTP/[\d.]+" (?P<code>\d+)')
-GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\([A-Za-z_][\w-]*(?: [\w=.:,-]+)*? pid=\d+\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
+GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\(" + PROC_BODY + r"\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
 

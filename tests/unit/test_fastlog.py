@@ -29,6 +29,8 @@ STATS_V0 = ("INFO 05-19 10:13:{s:02d} [metrics.py:455] Avg prompt throughput: 1.
 ADDED = "(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [async_llm.py:587] Added request cmpl-{r}-0."
 ACCESS = 'INFO:     127.0.0.1:59542 - "POST /v1/completions HTTP/1.1" 200 OK'
 KV = "(EngineCore_DP0 pid=1133552) INFO 05-19 10:13:{s:02d} [gpu_worker.py:298] Available KV cache memory: 6.51 GiB"
+RAY_STATS = STATS_V1.replace("(APIServer pid=3646)", "(ServeReplica:default:VLLMDeployment pid=77)")  # Ray Serve
+RAY_ADDED = ADDED.replace("(APIServer pid=3646)", "(RayWorkerWrapper pid=78, ip=10.0.0.2)")
 
 
 def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[Any], tuple[Any, ...]]:
@@ -64,7 +66,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     out: list[str] = []
     for i in range(2500):
         r, s = rnd.random(), i % 60
-        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0]
+        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7))
         elif r < 0.56:

@@ -640,3 +640,18 @@ def test_grafana_csv_formatted_data(tmp_path: Path) -> None:
     assert got[(0, "device_used_bytes")] == 70.5 * 2**30 and got[(15_000_000, "device_used_bytes")] == 75000 * 2**20
     assert got[(30_000_000, "device_used_bytes")] == 80e9
     assert got[(0, "requests_waiting")] == 1200 and (30_000_000, "requests_waiting") not in got
+
+
+def test_ray_serve_process_prefixes(tmp_path: Path) -> None:
+    """vLLM under Ray Serve prefixes its lines with actor names that hold colons
+    ('(ServeReplica:default:VLLMDeployment pid=2345)'); those lines lost their time, so every stats
+    line fell off the timeline. They give the facts of the plain log, and the replica is the rank."""
+    src = (DATA / "v017_v1_stats_kv_ramp.log").read_text()
+    ray = tmp_path / "ray.log"
+    ray.write_text(src.replace("(APIServer pid=11574)", "(ServeReplica:default:VLLMDeployment pid=2345)"))
+    assert "ServeReplica" in ray.read_text()
+    want = _inspect(tmp_path / "a", "v017_v1_stats_kv_ramp.log", year=2026)
+    record([ray], tmp_path / "b", RecordOptions(year=2026))
+    got = inspect_bundle(read_bundle(tmp_path / "b"))
+    assert got["stats_lines"] == want["stats_lines"] == 5 and got["kv_usage_pct"] == want["kv_usage_pct"]
+    assert got["vllm_version_inferred"] == want["vllm_version_inferred"] and got["engine"] == "v1"
