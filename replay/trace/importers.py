@@ -476,7 +476,7 @@ def _scan_jsonl(path: Path, label: Path) -> tuple[pl.LazyFrame, list[str]]:
             try:
                 first = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ReplayError(f"{where(label, i)}: not JSON ({e.msg})") from None
+                raise ReplayError(f"{where(label, i)}: not JSON ({e.msg})" + _cut_short(fh, line, label, i)) from None
             break
         else:
             raise ReplayError(f"{label}: no data rows")
@@ -498,8 +498,16 @@ def _find_bad_json_line(path: Path, label: Path) -> str | None:
                 try:
                     json.loads(line)
                 except json.JSONDecodeError as e:
-                    return f"{where(label, i)}: not JSON ({e.msg})"
+                    return f"{where(label, i)}: not JSON ({e.msg})" + _cut_short(fh, line, label, i)
     return None
+
+
+def _cut_short(fh: Any, line: str, label: Path, no: int) -> str:
+    """Advice when the bad line is the file's last and has no line end: the file was cut short."""
+    if line.endswith("\n") or fh.read(1):
+        return ""
+    return (f"; the file ends mid-line, as an interrupted download or copy leaves it: re-fetch it, or import "
+            f"all but that line (head -n {no - 1} {label} > complete.jsonl)")
 
 
 def _jint(col: str) -> pl.Expr:

@@ -356,3 +356,18 @@ def test_byte_order_mark_imports_as_the_plain_file(fmt: str, rel: str, encoding:
     assert (rb.rows_read, rb.rows_emitted, rb.input_tokens_sum) == (ra.rows_read, ra.rows_emitted, ra.input_tokens_sum)
     assert ra.rows_emitted > 100 and list(iter_requests(b)) == list(iter_requests(a))
     assert read_header(b).source["sha256"] == hashlib.sha256(marked.read_bytes()).hexdigest()
+
+
+def test_jsonl_cut_short_says_so(tmp_path: Path) -> None:
+    """A JSONL trace whose last line breaks off (an interrupted download) is named as such, with the
+    command that imports the rest; a bad line elsewhere is only named."""
+    src = shared("traces/mooncake/conversation_trace.jsonl")
+    lines = src.read_text().splitlines(keepends=True)[:20]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines)[:-30])
+    with pytest.raises(ReplayError, match=r"cut.jsonl:20: not JSON .*ends mid-line.*head -n 19 "):
+        import_trace("mooncake", cut, tmp_path / "o.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(lines[:5]) + "garbage{\n" + "".join(lines[5:]))
+    with pytest.raises(ReplayError, match=r"bad.jsonl:6: not JSON \([^)]*\)$"):
+        import_trace("mooncake", bad, tmp_path / "o.jsonl")
