@@ -212,7 +212,7 @@ def _fields(df: pl.DataFrame) -> pl.DataFrame:
 _KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
 
 
-def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
+def _classify(lines: pl.Series, first_no: int, has_cr: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
                                                          list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
@@ -221,7 +221,7 @@ def _classify(lines: pl.Series, first_no: int) -> tuple[pl.DataFrame, pl.Series,
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
     raw = pl.col("raw")
     df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
-    if lines.str.contains("\r", literal=True).any():  # a CRLF line ends without its CR
+    if has_cr and lines.str.contains("\r", literal=True).any():  # a CRLF line ends without its CR
         df = df.with_columns(raw=raw.str.strip_suffix("\r"))
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
@@ -317,7 +317,7 @@ class _Piece:
 
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
-    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no)
+    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast)
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
 
