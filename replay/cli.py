@@ -119,7 +119,7 @@ def synth(
 
 @app.command()
 def record(
-    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files: vLLM logs, Prometheus/DCGM scrapes or exports, nvidia-smi CSV/dmon, kubectl output.")] = None,
+    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, gzip, container or journald envelopes), Prometheus/DCGM scrapes or exports, Grafana CSV, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), kubectl output.")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines (vLLM logs carry none).")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",

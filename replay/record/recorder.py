@@ -59,6 +59,25 @@ def _check_file(path: Path) -> None:
         raise ReplayError(f"{path}: no such file")
 
 
+def _expand(paths: list[Path], out: Path) -> tuple[list[Path], set[Path]]:
+    """The evidence files: a directory (an incident folder) stands for every file under it, in name
+    order, leaving out hidden files and the bundle being written. Returns the files and which of
+    them came from a folder (those may be skipped, with a note, where a named file is an error)."""
+    files: list[Path] = []
+    found: set[Path] = set()
+    for p in paths:
+        if not p.is_dir():
+            files.append(p)
+            continue
+        inside = sorted(f for f in p.rglob("*") if f.is_file() and not any(
+            part.startswith(".") for part in f.relative_to(p).parts) and out.resolve() not in f.resolve().parents)
+        if not inside:
+            raise ReplayError(f"{p}: a directory with no evidence files in it")
+        files += inside
+        found.update(inside)
+    return files, found
+
+
 def _read_text(path: Path, limit: int = -1) -> str:
     """The file's text, decompressed where it is gzip, or its first ``limit`` bytes; binary data is
     refused with a clear message."""
@@ -77,8 +96,9 @@ def _read_text(path: Path, limit: int = -1) -> str:
         return raw[bom[0]:].decode(bom[1], errors="replace")
     if b"\x00" in raw[:4096]:
         head = raw[:4096]
-        for order, nuls in (("LE", head[1::2]), ("BE", head[0::2])):  # ASCII as UTF-16: every other byte NUL
-            if len(nuls) > 8 and nuls.count(0) > 0.9 * len(nuls):
+        for order, nuls, chars in (("LE", head[1::2], head[0::2]), ("BE", head[0::2], head[1::2])):
+            # ASCII as UTF-16: every other byte NUL, the bytes between them not
+            if len(nuls) > 8 and nuls.count(0) > 0.9 * len(nuls) and chars.count(0) < 0.1 * len(chars):
                 raise ReplayError(f"{path}: UTF-16{order} text without a byte-order mark; convert it first: "
                                   f"iconv -f UTF-16{order} -t UTF-8 {path} > {path.stem}.utf8{path.suffix}")
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
@@ -263,8 +283,17 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     notes: list[str] = []
     spill_root = out / ".spill"
     fingerprints: dict[tuple[int, str], list[Path]] = {}
+    paths, from_folder = _expand(paths, out)
     for path in paths:
-        head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
+        try:
+            head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
+        except ReplayError as e:
+            if path not in from_folder:
+                raise
+            rep = FileReport(str(path), "skipped", sha256=file_sha256(path),
+                             notes=[f"skipped: {e.message.removeprefix(f'{path}: ')}"])
+            parsed_items.append((path, "skipped", None, rep))
+            continue
         kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head)
         fp = _fingerprint(path, size)
         alike = fingerprints.setdefault(fp, [])
@@ -363,7 +392,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         rep.clock_offset_us = off
         if off:
             rep.notes.append(f"clock offset {off / 1e6:+.3f} s corrected (--clock-offset)")
-        if kind in ("duplicate", "empty"):
+        if kind in ("duplicate", "empty", "skipped"):
             continue
         if kind == "unknown":
             for i, ln in enumerate(str(r).splitlines(), start=1):

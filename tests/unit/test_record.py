@@ -208,8 +208,9 @@ def test_bad_inputs(tmp_path: Path) -> None:
     gz.write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(ReplayError, match="truncated gzip"):
         record([gz], tmp_path / "b", RecordOptions())
-    with pytest.raises(ReplayError, match="is a directory"):
-        record([tmp_path], tmp_path / "b", RecordOptions())
+    (tmp_path / "empty-dir").mkdir()
+    with pytest.raises(ReplayError, match="a directory with no evidence files"):
+        record([tmp_path / "empty-dir"], tmp_path / "b", RecordOptions())
     unknown = tmp_path / "u.txt"
     unknown.write_text("hello\nworld\n")
     dup = tmp_path / "dup.log"
@@ -655,3 +656,25 @@ def test_ray_serve_process_prefixes(tmp_path: Path) -> None:
     got = inspect_bundle(read_bundle(tmp_path / "b"))
     assert got["stats_lines"] == want["stats_lines"] == 5 and got["kv_usage_pct"] == want["kv_usage_pct"]
     assert got["vllm_version_inferred"] == want["vllm_version_inferred"] and got["engine"] == "v1"
+
+
+def test_an_incident_folder_is_its_files(tmp_path: Path) -> None:
+    """`replay record incident/ -o b`: every file under the folder, hidden files and the bundle being
+    written left out; a file in it that is not text (a screenshot) is skipped with a note, where a
+    named one is an error."""
+    inc = tmp_path / "incident"
+    (inc / "gpu").mkdir(parents=True)
+    (inc / "vllm.log").write_bytes((DATA / "v017_v1_stats_kv_ramp.log").read_bytes())
+    (inc / "gpu" / "smi.csv").write_bytes((DATA / "h200_query_compute_apps_load.csv").read_bytes())
+    (inc / "screenshot.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200))
+    (inc / ".DS_Store").write_bytes(b"\x00\x01junk")
+    reps, _ = record([inc], inc / "b", RecordOptions(year=2026))
+    assert [(Path(r.path).name, r.kind) for r in reps] == [("smi.csv", "nvidia-smi-apps"), ("screenshot.png", "skipped"),
+                                                          ("vllm.log", "vllm-log")]
+    assert "binary data" in reps[1].notes[0]
+    b = read_bundle(inc / "b")
+    assert inspect_bundle(b)["stats_lines"] == 5 and b.samples.filter(pl.col("source") == "nvidia-smi").height == 3
+    reps2, _ = record([inc], inc / "b", RecordOptions(year=2026))  # again, with the bundle now inside the folder
+    assert len(reps2) == 3
+    with pytest.raises(ReplayError, match="binary data"):
+        record([inc / "screenshot.png"], tmp_path / "c", RecordOptions())
