@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from replay.units import MiB, parse_size_bytes
@@ -138,14 +141,19 @@ def vllm_metric_values(text: str) -> list[tuple[str, float]]:
     return out
 
 
+# a sample line: name, labels, value, a timestamp (ms in the text format, seconds in OpenMetrics) and an
+# OpenMetrics exemplar ('# {trace_id="…"} 1.0 [ts]')
+_SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][\w:]*(\{.*\})?\s+\S+(\s+-?\d+(?:\.\d+)?)?(\s+#\s+\{.*\}\s+\S+(\s+\S+)?)?\s*$")
+
+
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
                      want: list[str] | None = None) -> Parsed:
     p = Parsed(kind="prometheus-text")
     p.lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     t, how = scrape_time(path, text, at, tz_offset_s)
-    if t is None:
-        p.notes.append(f"{path}: no scrape time found (file name, '# scraped_at' line or --at); "
-                       "its samples are quarantined, not placed on the timeline")
+    # OpenMetrics (what /metrics sends when asked for it): '# EOF' at the end, timestamps in seconds,
+    # exemplars after '#'; the text format has timestamps in milliseconds
+    openmetrics = re.search(r"^# EOF\s*$", text, re.M) is not None
     for name in want or []:
         if name in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[name])
@@ -157,14 +165,14 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
             p.parsed += 1
             clean.append(ln)
             continue
-        if not re.match(r"^[a-zA-Z_:][\w:]*(\{.*\})?\s+\S+(\s+\d+)?\s*$", s):
+        if not _SAMPLE_LINE.match(s):
             bad.append((i, "not a Prometheus exposition sample line", ln))
             continue
         clean.append(ln)
         p.parsed += 1
     p.quarantine += bad
     try:
-        families = list(text_string_to_metric_families("\n".join(clean) + "\n"))
+        families = list((openmetrics_families if openmetrics else text_string_to_metric_families)("\n".join(clean) + "\n"))
     except (ValueError, TypeError, IndexError) as e:
         p.quarantine.append((None, f"exposition could not be parsed: {e}", ""))
         return p
@@ -195,11 +203,13 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         p.kind = "dcgm"
     elif any(s[2] == "vllm-metrics" for s in p.samples):
         p.kind = "vllm-metrics"
-    if t is None and p.samples:
-        n = sum(1 for s in p.samples if s[0] is None)
+    n = sum(1 for s in p.samples if s[0] is None)
+    if n:  # (samples with timestamps of their own need no scrape time)
+        p.notes.append(f"{path}: no scrape time found (file name, '# scraped_at' line or --at); "
+                       f"its {n} samples without timestamps are quarantined, not placed on the timeline")
         p.quarantine.append((None, f"{n} samples without a scrape time", ""))
         p.samples = [s for s in p.samples if s[0] is not None]
-    elif t is not None:
+    elif t is not None and p.samples:
         p.notes.append(f"{path.name}: scrape time from {how}")
     return p
 

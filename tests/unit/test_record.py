@@ -678,3 +678,27 @@ def test_an_incident_folder_is_its_files(tmp_path: Path) -> None:
     assert len(reps2) == 3
     with pytest.raises(ReplayError, match="binary data"):
         record([inc / "screenshot.png"], tmp_path / "c", RecordOptions())
+
+
+def test_openmetrics_and_timestamped_scrapes_place_their_own_samples(tmp_path: Path) -> None:
+    """A scrape taken as OpenMetrics (`Accept: application/openmetrics-text`: '# EOF', timestamps in
+    seconds, exemplars) or in the text format with millisecond timestamps needs no scrape time: each
+    sample is placed at its own. Such lines used to be quarantined as 'not a sample line'."""
+    om = tmp_path / "metrics.om"
+    om.write_text(
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 3.0 1746093600.123\n'
+        '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.87 1746093601.5\n'
+        '# TYPE vllm:request_success counter\n'
+        'vllm:request_success_total{finished_reason="stop",model_name="m"} 12.0 # {trace_id="abc"} 1.0 1746093600.0\n'
+        '# EOF\n')
+    reps, _ = record([om], tmp_path / "a", RecordOptions())
+    b = read_bundle(tmp_path / "a")
+    assert reps[0].quarantined == 0 and not any("no scrape time" in n for n in reps[0].notes)
+    assert b.meta.t0_utc.startswith("2025-05-01T10:00:00.123")
+    assert sorted((r["t_us"], r["metric"], r["value"]) for r in b.samples.iter_rows(named=True)) == [
+        (0, "requests_running", 3.0), (1_377_000, "kv_usage_ratio", 0.87)]
+    txt = tmp_path / "metrics.prom"
+    txt.write_text('# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="m"} 7 1746093600123\n')
+    reps, _ = record([txt], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert b.samples["value"].to_list() == [7.0] and b.meta.t0_utc.startswith("2025-05-01T10:00:00.123")
