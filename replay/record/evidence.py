@@ -148,6 +148,32 @@ _SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][\w:]*(\{.*\})?\s+\S+(\s+-?\d+(?:\.\d+)?)
 
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
                      want: list[str] | None = None) -> Parsed:
+    """One scrape (or several in one file, each after its own '# scraped_at' line, as a loop of
+    ``echo "# scraped_at $(date -Is)"; curl /metrics`` writes them): vLLM and DCGM samples at the
+    scrape time, or at their own timestamps where the lines carry them."""
+    marks = [m.start() for m in SCRAPED_AT.finditer(text)]
+    if len(marks) < 2:
+        return _parse_scrape(path, text, at, tz_offset_s, want, 0)
+    whole = Parsed(kind="prometheus-text", lines=text.count("\n") + (0 if text.endswith("\n") else 1))
+    if marks[0] > 0 and text[:marks[0]].strip():  # lines before the first mark: a scrape of its own
+        marks.insert(0, 0)
+    for a, b in zip(marks, [*marks[1:], len(text)], strict=True):
+        seg = text[a:b]  # (--at can place only lines before the first mark)
+        one = _parse_scrape(path, seg, None if SCRAPED_AT.search(seg) else at, tz_offset_s, want, text.count("\n", 0, a))
+        whole.kind = one.kind if one.kind != "prometheus-text" else whole.kind
+        whole.samples += one.samples
+        whole.events += one.events
+        whole.quarantine += one.quarantine
+        whole.parsed += one.parsed
+        whole.gpus.update(one.gpus)
+        whole.notes += [n for n in one.notes if n not in whole.notes and "scrape time from" not in n]
+    whole.notes.append(f"{path.name}: {len(marks)} scrapes, each at the time of its '# scraped_at' line")
+    return whole
+
+
+def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want: list[str] | None,
+                  line0: int) -> Parsed:
+    """One scrape's text (its first line is file line ``line0 + 1``)."""
     p = Parsed(kind="prometheus-text")
     p.lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     t, how = scrape_time(path, text, at, tz_offset_s)
@@ -159,7 +185,7 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
             p.notes.append(NEVER_EXISTED_METRICS[name])
     lines = text.splitlines()
     clean, bad = [], []
-    for i, ln in enumerate(lines, start=1):
+    for i, ln in enumerate(lines, start=line0 + 1):
         s = ln.strip()
         if not s or s.startswith("#"):
             p.parsed += 1
@@ -177,9 +203,17 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         p.quarantine.append((None, f"exposition could not be parsed: {e}", ""))
         return p
     is_dcgm = False
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    repeats = 0
     for fam in families:
         for smp in fam.samples:
             name, labels, value = smp.name, smp.labels, smp.value
+            if not smp.timestamp:  # the same series twice at one scrape time: several scrapes run together
+                key = (name, tuple(sorted(labels.items())))
+                if key in seen:
+                    repeats += 1
+                    continue
+                seen.add(key)
             ts = int(float(smp.timestamp) * 1_000_000) if smp.timestamp else t
             if name in DCGM_METRICS:
                 is_dcgm = True
@@ -203,6 +237,10 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         p.kind = "dcgm"
     elif any(s[2] == "vllm-metrics" for s in p.samples):
         p.kind = "vllm-metrics"
+    if repeats:
+        p.notes.append(f"{path.name}: series repeat without times of their own, as when several scrapes are saved "
+                       "in one file: only the first of each is kept; put a '# scraped_at TIME' line before each scrape")
+        p.quarantine.append((None, f"{repeats} repeated samples of scrapes run together without '# scraped_at' lines", ""))
     n = sum(1 for s in p.samples if s[0] is None)
     if n:  # (samples with timestamps of their own need no scrape time)
         p.notes.append(f"{path}: no scrape time found (file name, '# scraped_at' line or --at); "

@@ -702,3 +702,28 @@ def test_openmetrics_and_timestamped_scrapes_place_their_own_samples(tmp_path: P
     reps, _ = record([txt], tmp_path / "b", RecordOptions())
     b = read_bundle(tmp_path / "b")
     assert b.samples["value"].to_list() == [7.0] and b.meta.t0_utc.startswith("2025-05-01T10:00:00.123")
+
+
+def test_several_scrapes_in_one_file(tmp_path: Path) -> None:
+    """A loop of `echo "# scraped_at $(date -Is)"; curl /metrics` saved in one file is a series, each
+    scrape at its own time (all were put at the first mark's time: three values at one instant);
+    without the marks the repeats are not silently stacked at one time: the first is kept and the
+    rest counted in quarantine."""
+    real = (DATA / "vllm_v0_metrics_excerpt.prom").read_text()
+    scrapes = [f"# scraped_at 2025-05-01T10:00:{k:02d}Z\n" + real for k in (0, 15, 30)]
+    scrapes[1] += "this is not a sample line\n"
+    multi = tmp_path / "loop.prom"
+    multi.write_text("".join(scrapes))
+    reps, _ = record([multi], tmp_path / "a", RecordOptions())
+    b = read_bundle(tmp_path / "a")
+    one = parse_exposition(DATA / "vllm_v0_metrics_excerpt.prom", real, at="2025-05-01T10:00:00Z")
+    assert len(one.samples) >= 2 and b.samples.height == 3 * len(one.samples)
+    assert sorted(set(b.samples["t_us"].to_list())) == [0, 15_000_000, 30_000_000]
+    bad_line = len(scrapes[0].splitlines()) + len(scrapes[1].splitlines())
+    q = [json.loads(x) for x in (tmp_path / "a" / "quarantine.jsonl").read_text().splitlines()]
+    assert [x["line"] for x in q] == [bad_line] and q[0]["reason"] == "not a Prometheus exposition sample line"
+    bare = tmp_path / "bare.prom"
+    bare.write_text(real + real)
+    reps, _ = record([bare], tmp_path / "c", RecordOptions(at="2025-05-01T10:00:00Z"))
+    c = read_bundle(tmp_path / "c")
+    assert c.samples.height == len(one.samples) and any("several scrapes" in n for n in reps[0].notes)
