@@ -632,36 +632,67 @@ def _walk_container_statuses(obj: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _k8s_documents(text: str) -> list[Any]:
+    """Every object in the text: one JSON value, JSON objects one after another (what
+    ``kubectl get events -w -o json`` streams), or YAML documents ('---' between them)."""
+    if not text.lstrip().startswith(("{", "[")):
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    dec, i = json.JSONDecoder(), 0
+    docs: list[Any] = []
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return docs
+        obj, i = dec.raw_decode(text, i)
+        docs.append(obj)
+
+
+def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
+    """A core/v1 Event, or an events.k8s.io/v1 one ('note', 'regarding', 'series'), as a bundle event."""
+    t = None
+    for k in ("lastTimestamp", "eventTime", "deprecatedLastTimestamp", "firstTimestamp"):
+        if ev.get(k):
+            t = parse_time(str(ev[k]))
+            break
+    if t is None and (ev.get("series") or {}).get("lastObservedTime"):
+        t = parse_time(str(ev["series"]["lastObservedTime"]))
+    if t is None and ev.get("metadata", {}).get("creationTimestamp"):
+        t = parse_time(str(ev["metadata"]["creationTimestamp"]))
+    inv = ev.get("involvedObject") or ev.get("regarding") or {}
+    count = ev.get("count") or ev.get("deprecatedCount") or (ev.get("series") or {}).get("count")
+    return {"t": t, "kind": "k8s_event", "line": None,
+            "data": {"reason": ev.get("reason"), "type": ev.get("type"), "message": ev.get("message") or ev.get("note"),
+                     "object": f"{inv.get('kind')}/{inv.get('name')}", "count": count}}
+
+
 def parse_k8s(path: Path, text: str) -> Parsed:
+    """``kubectl get events`` (a list, a single event, or the stream ``-w -o json`` writes; core/v1
+    and events.k8s.io/v1) and ``kubectl get pod`` (lastState: OOMKilled/exit 137 vs a CUDA OOM), JSON
+    or YAML."""
     p = Parsed(kind="k8s")
     p.lines = text.count("\n") + 1
     try:
-        obj = json.loads(text) if text.lstrip().startswith(("{", "[")) else yaml.safe_load(text)
+        docs = _k8s_documents(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         mark = getattr(e, "problem_mark", None)
         line = getattr(e, "lineno", None) or (mark.line + 1 if mark else None)
         p.quarantine.append((line, f"not valid JSON/YAML: {str(e).splitlines()[0]}", ""))
         return p
-    items = obj.get("items") if isinstance(obj, dict) and isinstance(obj.get("items"), list) else None
-    if items is not None and items and isinstance(items[0], dict) and items[0].get("kind") == "Event" or (
-            isinstance(obj, dict) and obj.get("kind") == "EventList"):
+    objs: list[Any] = []
+    for d in docs:  # lists of objects (EventList, PodList, List) stand for their items
+        items = d.get("items") if isinstance(d, dict) and isinstance(d.get("items"), list) else None
+        objs += items if items is not None else (d if isinstance(d, list) else [d])
+    events = [o for o in objs if isinstance(o, dict) and o.get("kind") == "Event"]
+    obj: Any = [o for o in objs if not (isinstance(o, dict) and o.get("kind") == "Event")]
+    if events:
         p.kind = "k8s-events"
-        for ev in items or []:
-            t = None
-            for k in ("lastTimestamp", "eventTime", "firstTimestamp"):
-                if ev.get(k):
-                    t = parse_time(str(ev[k]))
-                    break
-            if ev.get("metadata", {}).get("creationTimestamp") and t is None:
-                t = parse_time(str(ev["metadata"]["creationTimestamp"]))
-            inv = ev.get("involvedObject", {})
-            p.events.append({"t": t, "kind": "k8s_event", "line": None,
-                             "data": {"reason": ev.get("reason"), "type": ev.get("type"), "message": ev.get("message"),
-                                      "object": f"{inv.get('kind')}/{inv.get('name')}", "count": ev.get("count")}})
-            p.parsed += 1
-        return p
+        p.events += [_k8s_event(ev) for ev in events]
+        p.parsed = p.lines
+        if not obj:
+            return p
     statuses = _walk_container_statuses(obj)
-    p.kind = "k8s-pod"
+    p.kind = "k8s-pod" if not events else p.kind
     for st in statuses:
         term = (st.get("lastState") or {}).get("terminated") or {}
         if term:
@@ -678,8 +709,8 @@ def parse_k8s(path: Path, text: str) -> Parsed:
         if st.get("restartCount"):
             p.events.append({"t": None, "kind": "restart_count", "line": None,
                              "data": {"container": st.get("name"), "restart_count": st.get("restartCount")}})
-    p.parsed = p.lines if statuses else 0
-    if not statuses:
+    p.parsed = p.lines if statuses or events else 0
+    if not statuses and not events:
         p.quarantine.append((None, "Kubernetes object without container statuses or events", ""))
     return p
 

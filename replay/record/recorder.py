@@ -224,9 +224,9 @@ def detect_kind(text: str) -> str | None:
     s = head.lstrip()
     if s.startswith("{") and '"resultType"' in head:
         return "prometheus-query-range"
-    if s.startswith(("{", "[", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
+    if s.startswith(("{", "[", "---", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
             "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
-            or "involvedObject" in head):
+            or "involvedObject" in head or "regarding" in head):
         return "k8s"
     if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:"):
         return "k8s-describe"

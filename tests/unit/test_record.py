@@ -727,3 +727,38 @@ def test_several_scrapes_in_one_file(tmp_path: Path) -> None:
     reps, _ = record([bare], tmp_path / "c", RecordOptions(at="2025-05-01T10:00:00Z"))
     c = read_bundle(tmp_path / "c")
     assert c.samples.height == len(one.samples) and any("several scrapes" in n for n in reps[0].notes)
+
+
+_EVENT = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "{reason}", "count": 3,
+          "message": "{message}", "involvedObject": {"kind": "Pod", "name": "vllm-0", "namespace": "serving"},
+          "metadata": {"name": "vllm-0.17c", "namespace": "serving", "creationTimestamp": "2025-05-01T10:00:00Z"},
+          "firstTimestamp": "2025-05-01T10:00:00Z", "lastTimestamp": "{t}"}
+
+
+def _event(reason: str, message: str, t: str) -> dict:
+    return json.loads(json.dumps(_EVENT).replace("{reason}", reason).replace("{message}", message).replace("{t}", t))
+
+
+def test_k8s_events_in_every_shape_kubectl_writes(tmp_path: Path) -> None:
+    """`kubectl get events -w -o json` streams objects one after another (no list around them), `kubectl
+    get event X -o json` is one Event, `-o yaml` of several objects has '---' between documents, and
+    events.k8s.io/v1 says note/regarding/series: all are events at their times (they were refused as
+    invalid JSON/YAML, or read as a pod with no statuses)."""
+    a = _event("OOMKilling", "Memory cgroup out of memory: Killed process 4242 (python3)", "2025-05-01T10:05:00Z")
+    b = _event("BackOff", "Back-off restarting failed container vllm", "2025-05-01T10:06:00Z")
+    (tmp_path / "watch.json").write_text(json.dumps(a, indent=4) + "\n" + json.dumps(b, indent=4) + "\n")
+    (tmp_path / "one.json").write_text(json.dumps(a))
+    v1 = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "type": "Warning", "reason": "FailedScheduling",
+          "note": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", "eventTime": "2025-05-01T10:07:00.123456Z",
+          "regarding": {"kind": "Pod", "name": "vllm-1"}, "series": {"count": 5, "lastObservedTime": "2025-05-01T10:08:00Z"},
+          "metadata": {"name": "vllm-1.1", "creationTimestamp": "2025-05-01T10:07:00Z"}}
+    import yaml
+    (tmp_path / "events.yaml").write_text(yaml.safe_dump(a) + "---\n" + yaml.safe_dump(v1))
+    for name, want in (("watch.json", ["OOMKilling", "BackOff"]), ("one.json", ["OOMKilling"]),
+                       ("events.yaml", ["OOMKilling", "FailedScheduling"])):
+        reps, _ = record([tmp_path / name], tmp_path / f"b-{name}", RecordOptions())
+        evs = [e for e in read_bundle(tmp_path / f"b-{name}").events if e["kind"] == "k8s_event"]
+        assert reps[0].kind == "k8s-events" and reps[0].quarantined == 0, name
+        assert [e["reason"] for e in evs] == want and all(e["t_us"] is not None for e in evs), name
+    evs = [e for e in read_bundle(tmp_path / "b-events.yaml").events if e["kind"] == "k8s_event"]
+    assert evs[1]["message"].startswith("0/4 nodes") and evs[1]["object"] == "Pod/vllm-1" and evs[1]["count"] == 5
