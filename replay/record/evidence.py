@@ -86,6 +86,10 @@ def parse_time(s: str, tz_offset_s: int = 0) -> int | None:
         return _utc(datetime.fromisoformat(t), tz_offset_s)
     except ValueError:
         pass
+    try:  # RFC 1123, as kubectl describe prints times: 'Thu, 01 May 2025 10:05:00 +0000'
+        return _utc(datetime.strptime(s, "%a, %d %b %Y %H:%M:%S %z"), tz_offset_s)
+    except ValueError:
+        pass
     for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%a %b %d %H:%M:%S %Y"):
         try:
             return _utc(datetime.strptime(t, fmt), tz_offset_s)
@@ -718,29 +722,78 @@ def parse_k8s(path: Path, text: str) -> Parsed:
 DESCRIBE_EV = re.compile(r"^\s+(Normal|Warning)\s+(\S+)\s+(\S+(?: \(x\d+ over \S+\))?)\s+(\S+(?:, \S+)*)\s+(.*)$")
 
 
-def parse_describe(path: Path, text: str) -> Parsed:
+_AGE = re.compile(r"(\d+)([dhms])")
+_AGE_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _age_s(age: str) -> int | None:
+    """kubectl's ages ('45s', '4m53s', '3h45m', '2d3h') in seconds; None for '<unknown>' and the like."""
+    parts = _AGE.findall(age)
+    if not parts or "".join(n + u for n, u in parts) != age:
+        return None
+    return sum(int(n) * _AGE_S[u] for n, u in parts)
+
+
+def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
+    """``kubectl describe pod``: its Events (ages, placed at ``--at`` minus the age when --at says
+    when the describe was taken) and each container's terminated State or Last State (OOMKilled/exit
+    137, at the time it finished)."""
     p = Parsed(kind="k8s-describe")
     lines = text.splitlines()
     p.lines = len(lines)
+    taken = parse_time(at, tz_offset_s) if at else None
     in_events = False
+    container: str | None = None
+    last: dict[str, Any] | None = None  # the Last State block being read
+
+    def close_last() -> None:
+        nonlocal last
+        if last is not None and (last.get("reason") == "OOMKilled" or last.get("exit_code") == 137):
+            p.events.append({"t": last.get("t"), "kind": "host_oom_killed", "line": last["line"], "data": {
+                "container": container, "reason": last.get("reason"), "exit_code": last.get("exit_code"),
+                "meaning": ("the container was killed for host/cgroup memory (OOMKilled, exit 137); "
+                            "a CUDA OOM is an application error and does not show up as OOMKilled")}})
+        last = None
+
     for i, ln in enumerate(lines, start=1):
+        p.parsed += 1  # every describe line is read; prose is kept in the input hash, not as a fact
         if ln.startswith("Events:"):
+            close_last()
             in_events = True
-            p.parsed += 1
             continue
         m = DESCRIBE_EV.match(ln) if in_events else None
         if m and m.group(2) != "------":
-            p.events.append({"t": None, "kind": "k8s_event", "line": i, "data": {
-                "type": m.group(1), "reason": m.group(2), "age": m.group(3), "from": m.group(4),
-                "message": m.group(5)}})
-            p.parsed += 1
-        elif in_events and (ln.strip().startswith(("Type", "----")) or not ln.strip()):
-            p.parsed += 1
-        elif re.search(r"Reason:\s+OOMKilled|Exit Code:\s+137", ln):
-            p.events.append({"t": None, "kind": "host_oom_killed", "line": i, "data": {"text": ln.strip()}})
-            p.parsed += 1
-        else:
-            p.parsed += 1  # describe prose: kept in the input hash, not a timeline fact
-    if any(e["kind"] == "k8s_event" for e in p.events):
-        p.notes.append(f"{path.name}: describe output gives event ages, not times; events are listed without a time")
+            age = _age_s(m.group(3).split(" ")[0])
+            p.events.append({"t": taken - age * 1_000_000 if taken is not None and age is not None else None,
+                             "kind": "k8s_event", "line": i, "data": {
+                                 "type": m.group(1), "reason": m.group(2), "age": m.group(3), "from": m.group(4),
+                                 "message": m.group(5)}})
+            continue
+        if in_events:
+            continue
+        head = re.match(r"^  ([\w.-]+):\s*$", ln)  # a container's block ('  vllm:')
+        if head:
+            close_last()
+            container = head.group(1)
+            continue
+        kv = re.match(r"^\s+([A-Z][\w ]*?):\s+(.*?)\s*$", ln)
+        if kv and kv.group(1) in ("State", "Last State") and kv.group(2).startswith("Terminated"):
+            close_last()
+            last = {"line": i}
+        elif kv and last is not None and kv.group(1) in ("Reason", "Exit Code", "Finished", "Started"):
+            key, value = kv.group(1), kv.group(2)
+            if key == "Reason":
+                last["reason"] = value
+            elif key == "Exit Code":
+                last["exit_code"] = int(value) if value.isdigit() else None
+            elif key == "Finished":
+                last["t"] = parse_time(value, tz_offset_s)
+        elif kv and last is not None and kv.group(1) in ("Ready", "Restart Count"):
+            close_last()
+    close_last()
+    if any(e["kind"] == "k8s_event" and e["t"] is None for e in p.events):
+        p.notes.append(f"{path.name}: describe output gives event ages, not times; pass --at with when it was "
+                       "taken to place them")
+    elif any(e["kind"] == "k8s_event" for e in p.events):
+        p.notes.append(f"{path.name}: event times are --at minus their ages (to the second kubectl rounds to)")
     return p

@@ -345,7 +345,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         elif kind == "k8s":
             result = ev.parse_k8s(path, text)
         elif kind == "k8s-describe":
-            result = ev.parse_describe(path, text)
+            result = ev.parse_describe(path, text, opts.at, opts.tz_offset_s)
         else:
             rep.kind = "unknown"
             rep.lines = text.count("\n") + 1

@@ -762,3 +762,18 @@ def test_k8s_events_in_every_shape_kubectl_writes(tmp_path: Path) -> None:
         assert [e["reason"] for e in evs] == want and all(e["t_us"] is not None for e in evs), name
     evs = [e for e in read_bundle(tmp_path / "b-events.yaml").events if e["kind"] == "k8s_event"]
     assert evs[1]["message"].startswith("0/4 nodes") and evs[1]["object"] == "Pod/vllm-1" and evs[1]["count"] == 5
+
+
+def test_describe_pod_oomkilled_with_its_time(tmp_path: Path) -> None:
+    """`kubectl describe pod`: a container terminated OOMKilled (State or Last State) is a host OOM kill
+    at its Finished time, naming the container; events are placed at --at minus their age."""
+    reps, _ = record([DATA / "describe_pod_oomkilled_init.txt"], tmp_path / "a", RecordOptions())
+    ev = [e for e in read_bundle(tmp_path / "a").events if e["kind"] == "host_oom_killed"]
+    assert reps[0].kind == "k8s-describe" and len(ev) == 1
+    assert ev[0]["container"] == "init" and ev[0]["exit_code"] == 137 and ev[0]["t_us"] == 0
+    assert read_bundle(tmp_path / "a").meta.t0_utc.startswith("2024-02-16T15:22:17")
+    reps, _ = record([DATA / "describe_pod_events_kubelet.txt"], tmp_path / "b", RecordOptions(at="2025-05-01T10:00:00Z"))
+    evs = {e["reason"]: e["t_us"] for e in read_bundle(tmp_path / "b").events if e["kind"] == "k8s_event"}
+    # ages 18m (Scheduled) and 4m53s (BackOff, 'x72 over 20m': the age is the last time)
+    assert evs["BackOff"] - evs["Scheduled"] == (18 * 60 - (4 * 60 + 53)) * 1_000_000
+    assert any("--at minus their ages" in n for n in reps[0].notes)
