@@ -145,4 +145,9 @@ def analyze_bundle(b: Bundle) -> Analysis:
         elif e.get("kind") == "emulated_oom":
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
+    for e in b.events:  # GPU errors from the kernel log end engines without any CUDA OOM
+        if e.get("kind") == "gpu_xid":
+            findings.append(Finding(f"gpu:xid{e.get('xid')}", f"GPU error Xid {e.get('xid')}: {e.get('meaning')}",
+                                    f"NVIDIA driver error on PCI {e.get('pci')}: {e.get('message') or ''}".strip(),
+                                    "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
     return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings, layers_frame(b.samples), outages(b.events))

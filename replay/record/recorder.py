@@ -30,7 +30,7 @@ from replay.units import GiB
 from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
-         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "k8s", "k8s-describe")
+         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "k8s", "k8s-describe", "kernel-log")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -232,6 +232,8 @@ def detect_kind(text: str) -> str | None:
         return "k8s-describe"
     if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
         return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
+    if ev.kernel_log_head(head):
+        return "kernel-log"
     if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
         return "nvidia-smi-table"
     if re.search(r"^\s*FB Memory Usage\s*$", head, re.M):
@@ -340,6 +342,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
         elif kind == "nvidia-smi-q":
             result = ev.parse_nvidia_smi_q(path, text, opts.tz_offset_s, opts.at)
+        elif kind == "kernel-log":
+            result = ev.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
         elif kind == "nvidia-smi-dmon":
             result = ev.parse_dmon(path, text, opts.tz_offset_s)
         elif kind == "k8s":
