@@ -341,8 +341,11 @@ def analyze(
         print(json.dumps(a.summary(), indent=2, default=str))
         return
     s = a.summary()
-    out_console.print(f"[bold]{bundle}[/]: peak actual {s['peak_actual_gib']} GiB, accounted {s['accounted_gib']} GiB, "
-                      f"max gap {s['max_gap_gib']} GiB, onset {s['onset_s']} s, OOM {s['oom_s']} s")
+    def shown(v: object, unit: str) -> str:
+        return "unknown" if v is None else f"{v} {unit}"
+    out_console.print(f"[bold]{bundle}[/]: peak actual {shown(s['peak_actual_gib'], 'GiB')}, accounted "
+                      f"{shown(s['accounted_gib'], 'GiB')}, max gap {shown(s['max_gap_gib'], 'GiB')}, onset "
+                      f"{shown(s['onset_s'], 's')}, OOM {shown(s['oom_s'], 's')}")
     for f in s["findings"]:
         out_console.print(f"- ({f['confidence']}) {f['title']}: {f['detail']}", markup=False)
 

@@ -34,9 +34,11 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     if report_link:
         L += [f"HTML report: [{report_link}]({report_link})", ""]
     L += ["## Summary", ""]
+    accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
+    actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
+              else "unknown (no memory measurement in the evidence)")
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
-             f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {s['accounted_gib']} GiB; peak actual memory was "
-             f"{s['peak_actual_gib']} GiB ({s['actual_source']}). "
+             f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
              + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
              + (f" An OOM followed at {utc(a.oom_us)}." if a.oom_us is not None else ""))
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]

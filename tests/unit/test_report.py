@@ -135,3 +135,14 @@ def test_postmortem_downtime_between_restarts_from_real_log(tmp_path: Path) -> N
     assert second.lower_bound and second.up_us is None
     md = render_postmortem(b, None)
     assert "Downtime from crash to the next engine start: at least" in md and "not back within the evidence" in md
+
+
+def test_postmortem_says_unknown_not_none(tmp_path: Path) -> None:
+    """Evidence without startup accounting or memory samples (a kernel log alone): the draft and the
+    analyze line say 'unknown', never 'None GiB'."""
+    from replay.record.recorder import RecordOptions, record
+    from replay.report.postmortem import render_postmortem
+    from tests.conftest import DATA
+    record([DATA / "kernel_memcg_oom_xid79_dmesg_T.txt"], tmp_path / "b", RecordOptions())
+    text = render_postmortem(tmp_path / "b")
+    assert "None" not in text and "accounted for an unknown amount" in text and "Xid 79" in text
