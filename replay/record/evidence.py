@@ -1,5 +1,6 @@
-"""Parsers for the non-log evidence: Prometheus (exposition, query_range JSON, Grafana CSV), DCGM,
-nvidia-smi (query-gpu CSV, query-compute-apps, dmon) and Kubernetes (events, pod status, describe).
+"""Parsers for the evidence besides vLLM's own logs: Prometheus (text or OpenMetrics scrapes,
+query_range JSON, Grafana CSV), DCGM, nvidia-smi (query-gpu CSV, query-compute-apps, the default
+table, -q, dmon, pmon), Kubernetes (events, pod status, describe) and kernel logs (OOM killer, Xid).
 
 Every parser returns ``Parsed``: samples and events with absolute UTC epoch µs (or ``None`` when
 the evidence does not say), plus quarantined lines with reasons. Metric names are mapped to the

@@ -5,8 +5,9 @@ request Added/Finished lines, and HTTP access lines. Parsing those one by one in
 ingestion the slow step of a postmortem, and holding their facts as Python objects made memory grow
 with the file. This module reads a log in bounded pieces, recognises those shapes with polars string
 expressions, and spills their facts as columnar files. A line takes the fast lane only when it is
-clean (no colour codes, no glued second message) and the next line opens a new message, so nothing
-could attach to it; every other line (startup accounting, OOM messages, tracebacks, wrapped or
+clean (no colour codes, no glued second message; a container runtime's or kubectl's time and prefix
+in front are taken off, as the reference parser takes them off) and the next line opens a new
+message, so nothing could attach to it; every other line (startup accounting, OOM messages, tracebacks, wrapped or
 unusually prefixed lines, and 'Received request' lines with their parameters and prompt) goes, in
 file order, to ``vllm_log.LogParser``, which remains the reference for what a line means. Tests
 check that both routes give the same facts.
