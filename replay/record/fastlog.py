@@ -41,9 +41,11 @@ from replay.record.vllm_log import (
 
 _PROC = r"\((?P<proc>" + PROC_BODY + r")\) *"
 _NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
-# the strict shape of a fast-lane line: single spaces, so that plain splitting finds its fields
+# the strict shape of a fast-lane line: single spaces, so that plain splitting finds its fields; the
+# call site in brackets ('[loggers.py:271] ', vLLM 0.8 on) or with only the closing one
+# ('metrics.py:351] ', vLLM 0.6 and 0.7)
 _STRICT = (r"^(?:\(" + PROC_BODY + r"\) )?INFO \d\d-\d\d "
-           r"\d\d:\d\d:\d\d(?:\.\d+)? \[[\w./-]+\.py:\d+\] ")
+           r"\d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+\.py:\d+\] ")
 ACCESS = r'^(?:' + _PROC + r')?(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "[A-Z]+ [^"\s]* HTTP/[\d.]+" \d+(?: [A-Za-z ]*)?$'
 OPENS = (r'^(?:' + _PROC + r'|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s'
          r'|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - ")')

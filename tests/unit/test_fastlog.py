@@ -31,6 +31,9 @@ ACCESS = 'INFO:     127.0.0.1:59542 - "POST /v1/completions HTTP/1.1" 200 OK'
 KV = "(EngineCore_DP0 pid=1133552) INFO 05-19 10:13:{s:02d} [gpu_worker.py:298] Available KV cache memory: 6.51 GiB"
 RAY_STATS = STATS_V1.replace("(APIServer pid=3646)", "(ServeReplica:default:VLLMDeployment pid=77)")  # Ray Serve
 RAY_ADDED = ADDED.replace("(APIServer pid=3646)", "(RayWorkerWrapper pid=78, ip=10.0.0.2)")
+# vLLM 0.6 and 0.7 wrote the call site with only its closing bracket
+OLD_ADDED = "INFO 05-19 10:13:{s:02d} async_llm_engine.py:211] Added request cmpl-old{r}-0."
+OLD_STATS = STATS_V0.replace("[metrics.py:455]", "metrics.py:455]")
 
 
 def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[Any], tuple[Any, ...]]:
@@ -66,7 +69,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     out: list[str] = []
     for i in range(2500):
         r, s = rnd.random(), i % 60
-        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED]
+        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7))
         elif r < 0.56:
@@ -181,3 +184,15 @@ def test_a_log_whose_request_lines_all_run_fast_records_its_requests(tmp_path: P
     record([log], tmp_path / "b", RecordOptions(year=2026))
     reqs = read_bundle(tmp_path / "b").requests
     assert reqs.height == 500 and reqs["id"].n_unique() == 500 and reqs["input_tokens"].null_count() == 500
+
+
+def test_old_call_site_form_takes_the_fast_lane(tmp_path: Path) -> None:
+    """vLLM 0.6 and 0.7 logs ('INFO 02-12 12:20:21 async_llm_engine.py:211] Added request …', the
+    call site without its opening bracket) go through the vectorised lane too (they all took the
+    line-by-line parser), with the reference parser's facts."""
+    log = tmp_path / "v07.log"
+    log.write_text("".join((OLD_ADDED if i % 10 else OLD_STATS).format(s=i % 60, r=i) + "\n" for i in range(3000)))
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10)
+    assert ff.lines >= 2990
+    got = _canon(res, ff)
+    assert got == _canon(_reference(log)) and len(got[0]) == 300 and len(got[1]) == 2700
