@@ -215,7 +215,35 @@ def _fields(df: pl.DataFrame) -> pl.DataFrame:
 _KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
 
 
-def _classify(lines: pl.Series, first_no: int, has_cr: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
+def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
+    """'Received request <id>: prompt: '…', params: SamplingParams(…), prompt_token_ids: […]' lines as
+    request facts with their details, as ``vllm_log.request_details`` reads them one by one: the
+    parameters after the last 'params: ', the token count of the id list (null when it was cut
+    short with '...'), and the prompt as logged, kept only as its length and sha256 unless
+    --keep-prompts. The repeat key uses the first 2,000 characters, as the reference's facts do."""
+    msg = pl.col("msg")
+    rv = rv.with_columns(request_id=msg.str.extract(r"^Received request (\S+?):", 1)).filter(
+        pl.col("request_id").is_not_null())
+    rest = msg.str.slice(pl.col("request_id").str.len_chars() + len("Received request :"))
+    params = pl.when(rest.str.contains("params: ", literal=True)).then(
+        rest.str.extract(r"^.*(params: .*)$", 1)).otherwise(rest)
+    ids = rest.str.extract_groups(r"prompt_token_ids: \[([\d,\s]*)(\]|\.\.\.)")
+    listed = ids.struct.field("1")
+    prompt = rest.str.extract(r"""prompt: ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|None)""", 1)
+    rv = rv.with_columns(
+        **{k: params.str.extract(rf"\b{k}=(\d+|None)", 1).cast(pl.Int64, strict=False)
+           for k in ("n", "best_of", "max_tokens", "logprobs", "prompt_logprobs")},
+        input_tokens=pl.when(ids.struct.field("2") == "]").then(
+            pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
+        prompt=pl.when(prompt != "None").then(prompt),
+        kind=pl.lit("request_received"), key_ts=pl.col("ts"), msg=msg.str.slice(0, 2000),
+    ).with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars())
+    sha = [None if t is None else hashlib.sha256(t.encode()).hexdigest() for t in rv["prompt"].to_list()]
+    rv = rv.with_columns(prompt_sha256=pl.Series(sha, dtype=pl.Utf8))
+    return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
+
+
+def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
                                                          list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
@@ -238,7 +266,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True) -> tuple[pl.
         opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
         strict=raw.str.contains(_STRICT),
         kv=raw.str.contains("KV cache usage", literal=True) & raw.str.contains("reqs", literal=True),
-        rq=raw.str.contains("Added request ", literal=True) | raw.str.contains("Finished request ", literal=True),
+        rq=raw.str.contains("Added request ", literal=True) | raw.str.contains("Finished request ", literal=True)
+        | raw.str.contains("Received request ", literal=True),
         ac=raw.str.contains(' - "', literal=True),
     ).collect()
     clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
@@ -278,13 +307,20 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True) -> tuple[pl.
                          key_ts=pl.col("ts"), request_id=rest.str.strip_suffix(".")).with_columns(h=_KEY)
     requests = rq.select("line", "rank", **ts_exact, kind="kind", h="h",
                          repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
+    # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
+    rv = _received(cand.filter(msg.str.starts_with("Received request ") & ~pl.col("line").is_in(st["line"].implode())),
+                   keep_prompts)
+    if rv.height:  # (their details: the pieces without them keep the slim schema)
+        requests = pl.concat([requests, rv.select("line", "rank", **ts_exact, kind="kind", h="h", repeatable=pl.lit(True),
+                                                   request_id="request_id", rh=ID_HASH, **{k: k for k in REQUEST_DETAILS})],
+                             how="diagonal_relaxed").sort("line")
     ac = df.filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
         "line", "orig", proc=pl.when(pl.col("raw").str.starts_with("("))
         .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), fl=pl.lit(None, dtype=pl.Utf8),
         kind=pl.lit("access"), msg=pl.lit("", dtype=pl.Utf8))
     # one row per (process, call site, shape) of this piece, with how many lines it stands for
-    lines_fast = pl.concat([st["line"], rq["line"], ac["line"]])
+    lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
     # one row per (process, call site, shape) of this piece, with how many lines it stands for; the
     # many request lines are counted per (prefix id, Added or not) first, a cheap grouping
@@ -295,6 +331,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True) -> tuple[pl.
         st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("orig").first(), pl.len().alias("n")),
         by_prefix.group_by("proc", "fl", kind="word").agg(pl.col("orig").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
         ac.group_by("proc", "fl", "kind", "msg").agg(pl.col("orig").first(), pl.len().alias("n")),
+        rv.group_by("proc", "fl", "kind").agg(pl.col("orig").first(), pl.len().alias("n")).with_columns(msg=pl.lit("")),
     ], how="diagonal_relaxed")
     return df, is_fast, stats, requests, _representatives(reps)
 
@@ -318,9 +355,9 @@ class _Piece:
     representatives: list[tuple[str, int]]
 
 
-def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path) -> _Piece:
+def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_prompts: bool = False) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
-    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece)
+    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast)
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
 
@@ -349,7 +386,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     def prepare(item: tuple[int, tuple[bytes, int, int]]) -> tuple[_Piece, int, int, int]:
         k, (piece, first_no, n) = item
-        return _prepare(piece, first_no, n, f"{k:06d}", spill), len(piece), first_no, n
+        return _prepare(piece, first_no, n, f"{k:06d}", spill, keep_prompts), len(piece), first_no, n
 
     for k, (p, size, first_no, n) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
                                                            ahead=WORKERS + 1)):

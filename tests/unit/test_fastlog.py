@@ -4,10 +4,12 @@ logs and on a generated log with every kind of mess, whatever the piece size."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import random
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,6 +38,12 @@ OLD_ADDED = "INFO 05-19 10:13:{s:02d} async_llm_engine.py:211] Added request cmp
 OLD_STATS = STATS_V0.replace("[metrics.py:455]", "metrics.py:455]")
 
 
+_DETAILS = ("input_tokens", "max_tokens", "n", "best_of", "logprobs", "prompt_logprobs")
+RECEIVED = ("(APIServer pid=1) INFO 05-19 10:13:{s:02d} [logger.py:39] Received request cmpl-rx{r}-0: prompt: "
+            "'it\\'s \"{r}\" tokens, params: n=9 of them', params: SamplingParams(n={n}, best_of=None, temperature=0.7, "
+            "max_tokens={r}, logprobs=None, prompt_logprobs=5), prompt_token_ids: [1, 2, {r}], lora_request: None.")
+
+
 def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[Any], tuple[Any, ...]]:
     stats, reqs, other = [], [], []
     for f in res.facts:
@@ -44,7 +52,10 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
             stats.append((f.line, f.rank, f.ts, d.get("kv_usage_pct"), d.get("running"), d.get("waiting"),
                           d.get("swapped"), d.get("preemptions")))
         elif f.kind.startswith("request_"):
-            reqs.append((f.line, f.rank, f.ts, f.kind, f.data["request_id"]))
+            d, prompt = f.data, f.data.get("prompt")
+            reqs.append((f.line, f.rank, f.ts, f.kind, d["request_id"], *(d.get(k) for k in _DETAILS),
+                         None if prompt is None else len(prompt),
+                         None if prompt is None else hashlib.sha256(prompt.encode()).hexdigest()))
         else:
             other.append((f.line, f.kind, f.data))
     if ff is not None:
@@ -53,7 +64,8 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
                           None if r["swapped"] is None else int(r["swapped"]),
                           None if r["preemptions"] is None else int(r["preemptions"])))
         for r in ff.requests_frame().collect().iter_rows(named=True):
-            reqs.append((r["line"], r["rank"], r["ts"], r["kind"], r["request_id"]))
+            reqs.append((r["line"], r["rank"], r["ts"], r["kind"], r["request_id"], *(r[k] for k in _DETAILS),
+                         r["prompt_chars"], r["prompt_sha256"]))
     meta = (res.lines_read, res.lines_parsed, res.continuation_lines, res.quarantine, res.duplicates,
             res.version, res.version_range, res.engine)
     return sorted(stats), sorted(reqs), other, meta
@@ -69,9 +81,9 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     out: list[str] = []
     for i in range(2500):
         r, s = rnd.random(), i % 60
-        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS]
+        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED]
         if r < 0.5:
-            out.append(rnd.choice(shapes).format(s=s, r=i % 7))
+            out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:
             out.append(out[-1] if out else ACCESS)  # overlapping paste: the same line again
         elif r < 0.6:
@@ -196,3 +208,27 @@ def test_old_call_site_form_takes_the_fast_lane(tmp_path: Path) -> None:
     assert ff.lines >= 2990
     got = _canon(res, ff)
     assert got == _canon(_reference(log)) and len(got[0]) == 300 and len(got[1]) == 2700
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_received_request_lines_take_the_fast_lane(keep: bool, tmp_path: Path) -> None:
+    """'Received request' lines (vLLM 0.6-0.9 log one per request by default, with prompt, parameters
+    and token ids) go through the vectorised lane with every detail the reference reads: parameters
+    after the last 'params: ' (a prompt that says 'params: n=9' does not count), the token count,
+    the prompt's length and sha256, and the prompt itself only with --keep-prompts. A prompt quoting
+    a stats line stays a stats fact, as in the reference."""
+    quoting = ("(APIServer pid=1) INFO 05-19 10:14:00 [logger.py:39] Received request cmpl-q-0: prompt: 'my log says "
+               "Running: 5 reqs, Waiting: 0 reqs, GPU KV cache usage: 80.0%, why?', params: SamplingParams(n=1)")
+    lines = [RECEIVED.format(s=i % 60, r=i, n=i % 3) for i in range(2000)] + [quoting, ADDED.format(s=1, r=5)]
+    log = tmp_path / "recv.log"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10, keep_prompts=keep)
+    assert ff.lines >= 1990
+    got, want = _canon(res, ff), _canon(_reference(log))
+    assert got == want
+    rows = ff.requests_frame().filter(pl.col("kind") == "request_received").sort("line").collect()
+    assert rows.height == 2000 and rows["input_tokens"].to_list()[:3] == [3, 3, 3]
+    assert rows["max_tokens"].to_list()[:3] == [0, 1, 2] and rows["n"].to_list()[:3] == [0, 1, 2]
+    assert rows["prompt_logprobs"][0] == 5 and rows["best_of"][0] is None and rows["prompt_sha256"].null_count() == 0
+    assert (rows["prompt"].null_count() == 0) is keep
+    assert [s for s in got[0] if s[0] == 2001] and not [r for r in got[1] if r[0] == 2001]  # the quoting line: stats
