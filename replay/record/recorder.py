@@ -292,7 +292,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         except ReplayError as e:
             if path not in from_folder:
                 raise
-            rep = FileReport(str(path), "skipped", sha256=file_sha256(path),
+            rep = FileReport(str(path), "skipped",  # (not hashed: a core dump or weights file can be gigabytes)
                              notes=[f"skipped: {e.message.removeprefix(f'{path}: ')}"])
             parsed_items.append((path, "skipped", None, rep))
             continue
