@@ -10,7 +10,7 @@ import re
 import shutil
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +20,7 @@ import polars as pl
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
-from replay.filehash import file_sha256, is_gzip, text_bom
+from replay.filehash import file_sha256, is_gzip, text_bom, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
@@ -103,6 +103,22 @@ def _read_text(path: Path, limit: int = -1) -> str:
                                   f"iconv -f UTF-16{order} -t UTF-8 {path} > {path.stem}.utf8{path.suffix}")
         raise ReplayError(f"{path}: binary data, not a text log or export (NUL bytes in the first 4 KiB)")
     return raw.decode("utf-8", errors="replace")
+
+
+def _text_lines(path: Path) -> Iterator[str]:
+    """A text file's lines as editors number them (split at LF, a CR before it dropped), read in
+    bounded pieces: gzip decompressed, a byte-order mark honoured, bad bytes replaced."""
+    try:
+        with (gzip.open(path, "rb") if is_gzip(path) else path.open("rb")) as fh:
+            rest = b""
+            for chunk in utf8_chunks(fh, 1 << 20):
+                *whole, rest = (rest + chunk).split(b"\n")
+                for ln in whole:
+                    yield ln.removesuffix(b"\r").decode("utf-8", errors="replace")
+            if rest:
+                yield rest.removesuffix(b"\r").decode("utf-8", errors="replace")
+    except (EOFError, OSError, zlib.error) as e:
+        raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
 
 
 def _fingerprint(path: Path, size: int) -> tuple[int, str]:
@@ -326,6 +342,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 seen_hashes[rep.sha256] = str(path)
             parsed_items.append((path, kind, result, rep))
             continue
+        if kind not in KINDS:  # streamed into quarantine when the bundle is written, never held whole
+            rep.kind = "unknown"
+            rep.lines = sum(1 for _ in _text_lines(path))
+            rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
+            parsed_items.append((path, "unknown", None, rep))
+            continue
         text = _read_text(path)
         if kind == "prometheus-text":
             result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics)
@@ -385,6 +407,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     samples: list[tuple[int | None, int | None, str, str, float, str]] = []
     events: list[dict[str, Any]] = []
     quarantine: list[tuple[str, int | None, str, str]] = []
+    unknown: list[Path] = []  # files of no known kind: every line quarantined
     gpus: dict[int, dict[str, Any]] = {}
     versions: list[str] = []
     ranges: list[tuple[str, str]] = []
@@ -399,9 +422,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         if kind in ("duplicate", "empty", "skipped"):
             continue
         if kind == "unknown":
-            for i, ln in enumerate(str(r).splitlines(), start=1):
-                quarantine.append((str(path), i, "unrecognised file kind", ln))
             rep.quarantined = rep.lines
+            unknown.append(path)
             continue
         if isinstance(r, tuple):
             lp, ff = r
@@ -496,6 +518,9 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
     for f, line, reason, raw in quarantine:
         w.quarantine(f, line, reason, raw)
+    for path in unknown:
+        for i, ln in enumerate(_text_lines(path), start=1):
+            w.quarantine(str(path), i, "unrecognised file kind", ln)
     if untimed:
         meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
     w.close()

@@ -808,3 +808,16 @@ def test_kernel_log_host_oom_killer_and_gpu_xid(tmp_path: Path) -> None:
         assert reps[0].kind == "kernel-log" and [e["kind"] for e in evs] == ["host_oom_killed", "gpu_xid"], f.name
         assert all((e["t_us"] is not None) == t_known for e in evs), f.name
     assert read_bundle(tmp_path / "journal").meta.t0_utc.startswith("2025-05-01T10:02:00")
+
+
+def test_unknown_file_is_quarantined_line_by_line_in_pieces(tmp_path: Path) -> None:
+    """A file of no known kind (in an incident folder, say another service's log) is quarantined line
+    by line with its file line numbers, streamed in pieces rather than held whole; gzip and CRLF read
+    as for every other kind."""
+    lines = [f"2025-05-01 10:00:{i % 60:02d} other-service: request {i} took {i % 97} ms" for i in range(30000)]
+    other = tmp_path / "other.log.gz"
+    other.write_bytes(gzip.compress(("\r\n".join(lines) + "\r\n").encode()))
+    reps, _ = record([other], tmp_path / "b", RecordOptions())
+    assert (reps[0].kind, reps[0].lines, reps[0].quarantined) == ("unknown", 30000, 30000)
+    q = [json.loads(x) for x in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [x["line"] for x in q] == list(range(1, 30001)) and [x["raw"] for x in q[:2]] == lines[:2]
