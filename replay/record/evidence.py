@@ -75,15 +75,9 @@ def _utc(dt: datetime, tz_offset_s: int = 0) -> int:
     return int(dt.timestamp() * 1_000_000)
 
 
-def parse_time(s: str, tz_offset_s: int = 0, fmt: str | None = None) -> int | None:
-    """ISO, 'YYYY/MM/DD HH:MM:SS.fff' (nvidia-smi), epoch seconds -> epoch µs; naive = host local.
-    With ``fmt``, that strptime format only."""
+def parse_time(s: str, tz_offset_s: int = 0) -> int | None:
+    """ISO, 'YYYY/MM/DD HH:MM:SS.fff' (nvidia-smi), epoch seconds -> epoch µs; naive = host local."""
     s = s.strip().strip('"')
-    if fmt is not None:
-        try:
-            return _utc(datetime.strptime(s, fmt), tz_offset_s)
-        except ValueError:
-            return None
     if re.fullmatch(r"\d{9,10}(\.\d+)?", s):
         return int(float(s) * 1_000_000)
     if re.fullmatch(r"\d{12,13}", s):
@@ -448,15 +442,15 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
             gpu = int(g["idx"])
             p.gpus.setdefault(gpu, {"index": gpu}).update(name=g["name"].strip(), pci_bus_id=g["bus"])
         elif mem and gpu is not None:  # the second row of a GPU's cell
-            total = int(mem["total"]) * 2**20
-            p.samples += [(t, gpu, "nvidia-smi", "device_used_bytes", float(int(mem["used"]) * 2**20)),
+            total = int(mem["total"]) * MiB
+            p.samples += [(t, gpu, "nvidia-smi", "device_used_bytes", float(int(mem["used"]) * MiB)),
                           (t, gpu, "nvidia-smi", "device_total_bytes", float(total))]
             p.gpus.setdefault(gpu, {"index": gpu})["total_bytes"] = total
             gpu = None
         elif pr:
             if pr["mem"] != "N/A":  # (N/A: the driver does not say, as under some containers)
                 p.samples.append((t, int(pr["gpu"]), "nvidia-smi", f"process_used_bytes:{pr['pid']}",
-                                  float(int(pr["mem"][:-3]) * 2**20)))
+                                  float(int(pr["mem"][:-3]) * MiB)))
         elif s.strip() and not s.lstrip().startswith(("|", "+")):
             p.quarantine.append((i, "not part of an nvidia-smi table", ln))
             continue
@@ -480,7 +474,7 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
             p.parsed += 1
             continue
         m = _Q_LINE.match(ln.rstrip())
-        if m is None:  # (cannot happen: any non-blank line matches)
+        if m is None:  # (a line indented with tabs, say: -q indents with spaces)
             p.quarantine.append((i, "not an nvidia-smi -q line", ln))
             continue
         indent, key, value = len(m["indent"]), m["key"], m["value"]
@@ -630,6 +624,10 @@ def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------
+OOMKILLED_MEANING = ("the container was killed for host/cgroup memory (OOMKilled, exit 137); "
+                     "a CUDA OOM is an application error and does not show up as OOMKilled")
+
+
 def _walk_container_statuses(obj: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if isinstance(obj, dict):
@@ -714,8 +712,7 @@ def parse_k8s(path: Path, text: str) -> Parsed:
             p.events.append({"t": t, "kind": kind, "line": None, "data": {
                 "container": st.get("name"), "reason": reason, "exit_code": code,
                 "restart_count": st.get("restartCount"),
-                "meaning": ("the container was killed for host/cgroup memory (OOMKilled, exit 137); "
-                            "a CUDA OOM is an application error and does not show up as OOMKilled")
+                "meaning": OOMKILLED_MEANING
                 if kind == "host_oom_killed" else None}})
         if st.get("restartCount"):
             p.events.append({"t": None, "kind": "restart_count", "line": None,
@@ -780,8 +777,11 @@ def parse_kernel_log(path: Path, text: str, tz_offset_s: int = 0, year: int | No
                 t = parse_time(m.group(1), tz_offset_s)
             else:  # 'May 01 10:05:00': journald's short form has no year
                 bsd += 1
-                t = parse_time(f"{m.group(2)} {year or datetime.now(timezone.utc).year}".replace("  ", " "),
-                               tz_offset_s, "%b %d %H:%M:%S %Y")
+                try:
+                    t = _utc(datetime.strptime(f"{m.group(2)} {year or datetime.now(timezone.utc).year}",
+                                               "%b %d %H:%M:%S %Y"), tz_offset_s)
+                except ValueError:  # (Feb 29 in a year without one)
+                    t = None
                 p.naive_local_times = True
         elif (m := _K_UPTIME.match(ln)) is not None:
             uptime_only += 1
@@ -835,15 +835,14 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
     taken = parse_time(at, tz_offset_s) if at else None
     in_events = False
     container: str | None = None
-    last: dict[str, Any] | None = None  # the Last State block being read
+    last: dict[str, Any] | None = None  # the terminated State or Last State block being read
 
     def close_last() -> None:
         nonlocal last
         if last is not None and (last.get("reason") == "OOMKilled" or last.get("exit_code") == 137):
             p.events.append({"t": last.get("t"), "kind": "host_oom_killed", "line": last["line"], "data": {
                 "container": container, "reason": last.get("reason"), "exit_code": last.get("exit_code"),
-                "meaning": ("the container was killed for host/cgroup memory (OOMKilled, exit 137); "
-                            "a CUDA OOM is an application error and does not show up as OOMKilled")}})
+                "meaning": OOMKILLED_MEANING}})
         last = None
 
     for i, ln in enumerate(lines, start=1):
@@ -871,7 +870,7 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
         if kv and kv.group(1) in ("State", "Last State") and kv.group(2).startswith("Terminated"):
             close_last()
             last = {"line": i}
-        elif kv and last is not None and kv.group(1) in ("Reason", "Exit Code", "Finished", "Started"):
+        elif kv and last is not None and kv.group(1) in ("Reason", "Exit Code", "Finished"):
             key, value = kv.group(1), kv.group(2)
             if key == "Reason":
                 last["reason"] = value
