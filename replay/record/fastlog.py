@@ -4,13 +4,13 @@ A day of production log is gigabytes, nearly all of it three line shapes: the pe
 request Added/Finished lines, and HTTP access lines. Parsing those one by one in Python made
 ingestion the slow step of a postmortem, and holding their facts as Python objects made memory grow
 with the file. This module reads a log in bounded pieces, recognises those shapes with polars string
-expressions, and spills their facts as columnar files. A line takes the fast lane only when it is
-clean (no colour codes, no glued second message; a container runtime's or kubectl's time and prefix
-in front are taken off, as the reference parser takes them off) and the next line opens a new
-message, so nothing could attach to it; every other line (startup accounting, OOM messages, tracebacks, wrapped or
-unusually prefixed lines, and 'Received request' lines with their parameters and prompt) goes, in
-file order, to ``vllm_log.LogParser``, which remains the reference for what a line means. Tests
-check that both routes give the same facts.
+expressions (request lines with their parameters and prompt included), and spills their facts as
+columnar files. A line takes the fast lane only when it is clean (no colour codes, no glued second
+message; a container runtime's or kubectl's time and prefix in front are taken off, as the
+reference parser takes them off) and the next line opens a new message, so nothing could attach to
+it; every other line (startup accounting, OOM messages, tracebacks, wrapped or unusually prefixed
+lines) goes, in file order, to ``vllm_log.LogParser``, which remains the reference for what a line
+means. Tests check that both routes give the same facts.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from replay.errors import ReplayError
 from replay.filehash import HashingReader, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
+    CRI_FLAG,
+    ISO_TIME,
+    KUBECTL_PREFIX,
     PROC_BODY,
+    R_PARAM,
+    R_PROMPT,
+    R_RECEIVED,
+    R_TOKEN_IDS,
     LogFact,
     LogParse,
     LogParser,
@@ -57,10 +64,8 @@ THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg gene
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 # what `kubectl logs --prefix --timestamps`, a CRI node log or `docker logs -t` puts in front of the
-# line vLLM wrote, in the order ``vllm_log._strip`` takes it off: pod, ISO time, CRI stream and flag
-_ISO_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-ENVELOPE = (r"^(?P<env>(?:\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+)?(?:(?P<iso>" + _ISO_TS +
-            r")\s+(?:(?:stdout|stderr) [FP] )?)?)")
+# line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its pieces): pod, ISO time, CRI flag
+ENVELOPE = "^(?P<env>(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:" + CRI_FLAG + ")?)?)"
 
 CHUNK_BYTES = 8 << 20
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
@@ -94,6 +99,14 @@ def scan_facts(files: list[Path]) -> pl.LazyFrame:
     return pl.concat([pl.scan_ipc(f) for f in files], how="diagonal_relaxed")
 
 
+def scan_requests(files: list[Path]) -> pl.LazyFrame:
+    """Request fact files, slim and full alike, with every REQUEST_DETAILS column: nulls where no file
+    has one (when every request line of the log ran fast)."""
+    lf = scan_facts(files)
+    have = lf.collect_schema().names()
+    return lf.with_columns(**{c: pl.lit(None, dtype=t) for c, t in REQUEST_DETAILS.items() if c not in have})
+
+
 @dataclass
 class FastFacts:
     """Columnar facts of the fast lane, spilled to Arrow IPC files (one per piece of the log)."""
@@ -114,10 +127,7 @@ class FastFacts:
         files = self.requests if files is None else files
         if not files:
             return pl.LazyFrame(schema=REQUEST_SCHEMA)
-        lf = scan_facts(files)
-        have = lf.collect_schema().names()  # (no file has the detail columns when every request line ran fast)
-        return lf.with_columns(**{c: pl.lit(None, dtype=t) for c, t in REQUEST_DETAILS.items() if c not in have}).select(
-            list(REQUEST_SCHEMA))
+        return scan_requests(files).select(list(REQUEST_SCHEMA))
 
 
 def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
@@ -167,10 +177,10 @@ def _lines(piece: bytes, expect: int) -> pl.Series:
 def iso_us(col: pl.Expr) -> pl.Expr:
     """Epoch µs of ISO container times (any fraction digits, Z, +hh:mm, +hhmm or none for UTC), as
     ``vllm_log.fact_time_us`` gives them one by one; null where that gives None."""
-    g = col.str.extract_groups(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?$")
-    base = g.struct.field("1").str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False).dt.epoch("us")
-    frac = g.struct.field("2").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
-    zone = g.struct.field("3")
+    g = col.str.extract_groups("^" + ISO_TIME + "$")
+    base = g.struct.field("dt").str.to_datetime("%Y-%m-%dT%H:%M:%S", time_unit="us", strict=False).dt.epoch("us")
+    frac = g.struct.field("frac").str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64).fill_null(0)
+    zone = g.struct.field("zone")
     off_s = (pl.when(zone.str.starts_with("-")).then(-1).otherwise(1)
              * (zone.str.slice(1, 2).cast(pl.Int64) * 3600 + zone.str.slice(-2).cast(pl.Int64) * 60))
     return base + frac - pl.when(zone.is_null() | (zone == "Z")).then(0).otherwise(off_s) * 1_000_000
@@ -221,18 +231,18 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     parameters after the last 'params: ', the token count of the id list (null when it was cut
     short with '...'), and the prompt as logged, kept only as its length and sha256 unless
     --keep-prompts. The repeat key uses the first 2,000 characters, as the reference's facts do."""
-    msg = pl.col("msg")
-    rv = rv.with_columns(request_id=msg.str.extract(r"^Received request (\S+?):", 1)).filter(
+    msg = pl.col("msg")  # (the reference's own patterns, so that both lanes read the same)
+    rv = rv.with_columns(request_id=msg.str.extract("^" + R_RECEIVED.pattern, 1)).filter(
         pl.col("request_id").is_not_null())
     rest = msg.str.slice(pl.col("request_id").str.len_chars() + len("Received request :"))
     params = pl.when(rest.str.contains("params: ", literal=True)).then(
         rest.str.extract(r"^.*(params: .*)$", 1)).otherwise(rest)
-    ids = rest.str.extract_groups(r"prompt_token_ids: \[([\d,\s]*)(\]|\.\.\.)")
+    ids = rest.str.extract_groups(R_TOKEN_IDS.pattern)
     listed = ids.struct.field("1")
-    prompt = rest.str.extract(r"""prompt: ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|None)""", 1)
+    prompt = rest.str.extract(R_PROMPT.pattern, 1)
     rv = rv.with_columns(
-        **{k: params.str.extract(rf"\b{k}=(\d+|None)", 1).cast(pl.Int64, strict=False)
-           for k in ("n", "best_of", "max_tokens", "logprobs", "prompt_logprobs")},
+        **{k: params.str.extract(rx.pattern, 1).cast(pl.Int64, strict=False) for k, rx in R_PARAM.items()
+           if k in REQUEST_DETAILS},
         input_tokens=pl.when(ids.struct.field("2") == "]").then(
             pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
         prompt=pl.when(prompt != "None").then(prompt),
@@ -296,8 +306,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre")).cast(pl.Float64),
         kv_usage_pct=_num(pick("kv")), cpu_kv_usage_pct=_num(pl.when(v0).then(pl.col("v0").struct.field("cpu_kv"))),
         prompt_tps=_num(pl.col("tp").struct.field("ptps")), gen_tps=_num(pl.col("tp").struct.field("gtps")))
-    # Added / Finished lines (split, not matched: a capture per line is slow); Received lines carry the
-    # request's parameters and prompt and go to the reference parser
+    # Added / Finished lines (split, not matched: a capture per line is slow)
     rq = cand.filter(msg.str.starts_with("Added request ") | msg.str.starts_with("Finished request ")).with_columns(
         added=msg.str.starts_with("A"))
     rest = pl.col("rest")
@@ -319,7 +328,6 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         "line", "orig", proc=pl.when(pl.col("raw").str.starts_with("("))
         .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), fl=pl.lit(None, dtype=pl.Utf8),
         kind=pl.lit("access"), msg=pl.lit("", dtype=pl.Utf8))
-    # one row per (process, call site, shape) of this piece, with how many lines it stands for
     lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
     # one row per (process, call site, shape) of this piece, with how many lines it stands for; the

@@ -172,8 +172,8 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
     order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
     of them measured twice the memory)."""
     def facts_of(files: list[Path]) -> pl.LazyFrame:
-        return timed(ff.requests_frame(files)).select("request_id", "rh", "kind", "t", "line", "prompt", "input_tokens", "max_tokens", "prompt_logprobs",
-                   "logprobs", "n", "best_of", "prompt_chars", "prompt_sha256").rename({"rh": "h"})
+        return timed(ff.requests_frame(files)).select("request_id", "rh", "kind", "t", "line",
+                                                      *fastlog.REQUEST_DETAILS).rename({"rh": "h"})
 
     kind = pl.col("kind")
     rq = facts_of(ff.requests)
@@ -201,7 +201,7 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
 
     def bucket(b: int) -> pl.DataFrame | None:
         files = sorted(Path(tmp).glob(f"b{b:05d}.*"))
-        return _request_bucket(fastlog.scan_facts(files), aborted, name, t0, keep_prompts) if files else None
+        return _request_bucket(fastlog.scan_requests(files), aborted, name, t0, keep_prompts) if files else None
 
     # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
     with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
@@ -216,7 +216,6 @@ def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int,
     """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
     kind = pl.col("kind")
     df = facts.collect().sort("line")
-    df = df.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items() if c not in df.columns})
     arrivals = df.filter(kind.is_in(["request_received", "request_added"])).unique(
         subset="h", keep="first", maintain_order=True).select(
         "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",

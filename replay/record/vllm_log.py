@@ -23,11 +23,15 @@ from replay.units import GiB, parse_size_bytes
 from replay.versioning import version_key
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-CONTAINER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+")
-KUBECTL = re.compile(r"^\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+")
+# the pieces of what log shippers put in front of a line (the vectorised lane builds its envelope from them)
+ISO_TIME = r"(?P<dt>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<zone>Z|[+-]\d\d:?\d\d)?"
+KUBECTL_PREFIX = r"\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+"
+CRI_FLAG = r"(?:stdout|stderr) [FP] "
+CONTAINER_TS = re.compile(r"^(" + ISO_TIME + r")\s+")
+KUBECTL = re.compile("^" + KUBECTL_PREFIX)
 # what follows a container or syslog time: a CRI node log's stream and partial flag ('stderr F '), or
 # journald/syslog's host and process ('gpu-1 python3[1234]: ')
-AFTER_TS = re.compile(r"^(?:(?:stdout|stderr) [FP] |[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
+AFTER_TS = re.compile(r"^(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
 SYSLOG_BSD = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: ")
 DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
 # a process prefix: vLLM's own ('APIServer pid=1', 'VllmWorker rank=0 pid=2'), Ray's ('RayWorkerWrapper
@@ -551,7 +555,7 @@ def parse_log(lines: Iterable[str]) -> LogParse:
     return p.finish()
 
 
-_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?$")
+_ISO = re.compile("^" + ISO_TIME + "$")
 
 
 def fact_time_us(ts: str | None, year: int, tz_offset_s: int = 0) -> int | None:
@@ -563,9 +567,9 @@ def fact_time_us(ts: str | None, year: int, tz_offset_s: int = 0) -> int | None:
             m = _ISO.match(ts)
             if m is None:
                 return None
-            d = datetime.fromisoformat(m.group(1)).replace(tzinfo=timezone.utc)
-            us = int((m.group(2) or "0")[:6].ljust(6, "0"))
-            zone = m.group(3) or "Z"
+            d = datetime.fromisoformat(m["dt"]).replace(tzinfo=timezone.utc)
+            us = int((m["frac"] or "0")[:6].ljust(6, "0"))
+            zone = m["zone"] or "Z"
             off_s = 0 if zone == "Z" else (-1 if zone[0] == "-" else 1) * (int(zone[1:3]) * 3600 + int(zone[-2:]) * 60)
             return int(d.timestamp()) * 1_000_000 + us - off_s * 1_000_000
         d = datetime.strptime(f"{year}-{ts}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
