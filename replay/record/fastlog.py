@@ -130,7 +130,7 @@ class FastFacts:
         return scan_requests(files).select(list(REQUEST_SCHEMA))
 
 
-def _pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
+def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
     """The file's text as UTF-8 in pieces that end at a line end (decompressing gzip and transcoding
     UTF-16 as it goes); with ``hasher``, every byte of the file as given goes into it."""
     raw = HashingReader(path, hasher)
@@ -387,7 +387,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     def numbered() -> Iterator[tuple[bytes, int, int]]:
         first_no = 1
-        for piece in _pieces(path, chunk_bytes or CHUNK_BYTES, hasher):
+        for piece in text_pieces(path, chunk_bytes or CHUNK_BYTES, hasher):
             n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
             yield piece, first_no, n
             first_no += n

@@ -20,12 +20,12 @@ import polars as pl
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
-from replay.filehash import file_sha256, is_gzip, text_bom, utf8_chunks
+from replay.filehash import file_sha256, is_gzip, text_bom
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
-from replay.record.fastlog import FastFacts, buckets_for, parse_log_file
-from replay.record.vllm_log import fact_time_us
+from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
+from replay.record.vllm_log import fact_time_us, physical_lines
 from replay.units import GiB
 from replay.versioning import version_key
 
@@ -106,19 +106,11 @@ def _read_text(path: Path, limit: int = -1) -> str:
 
 
 def _text_lines(path: Path) -> Iterator[str]:
-    """A text file's lines as editors number them (split at LF, a CR before it dropped), read in
-    bounded pieces: gzip decompressed, a byte-order mark honoured, bad bytes replaced."""
-    try:
-        with (gzip.open(path, "rb") if is_gzip(path) else path.open("rb")) as fh:
-            rest = b""
-            for chunk in utf8_chunks(fh, 1 << 20):
-                *whole, rest = (rest + chunk).split(b"\n")
-                for ln in whole:
-                    yield ln.removesuffix(b"\r").decode("utf-8", errors="replace")
-            if rest:
-                yield rest.removesuffix(b"\r").decode("utf-8", errors="replace")
-    except (EOFError, OSError, zlib.error) as e:
-        raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+    """A text file's lines as editors number them (split at LF, a CR before it dropped), read in the
+    log lane's bounded pieces: gzip decompressed, a byte-order mark honoured, bad bytes replaced."""
+    for piece in text_pieces(path, 1 << 20):
+        for ln in physical_lines(piece.decode("utf-8", errors="replace")):
+            yield ln.removesuffix("\r")
 
 
 def _fingerprint(path: Path, size: int) -> tuple[int, str]:
@@ -369,14 +361,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_dmon(path, text, opts.tz_offset_s)
         elif kind == "k8s":
             result = ev.parse_k8s(path, text)
-        elif kind == "k8s-describe":
+        else:  # k8s-describe (a kind outside KINDS was set aside above)
             result = ev.parse_describe(path, text, opts.at, opts.tz_offset_s)
-        else:
-            rep.kind = "unknown"
-            rep.lines = text.count("\n") + 1
-            rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
-            parsed_items.append((path, "unknown", text, rep))
-            continue
         if isinstance(result, ev.Parsed):
             rep.kind = result.kind
             rep.notes += result.notes
