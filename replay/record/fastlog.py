@@ -157,7 +157,8 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[by
 
 
 def _lines(piece: bytes, expect: int) -> pl.Series:
-    """The piece's lines without their LF, as ``vllm_log.physical_lines`` cuts them.
+    """The piece's lines without their LF, as ``vllm_log.physical_lines`` cuts them (an empty one may
+    be null: filling them all would copy every line, and only the slow lane needs them filled).
 
     Polars' CSV reader, told that a line is one unquoted field, cuts lines natively at memory
     speed; the Python split it replaces cost more than all the parsing. It is used only where it
@@ -170,7 +171,7 @@ def _lines(piece: bytes, expect: int) -> pl.Series:
         except pl.exceptions.PolarsError:  # anything the reader refuses takes the reference route
             raw = None
         if raw is not None and len(raw) == expect:
-            return raw.fill_null("") if raw.null_count() else raw
+            return raw  # (an empty line reads as null: filled where the slow lane takes it)
     return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8)
 
 
@@ -266,12 +267,16 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         df = df.with_columns(raw=raw.str.strip_suffix("\r"))
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
-    if lines.str.contains(r"^(?:\[|\d{4}-\d\d-\d\dT)").any():
-        env = raw.str.extract_groups(ENVELOPE)
-        df = df.with_columns(orig=raw, iso=env.struct.field("iso"),
-                             raw=raw.str.slice(env.struct.field("env").str.len_bytes()))
-    else:
-        df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
+    df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
+    maybe = df["raw"].str.contains(r"^(?:\[|\d{4}-\d\d-\d\dT)")  # an envelope can only open so
+    if maybe.any():  # (read on those lines alone: a log with a few '[…' lines among plain ones is common)
+        at = maybe.arg_true()
+        env = df["raw"].gather(at).str.extract_groups(ENVELOPE)
+        cut = env.struct.field("env").str.len_bytes()
+        if (cut > 0).any():
+            df = df.with_columns(
+                iso=df["iso"].scatter(at, env.struct.field("iso")),
+                raw=raw.str.slice(pl.zeros(df.height, pl.UInt32, eager=True).scatter(at, cut)))
     marks = df.lazy().select(
         opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
         strict=raw.str.contains(_STRICT),
@@ -366,7 +371,8 @@ class _Piece:
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_prompts: bool = False) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
     df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts)
-    slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast)
+    slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
+        pl.col("raw").fill_null(""))
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
 
 

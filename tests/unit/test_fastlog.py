@@ -161,10 +161,11 @@ _PARTS = [b"a", b"\n", b"\r", b" ", b"\xff", b"\xc3\xa9", b'"', b",", b"\x01", b
 @given(st.lists(st.sampled_from(_PARTS), min_size=1, max_size=60))
 def test_line_cutting_equals_the_reference(parts: list[bytes]) -> None:
     """However a piece mixes CR, quotes, separators, NULs and invalid UTF-8, the fast line cutter gives
-    exactly the lines (and replacement characters) of the reference cutting."""
+    exactly the lines (and replacement characters) of the reference cutting; an empty line may read
+    as null (the slow lane fills it)."""
     piece = b"".join(parts)
     n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
-    assert _lines(piece, n).to_list() == physical_lines(piece.decode("utf-8", errors="replace"))
+    assert _lines(piece, n).fill_null("").to_list() == physical_lines(piece.decode("utf-8", errors="replace"))
 
 
 @pytest.mark.parametrize("env", ["{t}.123456789Z stderr F ", "{t}.123Z ", "[pod/vllm-0/vllm] {t}+00:00 ", "{t}.5+0200 "])
