@@ -207,20 +207,29 @@ def _prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("rest")
 
 
-def _fields(df: pl.DataFrame) -> pl.DataFrame:
-    """Prefix fields (proc, rank, ts, fl) and message of strictly shaped lines. The prefix ('(proc)
-    INFO date time [file:line]') ends at the first '] ' (neither process nor call site can hold one);
-    the lines of a piece come in runs that share a prefix, so each run's prefix is split once."""
+def _fields(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The strictly shaped lines among ``df``'s, with their message, and their prefix fields (proc,
+    fl, rank, ts) as a table of prefixes that the lines' ``pid`` indexes. A strict prefix ('(proc)
+    INFO date time [file:line]') ends at the line's first '] ' (neither process nor call site can hold
+    one), so the shape is a property of the prefix; the lines of a piece come in runs that share a
+    prefix, so each run's prefix is matched and split once, and its fields are copied only onto the
+    lines that end up as facts (``_heads``). The shape is matched to the end of the prefix: the cut
+    is at a byte offset and slices count characters, which agree only where the prefix is ASCII."""
     end = pl.col("raw").str.find("] ", literal=True)  # found by a literal search, cut by slicing (a split copies more)
-    df = df.with_columns(prefix=pl.col("raw").str.slice(0, end), msg=pl.col("raw").str.slice(end + 2))
+    df = df.with_columns(prefix=pl.col("raw").str.slice(0, end), msg=pl.col("raw").str.slice(end + 2)).drop("raw")
     # consecutive lines mostly share their prefix: number the runs and split the first line of each
     starts = (pl.col("prefix") != pl.col("prefix").shift(1)).fill_null(True)
     df = df.with_columns(pid=starts.cast(pl.UInt32).cum_sum() - 1)
     heads = df.filter(starts).select(raw=pl.col("prefix") + "] ")
+    strict = heads["raw"].str.contains(_STRICT + "$").fill_null(False)
     heads = _prefix_fields(heads).with_columns(rank=pl.col("proc").fill_null("main"),
                                                ts=pl.concat_str(["md", "hms"], separator=" "))
-    pid = df["pid"]
-    return df.drop("prefix").with_columns(*(heads[c].gather(pid) for c in ("proc", "fl", "rank", "ts")))
+    return df.drop("prefix").filter(strict.gather(df["pid"])), heads.select("proc", "fl", "rank", "ts")
+
+
+def _heads(df: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the prefix fields of its lines."""
+    return df.with_columns(heads.get_columns()[i].gather(df["pid"]) for i in range(heads.width))
 
 
 _KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
@@ -272,24 +281,23 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if maybe.any():  # (read on those lines alone: a log with a few '[…' lines among plain ones is common)
         at = maybe.arg_true()
         env = df["raw"].gather(at).str.extract_groups(ENVELOPE)
-        cut = env.struct.field("env").str.len_bytes()
+        cut = env.struct.field("env").str.len_chars()  # (slices count characters)
         if (cut > 0).any():
             df = df.with_columns(
                 iso=df["iso"].scatter(at, env.struct.field("iso")),
                 raw=raw.str.slice(pl.zeros(df.height, pl.UInt32, eager=True).scatter(at, cut)))
-    marks = df.lazy().select(
+    marks = df.lazy().select(  # (one literal finds all three request verbs: 'Adde|Finishe|Receive' + 'd request ')
         opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
-        strict=raw.str.contains(_STRICT),
-        kv=raw.str.contains("KV cache usage", literal=True) & raw.str.contains("reqs", literal=True),
-        rq=raw.str.contains("Added request ", literal=True) | raw.str.contains("Finished request ", literal=True)
-        | raw.str.contains("Received request ", literal=True),
+        want=raw.str.contains("KV cache usage", literal=True) | raw.str.contains("d request ", literal=True),
         ac=raw.str.contains(' - "', literal=True),
     ).collect()
     clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
-    cand = df.filter(clean & marks["strict"] & (marks["kv"] | marks["rq"]))
-    cand = _fields(cand).filter(~pl.col("msg").str.contains(_GLUED))
-    msg = pl.col("msg")
-    st = cand.filter(msg.str.contains("KV cache usage", literal=True) & msg.str.contains("reqs", literal=True))
+    # (the frames below stay narrow: every filter copies every column; a line as the file has it is
+    # fetched by its number for the few that represent the rest)
+    cand, heads = _fields(df.select("line", "raw", "iso").filter(clean & marks["want"]))
+    msg, unglued = pl.col("msg"), ~pl.col("msg").str.contains(_GLUED)  # (a request id is one word: never glued)
+    st = _heads(cand.filter(msg.str.contains("KV cache usage", literal=True) & msg.str.contains("reqs", literal=True))
+                .filter(unglued), heads)  # (filtered in turn: an expression runs on every row it is given)
     st = st.lazy().with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
                                 tp=msg.str.extract_groups(THROUGHPUT)).collect()
     v0 = pl.col("v0").struct.field("kv").is_not_null()
@@ -311,41 +319,46 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre")).cast(pl.Float64),
         kv_usage_pct=_num(pick("kv")), cpu_kv_usage_pct=_num(pl.when(v0).then(pl.col("v0").struct.field("cpu_kv"))),
         prompt_tps=_num(pl.col("tp").struct.field("ptps")), gen_tps=_num(pl.col("tp").struct.field("gtps")))
-    # Added / Finished lines (split, not matched: a capture per line is slow)
-    rq = cand.filter(msg.str.starts_with("Added request ") | msg.str.starts_with("Finished request ")).with_columns(
-        added=msg.str.starts_with("A"))
-    rest = pl.col("rest")
-    rq = rq.with_columns(rest=msg.str.slice(pl.when("added").then(14).otherwise(17)))
-    rq = rq.filter((rest != "") & (rest != ".") & ~rest.str.contains(r"\s"))  # one word, not just the full stop
-    rq = rq.with_columns(kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")),
-                         key_ts=pl.col("ts"), request_id=rest.str.strip_suffix(".")).with_columns(h=_KEY)
+    # Added / Finished lines (split, not matched: a capture per line is slow); the id is one word after
+    # the verb, without its full stop
+    added, rid = msg.str.starts_with("Added request "), pl.col("request_id")
+    off = pl.when("added").then(14).otherwise(17)  # (one slice: cut at the full stop too)
+    rq = cand.lazy().filter(added | msg.str.starts_with("Finished request ")).with_columns(added=added).with_columns(
+        request_id=msg.str.slice(off, msg.str.len_chars() - off - msg.str.ends_with(".").cast(pl.Int64)),
+    ).filter((rid != "") & ~rid.str.contains(r"[\s\x1c-\x1f]")).collect()  # (Python's \s has those four too)
+    rq = _heads(rq, heads).with_columns(
+        kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")),
+        key_ts=pl.col("ts")).with_columns(h=_KEY)
     requests = rq.select("line", "rank", **ts_exact, kind="kind", h="h",
                          repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
-    rv = _received(cand.filter(msg.str.starts_with("Received request ") & ~pl.col("line").is_in(st["line"].implode())),
-                   keep_prompts)
+    rv = _received(_heads(cand.filter(msg.str.starts_with("Received request ")).filter(
+        unglued & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts)
     if rv.height:  # (their details: the pieces without them keep the slim schema)
         requests = pl.concat([requests, rv.select("line", "rank", **ts_exact, kind="kind", h="h", repeatable=pl.lit(True),
                                                    request_id="request_id", rh=ID_HASH, **{k: k for k in REQUEST_DETAILS})],
                              how="diagonal_relaxed").sort("line")
-    ac = df.filter(clean & marks["ac"])
-    ac = ac.filter(pl.col("raw").str.contains(ACCESS)).select(
-        "line", "orig", proc=pl.when(pl.col("raw").str.starts_with("("))
-        .then(pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)), fl=pl.lit(None, dtype=pl.Utf8),
-        kind=pl.lit("access"), msg=pl.lit("", dtype=pl.Utf8))
+    ac = df.select("line", "raw").filter(clean & marks["ac"])
+    ac = ac.filter(pl.col("raw").str.contains(ACCESS))
     lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
-    # one row per (process, call site, shape) of this piece, with how many lines it stands for; the
-    # many request lines are counted per (prefix id, Added or not) first, a cheap grouping
-    by_prefix = rq.group_by("pid", "added").agg(pl.col("orig").first(), pl.col("proc").first(), pl.col("fl").first(),
-                                                  pl.len().alias("n")).with_columns(
-        word=pl.when("added").then(pl.lit("Added")).otherwise(pl.lit("Finished")))
+    # one row per (process, call site, shape) of this piece, with its first line and how many lines it
+    # stands for; the many request and access lines are counted per prefix or process first
+    by_prefix = rq.group_by("pid", "added").agg(pl.col("line").first(), pl.len().alias("n"))
+    by_prefix = _heads(by_prefix, heads).with_columns(
+        kind=pl.when("added").then(pl.lit("Added")).otherwise(pl.lit("Finished")))
+    proc = pl.col("raw").str.extract(r"^\(([^)]*)\)", 1)
+    by_proc = pl.concat([  # (a process prefix is read only where there is one)
+        ac.filter(~pl.col("raw").str.starts_with("(")).select(proc=pl.lit(None, dtype=pl.Utf8), line="line"),
+        ac.filter(pl.col("raw").str.starts_with("(")).select(proc=proc, line="line")])
     reps = pl.concat([
-        st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("orig").first(), pl.len().alias("n")),
-        by_prefix.group_by("proc", "fl", kind="word").agg(pl.col("orig").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
-        ac.group_by("proc", "fl", "kind", "msg").agg(pl.col("orig").first(), pl.len().alias("n")),
-        rv.group_by("proc", "fl", "kind").agg(pl.col("orig").first(), pl.len().alias("n")).with_columns(msg=pl.lit("")),
+        st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(pl.col("line").first(), pl.len().alias("n")),
+        by_prefix.group_by("proc", "fl", "kind").agg(pl.col("line").first(), pl.col("n").sum()).with_columns(msg=pl.lit("")),
+        by_proc.group_by("proc").agg(pl.col("line").first(), pl.len().alias("n")).with_columns(
+            fl=pl.lit(None, dtype=pl.Utf8), kind=pl.lit("access"), msg=pl.lit("")),
+        rv.group_by("proc", "fl", "kind").agg(pl.col("line").first(), pl.len().alias("n")).with_columns(msg=pl.lit("")),
     ], how="diagonal_relaxed")
+    reps = reps.with_columns(orig=df["orig"].gather(reps["line"] - first_no))
     return df, is_fast, stats, requests, _representatives(reps)
 
 

@@ -36,6 +36,10 @@ RAY_ADDED = ADDED.replace("(APIServer pid=3646)", "(RayWorkerWrapper pid=78, ip=
 # vLLM 0.6 and 0.7 wrote the call site with only its closing bracket
 OLD_ADDED = "INFO 05-19 10:13:{s:02d} async_llm_engine.py:211] Added request cmpl-old{r}-0."
 OLD_STATS = STATS_V0.replace("[metrics.py:455]", "metrics.py:455]")
+# a process name and an id beyond ASCII (a byte offset is not a character offset), and a control
+# character that Python counts as white space and a Rust regex's \s does not
+WIDE_ADDED = ADDED.replace("(APIServer pid=3646)", "(Wörker_ü pid=5)").replace("cmpl-", "cmpl-é")
+CTRL_ADDED = ADDED.replace("cmpl-", "cmpl-\x1c")
 
 
 _DETAILS = ("input_tokens", "max_tokens", "n", "best_of", "logprobs", "prompt_logprobs")
@@ -81,7 +85,8 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     out: list[str] = []
     for i in range(2500):
         r, s = rnd.random(), i % 60
-        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED]
+        shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED, WIDE_ADDED,
+                  CTRL_ADDED]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:
@@ -95,7 +100,8 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
         elif r < 0.66:  # container envelopes: kubectl --prefix --timestamps, CRI node logs, docker logs -t
             env = rnd.choice(["[pod/vllm-0/vllm] 2026-05-19T10:13:{s:02d}.123Z ", "2026-05-19T10:13:{s:02d}.123456789Z stderr F ",
                               "2026-05-19T12:13:{s:02d}+02:00 ", "2026-05-19T10:13:{s:02d}Z stdout P ",
-                              "2026-05-19T10:13:{s:02d}.5-0130 ", "[vllm-0] 2026-05-19T10:13:{s:02d}.000001Z "])
+                              "2026-05-19T10:13:{s:02d}.5-0130 ", "[vllm-0] 2026-05-19T10:13:{s:02d}.000001Z ",
+                              "[pod/vllm-ü/vllm] 2026-05-19T10:13:{s:02d}.1Z "])
             out.append(env.format(s=s) + rnd.choice([STATS_V1, ADDED, ACCESS, STATS_V0]).format(s=s, r=i % 7))
         elif r < 0.68:
             out.append(ADDED.format(s=7, r=5) + "\r")
