@@ -232,7 +232,16 @@ def _heads(df: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(heads.get_columns()[i].gather(df["pid"]) for i in range(heads.width))
 
 
-_KEY = pl.struct("rank", "key_ts", "kind", "msg").hash(seed=7)
+def _key(rank_ts: pl.Expr | None = None) -> pl.Expr:
+    """The repeat key of a fact: a hash of (rank, key_ts, kind, msg), the same from either lane. It is
+    the four fields' own hashes combined, so that a run of lines sharing a prefix can hash its rank and
+    time once (``rank_ts``); a struct hash costs as much as hashing every field twice over."""
+    if rank_ts is None:
+        rank_ts = pl.col("rank").hash(seed=7).xor(pl.col("key_ts").hash(seed=8))
+    return rank_ts.xor(pl.col("kind").hash(seed=9)).xor(pl.col("msg").hash(seed=10))
+
+
+_KEY = _key()
 
 
 def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
@@ -296,8 +305,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # fetched by its number for the few that represent the rest)
     cand, heads = _fields(df.select("line", "raw", "iso").filter(clean & marks["want"]))
     msg, unglued = pl.col("msg"), ~pl.col("msg").str.contains(_GLUED)  # (a request id is one word: never glued)
-    st = _heads(cand.filter(msg.str.contains("KV cache usage", literal=True) & msg.str.contains("reqs", literal=True))
-                .filter(unglued), heads)  # (filtered in turn: an expression runs on every row it is given)
+    st = _heads(cand.filter(msg.str.contains("KV cache usage", literal=True)).filter(unglued),
+                heads)  # (filtered in turn: an expression runs on every row it is given)
     st = st.lazy().with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
                                 tp=msg.str.extract_groups(THROUGHPUT)).collect()
     v0 = pl.col("v0").struct.field("kv").is_not_null()
@@ -311,7 +320,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         shape=pl.when(v0).then(pl.lit("stats_v0")).otherwise(pl.lit("stats_v1")),
     ).with_columns(h=_KEY)
     # a fact's time: the envelope's exact one where there is one (key_ts, for repeats, stays vLLM's own)
-    ts_exact = {"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))}
+    ts_exact = ({"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))} if df["iso"].null_count() < df.height
+                else {"ts": pl.col("ts"), "t_exact": pl.lit(None, dtype=pl.Int64)})
     stats = st.select(
         "line", "rank", **ts_exact, engine="engine", h="h", repeatable=pl.lit(True),
         running=pick("running").cast(pl.Float64), waiting=pick("waiting").cast(pl.Float64),
@@ -326,9 +336,10 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     rq = cand.lazy().filter(added | msg.str.starts_with("Finished request ")).with_columns(added=added).with_columns(
         request_id=msg.str.slice(off, msg.str.len_chars() - off - msg.str.ends_with(".").cast(pl.Int64)),
     ).filter((rid != "") & ~rid.str.contains(r"[\s\x1c-\x1f]")).collect()  # (Python's \s has those four too)
-    rq = _heads(rq, heads).with_columns(
-        kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")),
-        key_ts=pl.col("ts")).with_columns(h=_KEY)
+    head_key = heads.select(pl.col("rank").hash(seed=7).xor(pl.col("ts").hash(seed=8)))[:, 0]
+    rq = _heads(rq, heads.select("rank", "ts")).with_columns(
+        kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")))
+    rq = rq.with_columns(h=_key(pl.lit(head_key.gather(rq["pid"]))))
     requests = rq.select("line", "rank", **ts_exact, kind="kind", h="h",
                          repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
