@@ -114,6 +114,8 @@ class FastFacts:
     stats: list[Path] = field(default_factory=list)
     requests: list[Path] = field(default_factory=list)
     spill: Path | None = None  # where they are, and where later passes may put their own files
+    slow_requests: list[Path] = field(default_factory=list)  # those of the reference parser: only they
+    # can hold 'Aborted request' facts
     lines: int = 0
     duplicates: int = 0
 
@@ -455,10 +457,10 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
                 for ln in split_line(0, raw):
                     parser.observe(ln, weight)
         _add_files(ff, p.files)
-        _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill))
+        _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill), slow=True)
         seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
     res = parser.finish()
-    _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill))
+    _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill), slow=True)
     _drop_repeats(ff, res)
     return res, ff
 
@@ -511,10 +513,12 @@ def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Pat
     return out[0], out[1]
 
 
-def _add_files(ff: FastFacts, files: tuple[Path | None, Path | None]) -> None:
+def _add_files(ff: FastFacts, files: tuple[Path | None, Path | None], slow: bool = False) -> None:
     for name, f in zip(("stats", "requests"), files, strict=True):
         if f is not None:
             getattr(ff, name).append(f)
+    if slow and files[1] is not None:
+        ff.slow_requests.append(files[1])
 
 
 def _drop_repeats(ff: FastFacts, res: LogParse) -> None:

@@ -169,7 +169,7 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
 
     kind = pl.col("kind")
     rq = facts_of(ff.requests)
-    aborted = rq.filter(kind == "request_aborted").select(  # 'Aborted request(s) a, b, c': few, held whole
+    aborted = facts_of(ff.slow_requests).filter(kind == "request_aborted").select(  # 'Aborted request(s) a, b, c': few
         h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=fastlog.ID_SEED))
     ).explode("h").unique().collect()["h"]
     sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in ff.requests]  # from the files' footers
