@@ -63,6 +63,23 @@ STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:,
 THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg generation throughput: (?P<gtps>" + _NUM + ")"
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
+# the same strict shape at any level: the lines that say nothing the reference parser would keep
+_STRICT_ANY = _STRICT.replace(")?INFO ", ")?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+# Words (any case) without which a message gives ``vllm_log.extract`` no fact and tells
+# ``LogParser.observe`` nothing about version or engine from its text: each of their patterns needs
+# one of them. (What the process and call site say is read from one line per kind, as for the other
+# fast lines.) A test holds every real log line to this; a pattern added there needs its word here.
+INERT_UNLESS = ("kv cache", "blocks", "memory", "model weights", "took", "maximum concurrency", "preempt",
+                "received request", "added request", "finished request", "aborted request", " details: ",
+                "serve at least one request", "engine", "fatal", "version", "non-default args", "worker.py:267",
+                "scheduler.py:1558", "pending:", "kv_cache_utils.py:86", "loggers.py:", "default since", "apiserver",
+                "waiting:", "gpu_model_runner", "vllmworker", "swapped:")
+
+
+def inert(msg: pl.Expr) -> pl.Expr:
+    """Whether a message (the text after a strict prefix) gives the reference parser no fact and no
+    clue: it holds no INERT_UNLESS word and no second, glued message."""
+    return ~msg.str.contains_any(list(INERT_UNLESS), ascii_case_insensitive=True) & ~msg.str.contains(_GLUED)
 # what `kubectl logs --prefix --timestamps`, a CRI node log or `docker logs -t` puts in front of the
 # line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its pieces): pod, ISO time, CRI flag
 ENVELOPE = "^(?P<env>(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:" + CRI_FLAG + ")?)?)"
@@ -209,7 +226,7 @@ def _prefix_fields(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("rest")
 
 
-def _fields(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _fields(df: pl.DataFrame, shape: str = _STRICT) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The strictly shaped lines among ``df``'s, with their message, and their prefix fields (proc,
     fl, rank, ts) as a table of prefixes that the lines' ``pid`` indexes. A strict prefix ('(proc)
     INFO date time [file:line]') ends at the line's first '] ' (neither process nor call site can hold
@@ -223,7 +240,7 @@ def _fields(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     starts = (pl.col("prefix") != pl.col("prefix").shift(1)).fill_null(True)
     df = df.with_columns(pid=starts.cast(pl.UInt32).cum_sum() - 1)
     heads = df.filter(starts).select(raw=pl.col("prefix") + "] ")
-    strict = heads["raw"].str.contains(_STRICT + "$").fill_null(False)
+    strict = heads["raw"].str.contains(shape + "$").fill_null(False)
     heads = _prefix_fields(heads).with_columns(rank=pl.col("proc").fill_null("main"),
                                                ts=pl.concat_str(["md", "hms"], separator=" "))
     return df.drop("prefix").filter(strict.gather(df["pid"])), heads.select("proc", "fl", "rank", "ts")
@@ -356,6 +373,15 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     ac = ac.filter(pl.col("raw").str.contains(ACCESS))
     lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
+    # every other clean, strictly shaped line whose message can say nothing (startup chatter, DEBUG
+    # logging): parsed, with no fact (a CR inside a line is taken out by the reference: not here)
+    gen = df.select("line", "raw").filter(clean & ~is_fast)
+    if gen.height and has_cr:
+        gen = gen.filter(~pl.col("raw").str.contains("\r", literal=True))
+    if gen.height:
+        gen, gheads = _fields(gen, _STRICT_ANY)
+        gen = gen.filter(inert(pl.col("msg")))
+        is_fast = is_fast.scatter(gen["line"] - first_no, True)
     # one row per (process, call site, shape) of this piece, with its first line and how many lines it
     # stands for; the many request and access lines are counted per prefix or process first (a piece
     # pays a fixed cost for every operation, so the shapes it lacks are skipped)
@@ -378,6 +404,10 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         reps += [g.with_columns(fl=pl.lit(None, dtype=pl.Utf8), kind=pl.lit("access"), msg=pl.lit("")) for g in by_proc]
     if rv.height:
         reps.append(rv.group_by("proc", "fl", "kind").agg(pl.col("line").first(), pl.len().alias("n")).with_columns(msg=pl.lit("")))
+    if gen.height:
+        reps.append(_heads(gen.group_by("pid").agg(pl.col("line").first(), pl.len().alias("n")), gheads)
+                    .group_by("proc", "fl").agg(pl.col("line").first(), pl.col("n").sum())
+                    .with_columns(kind=pl.lit("inert"), msg=pl.lit("")))
     if not reps:
         return df, is_fast, stats, requests, []
     g = pl.concat(reps, how="diagonal_relaxed")

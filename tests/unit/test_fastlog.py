@@ -16,10 +16,18 @@ from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
 from replay.record import fastlog
-from replay.record.fastlog import _lines, parse_log_file
+from replay.record.fastlog import _lines, inert, parse_log_file
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
-from replay.record.vllm_log import LogParse, parse_log, physical_lines
+from replay.record.vllm_log import (
+    LogParse,
+    LogParser,
+    _Line,
+    extract,
+    parse_log,
+    physical_lines,
+    split_line,
+)
 from tests.conftest import shared
 
 STATS_V1 = ("(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 "
@@ -40,6 +48,10 @@ OLD_STATS = STATS_V0.replace("[metrics.py:455]", "metrics.py:455]")
 # character that Python counts as white space and a Rust regex's \s does not
 WIDE_ADDED = ADDED.replace("(APIServer pid=3646)", "(Wörker_ü pid=5)").replace("cmpl-", "cmpl-é")
 CTRL_ADDED = ADDED.replace("cmpl-", "cmpl-\x1c")
+# DEBUG-level chatter: inert lines (parsed, no fact) and one the word 'memory' keeps off the fast lane
+DEBUG_PLAIN = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [core.py:10{r}] num_tokens={n} num_reqs={r}"
+DEBUG_WORD = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [gpu_model_runner.py:2{r}] Free memory: {n} GiB"
+WARN_PLAIN = "WARNING 05-19 10:13:{s:02d} [utils.py:{r}] Using a slow tokenizer; scheduled {n} of them"
 
 
 _DETAILS = ("input_tokens", "max_tokens", "n", "best_of", "logprobs", "prompt_logprobs")
@@ -86,7 +98,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     for i in range(2500):
         r, s = rnd.random(), i % 60
         shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED, WIDE_ADDED,
-                  CTRL_ADDED]
+                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:
@@ -126,6 +138,29 @@ def test_real_logs_fast_lane_equals_reference(tmp_path: Path) -> None:
     for p in _real_logs():
         res, ff = parse_log_file(p, tmp_path / p.stem, chunk_bytes=2048)
         assert _canon(res, ff) == _canon(_reference(p)), p.name
+
+
+def test_inert_messages_tell_the_reference_nothing() -> None:
+    """Every message of the real logs (and of the messy log's shapes) that the fast lane would take as
+    saying nothing gives the reference parser no fact, and no version, version range or engine clue
+    from its text; most startup chatter is inert, and no fact-bearing message is."""
+    texts = [ln.text for p in _real_logs() for raw in p.read_text(errors="replace").split("\n")
+             for ln in split_line(0, raw)]
+    texts += [ln.text for shape in (STATS_V1, STATS_V0, ADDED, KV, RECEIVED, OLD_ADDED, WIDE_ADDED)
+              for ln in split_line(0, shape.format(s=1, r=2, n=3))]
+    flags = pl.select(inert(pl.Series(texts, dtype=pl.Utf8))).to_series().to_list()
+    fact_bearing = 0
+    for text, flag in zip(texts, flags, strict=True):
+        facts = extract(text)
+        fact_bearing += bool(facts)
+        if not flag:
+            continue
+        assert facts == [], text
+        parser = LogParser()
+        parser.observe(_Line(0, text, "x", None, None, True))
+        res = parser.finish()
+        assert (res.version, res.version_range, res.engine) == (None, None, None), text
+    assert sum(flags) > 100 and fact_bearing > 30
 
 
 @pytest.mark.parametrize("seed,chunk,bucket", [(1, 4096, 64), (2, 997, None), (3, 1 << 20, None)])
