@@ -52,6 +52,10 @@ CTRL_ADDED = ADDED.replace("cmpl-", "cmpl-\x1c")
 DEBUG_PLAIN = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [core.py:10{r}] num_tokens={n} num_reqs={r}"
 DEBUG_WORD = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [gpu_model_runner.py:2{r}] Free memory: {n} GiB"
 WARN_PLAIN = "WARNING 05-19 10:13:{s:02d} [utils.py:{r}] Using a slow tokenizer; scheduled {n} of them"
+# real DEBUG lines (vLLM 0.6's client, vLLM 0.8's workers; quoted in vLLM and Neuron issues)
+DEBUG_MQ = "DEBUG 05-19 10:13:{s:02d} client.py:191] Waiting for output from MQLLMEngine."
+DEBUG_TP = ("(VllmWorker rank={r} pid=24{r}) DEBUG 05-19 10:13:{s:02d} [parallel_state.py:867] world_size=8 rank={r} "
+            "local_rank={r} distributed_init_method=tcp://127.0.0.1:39977 backend=nccl")
 
 
 _DETAILS = ("input_tokens", "max_tokens", "n", "best_of", "logprobs", "prompt_logprobs")
@@ -98,7 +102,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     for i in range(2500):
         r, s = rnd.random(), i % 60
         shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED, WIDE_ADDED,
-                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN]
+                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:
@@ -146,7 +150,7 @@ def test_inert_messages_tell_the_reference_nothing() -> None:
     from its text; most startup chatter is inert, and no fact-bearing message is."""
     texts = [ln.text for p in _real_logs() for raw in p.read_text(errors="replace").split("\n")
              for ln in split_line(0, raw)]
-    texts += [ln.text for shape in (STATS_V1, STATS_V0, ADDED, KV, RECEIVED, OLD_ADDED, WIDE_ADDED)
+    texts += [ln.text for shape in (STATS_V1, STATS_V0, ADDED, KV, RECEIVED, OLD_ADDED, WIDE_ADDED, DEBUG_MQ, DEBUG_TP)
               for ln in split_line(0, shape.format(s=1, r=2, n=3))]
     flags = pl.select(inert(pl.Series(texts, dtype=pl.Utf8))).to_series().to_list()
     fact_bearing = 0
@@ -161,6 +165,33 @@ def test_inert_messages_tell_the_reference_nothing() -> None:
         res = parser.finish()
         assert (res.version, res.version_range, res.engine) == (None, None, None), text
     assert sum(flags) > 100 and fact_bearing > 30
+    assert flags[-2:] == [True, True]  # the real DEBUG lines
+
+
+# one message per pattern of the reference parser, at its barest: each tells it something
+_TELLING = [
+    "Initializing an LLM engine (v0.6.0) with config: model='m'", "vLLM API server version 0.6.3", "non-default args: {}",
+    "MQLLMEngine terminated", "Engine loop has died", "EngineDeadError: x", "Engine core proc EngineCore_0 died unexpectedly",
+    "Got fatal signal from worker processes, shutting down", "RuntimeError: Engine process failed to start",
+    "Engine background task failed", "EngineCore encountered a fatal error.", "Engine 000: Avg prompt throughput: 1.0",
+    "Graph capturing finished in 5 secs, took 0.5 GiB", "Loading model weights took 1.5 GB", "# GPU blocks: 100, # CPU blocks: 10",
+    "Maximum concurrency for 4096 tokens per request: 2.5x", "GPU KV cache size: 1,000 tokens", "No available memory for the cache blocks",
+    "To serve at least one request with the models's max seq len (8192), (1.0 GiB KV cache is needed, which is larger",
+    "Sequence group c is preempted by PreemptionMode.RECOMPUTE mode. total_num_cumulative_preemption=1",
+    "Aborted request cmpl-1.", "Request cmpl-1 details: prompt: 'x'", "Finished request cmpl-1.", "Running: 1 reqs, Waiting: 0 reqs",
+    "torch.OutOfMemoryError: CUDA out of memory.", "default since v0.21.0", "using gpu_model_runner", "VllmWorkerProcess ready",
+    "Pending: 3 reqs", "Swapped: 0 reqs", "see [worker.py:267] for it", "at scheduler.py:1558", "[loggers.py:271] stats",
+    "[kv_cache_utils.py:864] x", "async_llm_engine.py:211 said", "(APIServer pid=1) nested",
+]
+
+
+@pytest.mark.parametrize("text", _TELLING)
+def test_a_message_that_tells_the_reference_something_is_not_inert(text: str) -> None:
+    parser = LogParser()
+    parser.observe(_Line(0, text, "x", None, None, True))
+    res = parser.finish()
+    assert extract(text) or (res.version, res.version_range, res.engine) != (None, None, None)
+    assert not pl.select(inert(pl.lit(text))).item()
 
 
 @pytest.mark.parametrize("seed,chunk,bucket", [(1, 4096, 64), (2, 997, None), (3, 1 << 20, None)])
