@@ -1,16 +1,18 @@
 """The vectorised fast lane for the high-volume lines of a vLLM log.
 
 A day of production log is gigabytes, nearly all of it three line shapes: the periodic stats line,
-request Added/Finished lines, and HTTP access lines. Parsing those one by one in Python made
-ingestion the slow step of a postmortem, and holding their facts as Python objects made memory grow
-with the file. This module reads a log in bounded pieces, recognises those shapes with polars string
-expressions (request lines with their parameters and prompt included), and spills their facts as
-columnar files. A line takes the fast lane only when it is clean (no colour codes, no glued second
-message; a container runtime's or kubectl's time and prefix in front are taken off, as the
-reference parser takes them off) and the next line opens a new message, so nothing could attach to
-it; every other line (startup accounting, OOM messages, tracebacks, wrapped or unusually prefixed
-lines) goes, in file order, to ``vllm_log.LogParser``, which remains the reference for what a line
-means. Tests check that both routes give the same facts.
+request Added/Finished lines, and HTTP access lines (at DEBUG level, chatter that states no fact).
+Parsing those one by one in Python made ingestion the slow step of a postmortem, and holding their
+facts as Python objects made memory grow with the file. This module reads a log in bounded pieces,
+recognises those shapes with polars string expressions (request lines with their parameters and
+prompt included; a line whose message holds none of the words the reference's patterns need is
+counted parsed, with no fact), and spills their facts as columnar files. A line takes the fast
+lane only when it is clean (no colour codes, no glued second message; a container runtime's or
+kubectl's time and prefix in front are taken off, as the reference parser takes them off) and the
+next line opens a new message, so nothing could attach to it; every other line (startup
+accounting, OOM messages, tracebacks, wrapped or unusually prefixed lines) goes, in file order, to
+``vllm_log.LogParser``, which remains the reference for what a line means. Tests check that both
+routes give the same facts.
 """
 
 from __future__ import annotations
@@ -82,11 +84,14 @@ def inert(msg: pl.Expr) -> pl.Expr:
     """Whether a message (the text after a strict prefix) gives the reference parser no fact and no
     clue: it holds no INERT_UNLESS word and no second, glued message."""
     return ~msg.str.contains_any(list(INERT_UNLESS), ascii_case_insensitive=True) & ~msg.str.contains(_GLUED)
+
+
 # what `kubectl logs --prefix --timestamps`, a CRI node log or `docker logs -t` puts in front of the
 # line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its pieces): pod, ISO time, CRI flag
 ENVELOPE = "^(?P<env>(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:" + CRI_FLAG + ")?)?)"
 
-CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls: 8 MiB pieces spent about a quarter of their time on it
+CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
+# of their time on them)
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
 BUCKET_FACTS = 350_000  # request or repeat-key facts held in memory at once
 
