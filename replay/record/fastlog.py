@@ -77,7 +77,7 @@ INERT_UNLESS = ("kv cache", "blocks", "memory", "model weights", "took", "maximu
                 "engine process", "engine loop", "engine terminated", "llm engine", "async_llm_engine",
                 *(f"engine {d}" for d in range(10)), "fatal", "version", "non-default args", "worker.py:267",
                 "scheduler.py:1558", "pending:", "kv_cache_utils.py:86", "loggers.py:", "default since", "apiserver",
-                "waiting:", "gpu_model_runner", "vllmworker", "swapped:")
+                "waiting:", "gpu_model_runner", "vllmworker", "swapped:", "x across cluster]")
 
 
 def inert(msg: pl.Expr) -> pl.Expr:
@@ -331,7 +331,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # fetched by its number for the few that represent the rest)
     cand, heads = _fields(df.select("line", "raw", "iso").filter(clean & marks["want"]))
     msg, unglued = pl.col("msg"), ~pl.col("msg").str.contains(_GLUED)  # (a request id is one word: never glued)
-    st = _heads(cand.filter(msg.str.contains("KV cache usage", literal=True)).filter(unglued),
+    folded = msg.str.contains("x across cluster]", literal=True)  # (Ray's '[repeated Nx …]': the reference's)
+    st = _heads(cand.filter(msg.str.contains("KV cache usage", literal=True)).filter(unglued & ~folded),
                 heads)  # (filtered in turn: an expression runs on every row it is given)
     st = st.lazy().with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
                                 tp=msg.str.extract_groups(THROUGHPUT)).collect()
@@ -370,7 +371,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
                          repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
     rv = cand.filter(msg.str.starts_with("Received request "))
-    rv = _received(_heads(rv.filter(unglued & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts) \
+    rv = _received(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts) \
         if rv.height else rv.select("line", proc=pl.lit(None, dtype=pl.Utf8), fl=pl.lit(None, dtype=pl.Utf8))
     if rv.height:  # (their details: the pieces without them keep the slim schema)
         requests = pl.concat([requests, rv.select("line", "rank", **ts_exact, kind="kind", h="h", repeatable=pl.lit(True),

@@ -56,7 +56,7 @@ def inspect_bundle(b: Bundle) -> dict[str, Any]:
         "running": series("requests_running"),
         "waiting": series("requests_waiting"),
         "ooms": [{k: e.get(k) for k in OOM_KEYS} for e in b.events if e.get("kind") == "oom"],
-        "preemption_warnings": sum(1 for e in b.events if e.get("kind") == "preemption"),
+        "preemption_warnings": sum(1 + int(e.get("repeated") or 0) for e in b.events if e.get("kind") == "preemption"),
         "samples_per_source": per_source,
         "events": len(b.events),
         "quarantined": b.quarantine_count,

@@ -447,6 +447,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 ranges.append(lp.version_range)
             if lp.engine:
                 engines.append(lp.engine)
+            if lp.ray_folded:
+                rep.notes.append(f"Ray folded {lp.ray_folded} lines into '[repeated Nx across cluster]' summaries: a "
+                                 "summary's facts are kept once, with 'repeated' in their events; the folded lines' "
+                                 "own numbers are lost (RAY_DEDUP_LOGS=0 keeps every line)")
             for no, reason, raw in lp.quarantine:
                 quarantine.append((str(path), no, reason, raw))
             for f in lp.facts:

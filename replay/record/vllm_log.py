@@ -43,6 +43,9 @@ LEVEL_TS = re.compile(
     r"(?:\[(?P<file1>[\w./-]+\.py):(?P<line1>\d+)\]|(?P<file2>[\w./-]+\.py):(?P<line2>\d+)\])?\s?"
 )
 UVICORN = re.compile(r'^(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "(?P<method>\w+) (?P<path>\S+) HTTP/[\d.]+" (?P<code>\d+)')
+# Ray prints a message once, then folds the same message from other processes (numbers masked) into
+# one line that ends so (the first such line also explains itself)
+RAY_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")
 GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\(" + PROC_BODY + r"\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
@@ -172,6 +175,7 @@ class LogParse:
     lines_parsed: int = 0
     continuation_lines: int = 0
     duplicates: int = 0
+    ray_folded: int = 0  # lines Ray folded into '[repeated Nx across cluster]' summaries
     version: str | None = None
     version_range: tuple[str, str] | None = None
     engine: str | None = None
@@ -187,6 +191,7 @@ class _Line:
     iso: str | None
     prefixed: bool
     fileline: str = ""
+    repeated: int = 0  # lines Ray folded into this one ('[repeated Nx across cluster]')
 
 
 def _docker(raw: str) -> tuple[str, str | None] | None:
@@ -232,6 +237,9 @@ def split_line(no: int, raw: str) -> list[_Line]:
     """One physical line -> its logical lines (glued lines split, prefixes and colours stripped)."""
     out: list[_Line] = []
     s0, iso = _strip(raw)
+    ray = RAY_REPEATED.search(s0) if "x across cluster]" in s0 else None
+    if ray:
+        s0 = s0[:ray.start()]
     parts = GLUE.split(s0) if len(s0) > 60 else [s0]
     for part in parts:
         s, iso2 = _strip(part)
@@ -253,6 +261,8 @@ def split_line(no: int, raw: str) -> list[_Line]:
         elif UVICORN.match(s):
             prefixed = True
         out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline))
+    if ray:
+        out[-1].repeated = int(ray.group(1))
     return out
 
 
@@ -464,6 +474,8 @@ class LogParser:
         elif self._first(msg.no):
             res.lines_parsed += 1
         for kind, data in facts:
+            if msg.repeated:  # (the folded lines' own numbers are lost: Ray masked them)
+                data["repeated"] = msg.repeated
             key = (msg.rank, msg.ts or msg.iso, kind + ":" + text)
             deferred = self.defer_repeats and (kind == "stats" or kind.startswith("request_"))
             if not deferred:
@@ -506,6 +518,7 @@ class LogParser:
     def _line(self, ln: _Line) -> None:
         res = self.res
         res.lines_read = max(res.lines_read, ln.no)
+        res.ray_folded += ln.repeated
         if not ln.text.strip() and not ln.prefixed:  # a blank line (a prefixed empty message is a message)
             res.lines_parsed += 1 if self._open is None and self._first(ln.no) else 0
             return

@@ -53,6 +53,7 @@ DEBUG_PLAIN = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [core.py:10{r}]
 DEBUG_WORD = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [gpu_model_runner.py:2{r}] Free memory: {n} GiB"
 WARN_PLAIN = "WARNING 05-19 10:13:{s:02d} [utils.py:{r}] Using a slow tokenizer; scheduled {n} of them"
 # real DEBUG lines (vLLM 0.6's client, vLLM 0.8's workers; quoted in vLLM and Neuron issues)
+RAY_FOLDED = STATS_V0.replace("INFO", "(RayWorkerWrapper pid=78, ip=10.0.0.2) INFO") + " [repeated {n}x across cluster]"
 DEBUG_MQ = "DEBUG 05-19 10:13:{s:02d} client.py:191] Waiting for output from MQLLMEngine."
 DEBUG_TP = ("(VllmWorker rank={r} pid=24{r}) DEBUG 05-19 10:13:{s:02d} [parallel_state.py:867] world_size=8 rank={r} "
             "local_rank={r} distributed_init_method=tcp://127.0.0.1:39977 backend=nccl")
@@ -102,7 +103,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     for i in range(2500):
         r, s = rnd.random(), i % 60
         shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED, WIDE_ADDED,
-                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP]
+                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP, RAY_FOLDED]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:

