@@ -143,10 +143,20 @@ class FastFacts:
     lines: int = 0
     duplicates: int = 0
 
-    def stats_frame(self) -> pl.LazyFrame:
+    def stats_frame(self, drop: pl.Series | None = None) -> pl.LazyFrame:
+        """The stats facts (few: one per 10 s of log), less those whose repeat key is in ``drop``."""
         if not self.stats:
             return pl.LazyFrame(schema=STATS_SCHEMA)
-        return pl.scan_ipc(self.stats).select(list(STATS_SCHEMA)).sort("line")  # few: one per 10 s of log
+        lf = pl.scan_ipc(self.stats)
+        if drop is not None and drop.len():
+            lf = lf.filter(~(pl.col("repeatable") & pl.col("h").is_in(drop.implode())))
+        return lf.select(list(STATS_SCHEMA)).sort("line")
+
+    def stats_keys(self) -> pl.Series:
+        """The repeat keys of the stats facts a repeated line would repeat (those with a logged time)."""
+        if not self.stats:
+            return pl.Series("h", [], dtype=pl.UInt64)
+        return pl.scan_ipc(self.stats).filter("repeatable").select("h").collect()["h"]
 
     def requests_frame(self, files: list[Path] | None = None) -> pl.LazyFrame:
         """The request facts of all pieces, or of ``files`` among them."""

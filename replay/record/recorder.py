@@ -1,5 +1,7 @@
 """``replay record``: recognise each evidence file by content, parse it, align all sources on one UTC
-timeline and write the incident bundle. Nothing is dropped: unparsed lines go to quarantine."""
+timeline and write the incident bundle. Nothing is dropped: unparsed lines go to quarantine. A file
+given twice is read once; logs that overlap (the same log saved at two times) give each fact once,
+as one log would, and say so in their notes."""
 
 from __future__ import annotations
 
@@ -133,53 +135,70 @@ def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int =
     return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000) - clock_offset_us)
 
 
-def _write_columnar(w: BundleWriter, path: Path, ff: FastFacts, year: int, tz_offset_s: int, t0: int,
-                    clock_offset_us: int = 0, keep_prompts: bool = False) -> int:
-    """Stats facts -> samples and request facts -> requests, streamed; returns how many had no time."""
-    st = _timed(ff.stats_frame(), year, tz_offset_s, clock_offset_us)
+def _write_columnar(w: BundleWriter, ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFrame], t0: int,
+                    earlier: pl.Series) -> int:
+    """Stats facts -> samples, streamed, less those already read from an earlier log (``earlier``: their
+    repeat keys); returns how many had no time."""
+    st = timed(ff.stats_frame(drop=earlier))
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
     st = st.filter(pl.col("t").is_not_null())
     for key, metric, scale in STATS_SAMPLES:
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
-    def timed(lf: pl.LazyFrame) -> pl.LazyFrame:
-        return _timed(lf, year, tz_offset_s, clock_offset_us)
-
-    _requests_from_log(ff, timed, path.name, t0, keep_prompts, w.requests_frame,
-                       ff.spill or w.path)
     return untimed
 
 
-def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFrame], name: str, t0: int,
-                       keep_prompts: bool, sink: Callable[[pl.DataFrame], None], spill: Path) -> None:
-    """One row per request id seen in the log: arrival (received/added), finish, abort, and the
+@dataclass
+class _LogFacts:
+    """The columnar facts of one log file, and how its times are read."""
+
+    name: str
+    ff: FastFacts
+    timed: Callable[[pl.LazyFrame], pl.LazyFrame]
+
+
+def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink: Callable[[pl.DataFrame], None],
+                        spill: Path) -> None:
+    """One row per request id seen in the logs: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
     request whose arrival is not in the log (it was in flight when the log starts) still has a row,
-    with its finish and no arrival.
+    with its finish and no arrival. An id in several logs (captures that overlap) is one request, its
+    first arrival that of the first log that has one.
 
     Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
     hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and handed to
     ``sink`` before the next is read. Within a bucket rows are in log order; across buckets in bucket
     order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
     of them measured twice the memory)."""
+    owner = {f: i for i, log in enumerate(logs) for f in log.ff.requests}  # (slow_requests are among them)
+    names = [log.name for log in logs]
+
     def facts_of(files: list[Path]) -> pl.LazyFrame:
-        return timed(ff.requests_frame(files)).select("request_id", "rh", "kind", "t", "line",
-                                                      *fastlog.REQUEST_DETAILS).rename({"rh": "h"})
+        frames = [  # (a fact's place: its log, then its line)
+            logs[owner[f]].timed(logs[owner[f]].ff.requests_frame([f])).select(
+                "request_id", "rh", "kind", "t", *fastlog.REQUEST_DETAILS,
+                line=pl.col("line") + (owner[f] << POS_SHIFT)).rename({"rh": "h"})
+            for f in files]
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.LazyFrame(schema={
+            "request_id": pl.Utf8, "h": pl.UInt64, "kind": pl.Utf8, "t": pl.Int64, **fastlog.REQUEST_DETAILS,
+            "line": pl.Int64})
 
     kind = pl.col("kind")
-    rq = facts_of(ff.requests)
-    aborted = facts_of(ff.slow_requests).filter(kind == "request_aborted").select(  # 'Aborted request(s) a, b, c': few
+    every = [f for log in logs for f in log.ff.requests]
+    if not every:
+        return
+    aborted = facts_of([f for log in logs for f in log.ff.slow_requests]).filter(kind == "request_aborted").select(
         h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=fastlog.ID_SEED))
-    ).explode("h").unique().collect()["h"]
-    sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in ff.requests]  # from the files' footers
+    ).explode("h").unique().collect()["h"]  # ('Aborted request(s) a, b, c': few)
+    sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in every]  # from the files' footers
     nb = buckets_for(sum(sizes))
     if nb == 1:
-        sink(_request_bucket(rq.filter(kind != "request_aborted"), aborted, name, t0, keep_prompts))
+        sink(_request_bucket(facts_of(every).filter(kind != "request_aborted"), aborted, names, t0, keep_prompts))
         return
     groups: list[list[Path]] = [[]]
     held = 0
-    for f, n in zip(ff.requests, sizes, strict=True):
+    for f, n in zip(every, sizes, strict=True):
         if held + n > fastlog.BUCKET_FACTS and groups[-1]:
             groups.append([])
             held = 0
@@ -199,7 +218,7 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
         partials = pl.concat([pl.scan_ipc(f) for f in files], how="diagonal_relaxed").collect()
         partials = partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
                                             if c not in partials.columns})
-        return _request_rows(_merge(partials), aborted, name, t0, keep_prompts)
+        return _request_rows(_merge(partials), aborted, names, t0, keep_prompts)
 
     # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
     with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
@@ -210,9 +229,12 @@ def _requests_from_log(ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFra
                 sink(out)
 
 
-def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
+POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
+
+
+def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
     """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
-    return _request_rows(_partials(facts.collect()), aborted, name, t0, keep_prompts)
+    return _request_rows(_partials(facts.collect()), aborted, names, t0, keep_prompts)
 
 
 def _partials(facts: pl.DataFrame) -> pl.DataFrame:
@@ -243,12 +265,15 @@ def _merge(partials: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([partials.filter(~dup), merged.select(partials.columns)])
 
 
-def _request_rows(partials: pl.DataFrame, aborted: pl.Series, name: str, t0: int, keep_prompts: bool) -> pl.DataFrame:
+def _request_rows(partials: pl.DataFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
     """requests.parquet rows, one per partial row of distinct ids: requests in the order of their first
-    arrival, then those with only a finish in the order of their first finish."""
+    arrival, then those with only a finish in the order of their first finish; ``names`` are the logs'."""
+    pos = pl.coalesce("line", "fline")
     out = partials.sort(["line", "fline"], nulls_last=True).select(
         "id", arrival_us=pl.col("arrival_t") - t0, **{c: c for c in fastlog.REQUEST_DETAILS},
-        finish_us=pl.col("finish_t") - t0, source=pl.lit(name + ":") + pl.coalesce("line", "fline").cast(pl.Utf8),
+        finish_us=pl.col("finish_t") - t0,
+        source=pl.concat_str((pos // (1 << POS_SHIFT)).replace_strict(range(len(names)), names, return_dtype=pl.Utf8),
+                             pl.lit(":"), (pos % (1 << POS_SHIFT)).cast(pl.Utf8)),
         status=pl.when(pl.col("finish_t").is_not_null()).then(pl.lit("ok"))
         .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")))
     return out if keep_prompts else out.drop("prompt")
@@ -425,7 +450,11 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     versions: list[str] = []
     ranges: list[tuple[str, str]] = []
     engines: list[str] = []
-    columnar: list[tuple[Path, FastFacts, int]] = []  # stats and request facts of logs, never Python objects
+    columnar: list[tuple[Path, FastFacts, int, pl.Series]] = []  # stats and request facts of logs, never Python objects
+    # Logs captured twice over (kubectl logs saved at 10:00 and again at 10:30) repeat lines: a fact with a
+    # logged time seen in an earlier log is the same fact, read once (request ids are merged likewise)
+    fact_seen: dict[tuple[str, str, str, str], str] = {}
+    stats_keys: list[pl.Series] = []
     col_span: list[tuple[int, int]] = []
     for path, kind, r, rep in parsed_items:
         off = opts.clock_offset_us(path)
@@ -453,7 +482,16 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                                  "own numbers are lost (RAY_DEDUP_LOGS=0 keeps every line)")
             for no, reason, raw in lp.quarantine:
                 quarantine.append((str(path), no, reason, raw))
+            earlier = pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64)
+            mine = ff.stats_keys()
+            overlap = {"stats": int(mine.is_in(earlier.implode()).sum()) if earlier.len() else 0}
+            stats_keys.append(mine)
             for f in lp.facts:
+                if f.key_ts is not None:
+                    first = fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), path.name)
+                    if first != path.name:
+                        overlap[first] = overlap.get(first, 0) + 1
+                        continue
                 t = fact_time_us(f.ts, year, opts.tz_offset_s)
                 t = None if t is None else t - off
                 src = f"{path.name}:{f.line}"
@@ -461,7 +499,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
                     gpu = int(f.data.get("gpu") or 0)
                     samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"]), src))
-            columnar.append((path, ff, off))
+            columnar.append((path, ff, off, earlier))
+            repeated = sum(overlap.values())
+            if repeated:
+                rep.notes.append(f"{repeated} facts ({overlap['stats']} stats lines) also in "
+                                 f"{', '.join(k for k in overlap if k != 'stats') or 'an earlier log'}: an overlapping "
+                                 "capture of the same log, each fact counted once")
             span = pl.concat([_timed(ff.stats_frame(), year, opts.tz_offset_s, off).select("t"),
                               _timed(ff.requests_frame(), year, opts.tz_offset_s, off).select("t")]).select(
                 pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
@@ -528,8 +571,14 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             untimed += 1
             continue
         w.sample(st - (t0 or 0), sgpu, source, metric, value)
-    for path, ff, off in columnar:
-        untimed += _write_columnar(w, path, ff, year, opts.tz_offset_s, t0 or 0, off, opts.keep_prompts)
+    logs: list[_LogFacts] = []
+    for path, ff, off, earlier in columnar:
+        def timed(lf: pl.LazyFrame, off: int = off) -> pl.LazyFrame:
+            return _timed(lf, year, opts.tz_offset_s, off)
+        untimed += _write_columnar(w, ff, timed, t0 or 0, earlier)
+        logs.append(_LogFacts(path.name, ff, timed))
+    if logs:
+        _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root)
     for we in events:
         t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
         w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})

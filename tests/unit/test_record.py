@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -353,6 +354,39 @@ def test_request_rows_do_not_depend_on_repeated_request_lines_or_buckets(bucket:
     assert whole.height == 18 and fast.equals(ref) and fast.equals(whole)
     assert whole.filter(pl.col("id") == "never-added")["arrival_us"].to_list() == [None]
     assert whole.filter(pl.col("id") == "late-0")["status"].to_list() == ["unknown"]
+
+
+def test_overlapping_captures_of_one_log_count_each_fact_once(tmp_path: Path) -> None:
+    """GIVEN one log saved twice over ('kubectl logs' at one time, then again later with --timestamps,
+    so the second repeats the first's tail) THEN the bundle says what the whole log says: each stats
+    line, event and request once, and the second capture's notes say how much it repeated."""
+    real = [shared(f"vllm-logs/{n}").read_text().splitlines() for n in (
+        "v070_v0_preemption_warning_lighteval_format.log", "v020_v1_stats_kv_saturated_waiting.log",
+        "v072_80gb_qwen25_72b_awq_runtime_oom_head.log")]
+    requests = [f"(APIServer pid=7) INFO 05-19 10:2{i // 10}:{i % 10}0 [async_llm.py:587] {verb} request cmpl-{i}."
+                for i in range(40) for verb in ("Added", "Finished")]
+    oom = [ln for ln in (DATA / "oom_messages_three_generations.txt").read_text().splitlines() if ln.startswith(("ERROR", "CRITICAL"))]
+    whole = real[0] + requests[:40] + real[1] + requests[40:] + real[2] + oom
+    cut_a, cut_b = len(whole) * 2 // 3, len(whole) // 3
+    (tmp_path / "whole.log").write_text("\n".join(whole) + "\n")
+    (tmp_path / "at-1000.log").write_text("\n".join(whole[:cut_a]) + "\n")
+    stamped, last = [], "05-19 10:00:00"
+    for ln in whole[cut_b:]:  # (the runtime's time is the line's own, as it is give or take a few ms)
+        m = re.search(r"(\d\d-\d\d) (\d\d:\d\d:\d\d)", ln)
+        last = f"{m[1]} {m[2]}" if m else last
+        stamped.append(f"2025-{last.replace(' ', 'T')}.000000Z {ln}")
+    (tmp_path / "at-1030.log").write_text("\n".join(stamped) + "\n")
+    record([tmp_path / "whole.log"], tmp_path / "one", RecordOptions(year=2025))
+    reports, _ = record([tmp_path / "at-1000.log", tmp_path / "at-1030.log"], tmp_path / "two", RecordOptions(year=2025))
+    one, two = read_bundle(tmp_path / "one"), read_bundle(tmp_path / "two")
+    a, b = inspect_bundle(one), inspect_bundle(two)
+    for key in ("stats_lines", "kv_usage_pct", "running", "waiting", "ooms", "preemption_warnings", "events"):
+        assert a[key] == b[key], key
+    assert a["stats_lines"] == 5 and a["ooms"] and a["preemption_warnings"]
+    cols = ["id", "arrival_us", "finish_us", "status"]
+    assert one.requests.select(cols).sort("id").equals(two.requests.select(cols).sort("id"))
+    assert one.requests.height == 41  # (and one request line of the OOM log)
+    assert not reports[0].notes and "overlapping capture" in " ".join(reports[1].notes)
 
 
 RAY_EXPLAINS = (" (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see "
