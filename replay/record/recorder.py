@@ -503,8 +503,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             repeated = sum(overlap.values())
             if repeated:
                 rep.notes.append(f"{repeated} facts ({overlap['stats']} stats lines) also in "
-                                 f"{', '.join(k for k in overlap if k != 'stats') or 'an earlier log'}: an overlapping "
-                                 "capture of the same log, each fact counted once")
+                                 f"{', '.join(k for k in overlap if k != 'stats') or 'an earlier log'}, with the same "
+                                 "process, time and text: counted once, as for an overlapping capture of one log")
             span = pl.concat([_timed(ff.stats_frame(), year, opts.tz_offset_s, off).select("t"),
                               _timed(ff.requests_frame(), year, opts.tz_offset_s, off).select("t")]).select(
                 pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
