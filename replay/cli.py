@@ -134,7 +134,9 @@ def record(
     interval: Annotated[str, typer.Option(help="With --live: sampling interval.")] = "1s",
     duration: Annotated[str | None, typer.Option(help="With --live: stop after this long (default: Ctrl-C).")] = None,
 ) -> None:
-    """Turn the evidence of an incident into one bundle on one UTC timeline, losing nothing."""
+    """Turn the evidence of an incident into one bundle on one UTC timeline, losing nothing.
+
+    Give it everything at once, files or a folder: each file is recognised by its content. Logs of several ranks and restarts line up; a log saved twice over (kubectl logs at 10:00, then again at 10:30) gives each fact once; what cannot be read goes to the bundle's quarantine with its file and line. Then: replay inspect BUNDLE, replay report BUNDLE."""
     from replay.units import parse_duration_us
     if live:
         from replay.record.live import record_live
