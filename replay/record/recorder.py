@@ -487,10 +487,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             overlap = {"stats": int(mine.is_in(earlier.implode()).sum()) if earlier.len() else 0}
             stats_keys.append(mine)
             for f in lp.facts:
-                if f.key_ts is not None:
-                    first = fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), path.name)
-                    if first != path.name:
-                        overlap[first] = overlap.get(first, 0) + 1
+                if f.key_ts is not None:  # (two logs of one name in two folders are two logs)
+                    first = fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), str(path))
+                    if first != str(path):
+                        overlap[Path(first).name] = overlap.get(Path(first).name, 0) + 1
                         continue
                 t = fact_time_us(f.ts, year, opts.tz_offset_s)
                 t = None if t is None else t - off
