@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -308,6 +309,33 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
 
 
+_MAYBE_ENVELOPE = r"^(?:\[|\d{4}-\d\d-\d\dT)"  # how an envelope opens
+_ENVELOPED = re.compile("^(?:" + KUBECTL_PREFIX + "|" + ISO_TIME + r"\s)")  # (a line that opens with one)
+
+
+def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
+    """``df`` with the envelopes of lines ``at`` taken off ``raw`` and their time in ``iso``."""
+    env = df["raw"].gather(at).str.extract_groups(ENVELOPE)
+    cut = env.struct.field("env").str.len_chars()  # (slices count characters)
+    if not (cut > 0).any():
+        return df
+    return df.with_columns(iso=df["iso"].scatter(at, env.struct.field("iso")),
+                           raw=pl.col("raw").str.slice(pl.zeros(df.height, pl.UInt32, eager=True).scatter(at, cut)))
+
+
+def _marks(df: pl.DataFrame) -> pl.DataFrame:
+    """Cheap tests of every line (literal searches, one anchored match), side by side in one lazy plan
+    so that both cores work: whether it opens a message, holds a colour code, may be a stats or
+    request line (one literal finds the three verbs: 'Adde|Finishe|Receive' + 'd request '), or an
+    access line."""
+    raw = pl.col("raw")
+    return df.lazy().select(
+        opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
+        want=raw.str.contains("KV cache usage", literal=True) | raw.str.contains("d request ", literal=True),
+        ac=raw.str.contains(' - "', literal=True),
+    ).collect()
+
+
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
                                                          list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
@@ -322,20 +350,21 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
-    maybe = df["raw"].str.contains(r"^(?:\[|\d{4}-\d\d-\d\dT)")  # an envelope can only open so
-    if maybe.any():  # (read on those lines alone: a log with a few '[…' lines among plain ones is common)
-        at = maybe.arg_true()
-        env = df["raw"].gather(at).str.extract_groups(ENVELOPE)
-        cut = env.struct.field("env").str.len_chars()  # (slices count characters)
-        if (cut > 0).any():
-            df = df.with_columns(
-                iso=df["iso"].scatter(at, env.struct.field("iso")),
-                raw=raw.str.slice(pl.zeros(df.height, pl.UInt32, eager=True).scatter(at, cut)))
-    marks = df.lazy().select(  # (one literal finds all three request verbs: 'Adde|Finishe|Receive' + 'd request ')
-        opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
-        want=raw.str.contains("KV cache usage", literal=True) | raw.str.contains("d request ", literal=True),
-        ac=raw.str.contains(' - "', literal=True),
-    ).collect()
+    # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
+    # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
+    # runtime's own log file) is stripped whole first and marked once
+    first = df["raw"][0] if df.height else None
+    if first is not None and _ENVELOPED.match(first):
+        df = _strip_envelopes(df, pl.int_range(0, df.height, dtype=pl.UInt32, eager=True))
+        marks = _marks(df)
+    else:
+        marks = _marks(df)
+        at = marks["opens"].not_().fill_null(False).arg_true()
+        at = at.filter(df["raw"].gather(at).str.contains(_MAYBE_ENVELOPE))
+        if at.len():
+            df = _strip_envelopes(df, at)
+            again = _marks(df[at])
+            marks = marks.with_columns(marks[c].scatter(at, again[c]) for c in marks.columns)
     clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
     # (the frames below stay narrow: every filter copies every column; a line as the file has it is
     # fetched by its number for the few that represent the rest)
