@@ -52,8 +52,9 @@ CTRL_ADDED = ADDED.replace("cmpl-", "cmpl-\x1c")
 DEBUG_PLAIN = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [core.py:10{r}] num_tokens={n} num_reqs={r}"
 DEBUG_WORD = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [gpu_model_runner.py:2{r}] Free memory: {n} GiB"
 WARN_PLAIN = "WARNING 05-19 10:13:{s:02d} [utils.py:{r}] Using a slow tokenizer; scheduled {n} of them"
-# real DEBUG lines (vLLM 0.6's client, vLLM 0.8's workers; quoted in vLLM and Neuron issues)
+# a stats line Ray folded repeats into (the reference parser reads those)
 RAY_FOLDED = STATS_V0.replace("INFO", "(RayWorkerWrapper pid=78, ip=10.0.0.2) INFO") + " [repeated {n}x across cluster]"
+# real DEBUG lines (vLLM 0.6's client, vLLM 0.8's workers; quoted in vLLM and Neuron issues)
 DEBUG_MQ = "DEBUG 05-19 10:13:{s:02d} client.py:191] Waiting for output from MQLLMEngine."
 DEBUG_TP = ("(VllmWorker rank={r} pid=24{r}) DEBUG 05-19 10:13:{s:02d} [parallel_state.py:867] world_size=8 rank={r} "
             "local_rank={r} distributed_init_method=tcp://127.0.0.1:39977 backend=nccl")
@@ -188,6 +189,7 @@ _TELLING = [
 
 @pytest.mark.parametrize("text", _TELLING)
 def test_a_message_that_tells_the_reference_something_is_not_inert(text: str) -> None:
+    """(Each message is checked to tell the reference something, then to stay off the inert path.)"""
     parser = LogParser()
     parser.observe(_Line(0, text, "x", None, None, True))
     res = parser.finish()
