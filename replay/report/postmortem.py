@@ -92,9 +92,10 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     for row in sorted(rows, key=lambda e: e["t_us"])[:200]:
         L.append(f"- {utc(row['t_us'])} — {_md(row['kind'])} ({_md(row.get('source'))})")
     L += ["", "## Supporting information", ""]
-    for inp in b.meta.inputs:
+    for inp in b.meta.inputs:  # (with what the recorder noted of each: folded, repeated or corrected data)
         L.append(f"- `{inp.get('path')}` ({inp.get('kind')}) sha256 `{str(inp.get('sha256') or '')[:16]}…`, "
                  f"quarantined {inp.get('quarantined', 0)}")
+        L += [f"  - {_md(n)}" for n in inp.get("notes") or []]
     for n in b.meta.notes:
         L.append(f"- note: {_md(n)}")
     return "\n".join(L) + "\n"

