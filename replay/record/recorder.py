@@ -5,6 +5,7 @@ as one log would, and say so in their notes."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -135,26 +136,27 @@ def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int =
     return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000) - clock_offset_us)
 
 
-def _write_columnar(w: BundleWriter, ff: FastFacts, timed: Callable[[pl.LazyFrame], pl.LazyFrame], t0: int,
-                    earlier: pl.Series) -> int:
-    """Stats facts -> samples, streamed, less those already read from an earlier log (``earlier``: their
-    repeat keys); returns how many had no time."""
-    st = timed(ff.stats_frame(drop=earlier))
+@dataclass
+class _LogFacts:
+    """The columnar facts of one log file, how its times are read, and the repeat keys of the stats
+    facts of the logs before it (``earlier``: a later capture of the same log repeats them)."""
+
+    name: str
+    ff: FastFacts
+    timed: Callable[[pl.LazyFrame], pl.LazyFrame]
+    earlier: pl.Series
+
+
+def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
+    """A log's stats facts -> samples, streamed, less those already read from an earlier log; returns
+    how many had no time."""
+    st = log.timed(log.ff.stats_frame(drop=log.earlier))
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
     st = st.filter(pl.col("t").is_not_null())
     for key, metric, scale in STATS_SAMPLES:
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
     return untimed
-
-
-@dataclass
-class _LogFacts:
-    """The columnar facts of one log file, and how its times are read."""
-
-    name: str
-    ff: FastFacts
-    timed: Callable[[pl.LazyFrame], pl.LazyFrame]
 
 
 def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink: Callable[[pl.DataFrame], None],
@@ -450,7 +452,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     versions: list[str] = []
     ranges: list[tuple[str, str]] = []
     engines: list[str] = []
-    columnar: list[tuple[Path, FastFacts, int, pl.Series]] = []  # stats and request facts of logs, never Python objects
+    logs: list[_LogFacts] = []  # stats and request facts of logs, never Python objects
     # Logs captured twice over (kubectl logs saved at 10:00 and again at 10:30) repeat lines: a fact with a
     # logged time seen in an earlier log is the same fact, read once (request ids are merged likewise)
     fact_seen: dict[tuple[str, str, str, str], str] = {}
@@ -482,15 +484,18 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                                  "own numbers are lost (RAY_DEDUP_LOGS=0 keeps every line)")
             for no, reason, raw in lp.quarantine:
                 quarantine.append((str(path), no, reason, raw))
-            earlier = pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64)
+            log = _LogFacts(path.name, ff, functools.partial(_timed, year=year, tz_offset_s=opts.tz_offset_s,
+                                                             clock_offset_us=off),
+                            pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64))
             mine = ff.stats_keys()
-            overlap = {"stats": int(mine.is_in(earlier.implode()).sum()) if earlier.len() else 0}
+            stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
             stats_keys.append(mine)
+            also_in: dict[str, int] = {}  # facts repeated from an earlier log, by its name
             for f in lp.facts:
                 if f.key_ts is not None:  # (two logs of one name in two folders are two logs)
                     first = fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), str(path))
                     if first != str(path):
-                        overlap[Path(first).name] = overlap.get(Path(first).name, 0) + 1
+                        also_in[Path(first).name] = also_in.get(Path(first).name, 0) + 1
                         continue
                 t = fact_time_us(f.ts, year, opts.tz_offset_s)
                 t = None if t is None else t - off
@@ -499,14 +504,13 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
                     gpu = int(f.data.get("gpu") or 0)
                     samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"]), src))
-            columnar.append((path, ff, off, earlier))
-            repeated = sum(overlap.values())
+            logs.append(log)
+            repeated = stats_repeated + sum(also_in.values())
             if repeated:
-                rep.notes.append(f"{repeated} facts ({overlap['stats']} stats lines) also in "
-                                 f"{', '.join(k for k in overlap if k != 'stats') or 'an earlier log'}, with the same "
+                rep.notes.append(f"{repeated} facts ({stats_repeated} stats lines) also in "
+                                 f"{', '.join(also_in) or 'an earlier log'}, with the same "
                                  "process, time and text: counted once, as for an overlapping capture of one log")
-            span = pl.concat([_timed(ff.stats_frame(), year, opts.tz_offset_s, off).select("t"),
-                              _timed(ff.requests_frame(), year, opts.tz_offset_s, off).select("t")]).select(
+            span = pl.concat([log.timed(ff.stats_frame()).select("t"), log.timed(ff.requests_frame()).select("t")]).select(
                 pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
             col_lo, col_hi = span["lo"][0], span["hi"][0]
             if col_lo is not None:
@@ -571,12 +575,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             untimed += 1
             continue
         w.sample(st - (t0 or 0), sgpu, source, metric, value)
-    logs: list[_LogFacts] = []
-    for path, ff, off, earlier in columnar:
-        def timed(lf: pl.LazyFrame, off: int = off) -> pl.LazyFrame:
-            return _timed(lf, year, opts.tz_offset_s, off)
-        untimed += _write_columnar(w, ff, timed, t0 or 0, earlier)
-        logs.append(_LogFacts(path.name, ff, timed))
+    for log in logs:
+        untimed += _write_stats(w, log, t0 or 0)
     if logs:
         _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root)
     for we in events:
