@@ -41,6 +41,7 @@ from replay.record.vllm_log import (
     R_PROMPT,
     R_RECEIVED,
     R_TOKEN_IDS,
+    RAY_FOLD_MARK,
     LogFact,
     LogParse,
     LogParser,
@@ -78,7 +79,7 @@ INERT_UNLESS = ("kv cache", "blocks", "memory", "model weights", "took", "maximu
                 "engine process", "engine loop", "engine terminated", "llm engine", "async_llm_engine",
                 *(f"engine {d}" for d in range(10)), "fatal", "version", "non-default args", "worker.py:267",
                 "scheduler.py:1558", "pending:", "kv_cache_utils.py:86", "loggers.py:", "default since", "apiserver",
-                "waiting:", "gpu_model_runner", "vllmworker", "swapped:", "x across cluster]")
+                "waiting:", "gpu_model_runner", "vllmworker", "swapped:", RAY_FOLD_MARK)
 
 
 def inert(msg: pl.Expr) -> pl.Expr:
@@ -138,11 +139,9 @@ class FastFacts:
 
     stats: list[Path] = field(default_factory=list)
     requests: list[Path] = field(default_factory=list)
-    spill: Path | None = None  # where they are, and where later passes may put their own files
     slow_requests: list[Path] = field(default_factory=list)  # those of the reference parser: only they
     # can hold 'Aborted request' facts
     lines: int = 0
-    duplicates: int = 0
 
     def stats_frame(self, drop: pl.Series | None = None) -> pl.LazyFrame:
         """The stats facts (few: one per 10 s of log), less those whose repeat key is in ``drop``."""
@@ -370,7 +369,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # fetched by its number for the few that represent the rest)
     cand, heads = _fields(df.select("line", "raw", "iso").filter(clean & marks["want"]))
     msg, unglued = pl.col("msg"), ~pl.col("msg").str.contains(_GLUED)  # (a request id is one word: never glued)
-    folded = msg.str.contains("x across cluster]", literal=True)  # (Ray's '[repeated Nx …]': the reference's)
+    folded = msg.str.contains(RAY_FOLD_MARK, literal=True)  # (Ray's '[repeated Nx …]': the reference's)
     st = _heads(cand.filter(msg.str.contains("KV cache usage", literal=True)).filter(unglued & ~folded),
                 heads)  # (filtered in turn: an expression runs on every row it is given)
     st = st.lazy().with_columns(v0=msg.str.extract_groups(STATS_V0), v1=msg.str.extract_groups(STATS_V1),
@@ -505,7 +504,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
-    ff = FastFacts(spill=spill)
+    ff = FastFacts()
     prev_fast = False
     seen = 0  # res.facts before this index hold no stats or request facts
 

@@ -46,6 +46,7 @@ UVICORN = re.compile(r'^(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "(?P<method>\w+) (?P
 # Ray prints a message once, then folds the same message from other processes (numbers masked) into
 # one line that ends so (the first such line also explains itself)
 RAY_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")
+RAY_FOLD_MARK = "x across cluster]"  # (a literal every such line holds: the cheap test before the pattern)
 GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\(" + PROC_BODY + r"\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
@@ -237,7 +238,7 @@ def split_line(no: int, raw: str) -> list[_Line]:
     """One physical line -> its logical lines (glued lines split, prefixes and colours stripped)."""
     out: list[_Line] = []
     s0, iso = _strip(raw)
-    ray = RAY_REPEATED.search(s0) if "x across cluster]" in s0 else None
+    ray = RAY_REPEATED.search(s0) if RAY_FOLD_MARK in s0 else None
     if ray:
         s0 = s0[:ray.start()]
     parts = GLUE.split(s0) if len(s0) > 60 else [s0]
