@@ -33,6 +33,7 @@ from replay.errors import ReplayError
 from replay.filehash import HashingReader, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
+    COMPOSE_PREFIX,
     CRI_FLAG,
     ISO_TIME,
     KUBECTL_PREFIX,
@@ -88,9 +89,11 @@ def inert(msg: pl.Expr) -> pl.Expr:
     return ~msg.str.contains_any(list(INERT_UNLESS), ascii_case_insensitive=True) & ~msg.str.contains(_GLUED)
 
 
-# what `kubectl logs --prefix --timestamps`, a CRI node log or `docker logs -t` puts in front of the
-# line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its pieces): pod, ISO time, CRI flag
-ENVELOPE = "^(?P<env>(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:" + CRI_FLAG + ")?)?)"
+# what `docker compose logs [-t]`, `kubectl logs --prefix --timestamps`, a CRI node log or `docker
+# logs -t` puts in front of the line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its
+# pieces): compose service, pod, ISO time, CRI flag
+ENVELOPE = ("^(?P<env>(?:" + COMPOSE_PREFIX + ")?(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:"
+            + CRI_FLAG + ")?)?)")
 
 CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
 # of their time on them)
@@ -308,8 +311,8 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
 
 
-_MAYBE_ENVELOPE = r"^(?:\[|\d{4}-\d\d-\d\dT)"  # how an envelope opens
-_ENVELOPED = re.compile("^(?:" + KUBECTL_PREFIX + "|" + ISO_TIME + r"\s)")  # (a line that opens with one)
+_MAYBE_ENVELOPE = r"^(?:\[|\d{4}-\d\d-\d\dT|" + COMPOSE_PREFIX + ")"  # how an envelope opens
+_ENVELOPED = re.compile("^(?:" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_TIME + r"\s)")  # (a line that opens with one)
 
 
 def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:

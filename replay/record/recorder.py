@@ -429,7 +429,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     if year is None:
         for _, _, r, _ in parsed_items:
             if isinstance(r, tuple) and r[0].container_year:
-                year, year_note = r[0].container_year, "log year from container timestamps"
+                year = r[0].container_year
+                year_note = f"log year {year} from the times a container runtime or log shipper put on its lines"
                 break
     if year is None:
         dated = [s[0] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for s in r.samples if s[0]]

@@ -4,8 +4,8 @@ It turns a log into facts: startup memory accounting, KV capacity, CUDA-graph co
 stats (KV usage, running, waiting), requests, preemptions, CUDA OOM messages of all torch
 generations, vLLM's own memory errors, engine death and restarts. Real-world mess is expected:
 process prefixes, ANSI colours, container timestamps, kubectl prefixes, Docker json-file lines, CRI
-node logs, journald/syslog prefixes, thousands separators,
-glued and wrapped lines, tracebacks. Lines repeated identically by several ranks are one fact per
+node logs, journald/syslog prefixes, docker compose's service column, a shipper's own time and tags,
+thousands separators, glued and wrapped lines, tracebacks. Lines repeated identically by several ranks are one fact per
 rank; an identical line repeated within a rank (overlapping pastes) is one fact.
 """
 
@@ -29,6 +29,9 @@ KUBECTL_PREFIX = r"\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+"
 CRI_FLAG = r"(?:stdout|stderr) [FP] "
 CONTAINER_TS = re.compile(r"^(" + ISO_TIME + r")\s+")
 KUBECTL = re.compile("^" + KUBECTL_PREFIX)
+# `docker compose logs`' service column ('vllm-1  | ', 'vllm_1  | ', 'triton_server_vllm-1  | ')
+COMPOSE_PREFIX = r"[A-Za-z0-9][A-Za-z0-9_.-]* +\| ?"
+COMPOSE = re.compile("^" + COMPOSE_PREFIX)
 # what follows a container or syslog time: a CRI node log's stream and partial flag ('stderr F '), or
 # journald/syslog's host and process ('gpu-1 python3[1234]: ')
 AFTER_TS = re.compile(r"^(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
@@ -47,6 +50,17 @@ UVICORN = re.compile(r'^(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "(?P<method>\w+) (?P
 # one line that ends so (the first such line also explains itself)
 RAY_REPEATED = re.compile(r"\s*\[repeated (\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")
 RAY_FOLD_MARK = "x across cluster]"  # (a literal every such line holds: the cheap test before the pattern)
+# a log shipper's own time and tags in front of a line vLLM wrote ('2026-06-09 14:01:52.982 [Error]
+# (Process) (EngineCore pid=1) ERROR 06-09 14:01:52 [core.py:1136] …', or of a traceback line vLLM did
+# not prefix): the time, its tags ('[Error] ', '(Process) ', '- '), and where vLLM's own head with its
+# call site (so distinctive that what stands before it is taken for the shipper's) follows within 80
+# characters, the text up to it. The time is exact where it has a zone, else it gives only the year.
+SHIPPER_TIME = r"(?P<sdate>\d{4}-\d\d-\d\d)[T ](?P<stime>\d\d:\d\d:\d\d)(?:[.,](?P<sfrac>\d+))?(?P<szone>Z|[+-]\d\d:?\d\d)?"
+VLLM_HEAD = (r"(?:\(" + PROC_BODY + r"\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
+             r"\[?[\w./-]+\.py:\d+\]|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
+SHIPPER_TAG = r"(?:\[[^\]]{1,40}\]|\((?![^)]*pid=)[^)]{1,40}\)|[-|:])"
+TAGS_BEFORE_HEAD = re.compile(r"^(?:" + SHIPPER_TAG + r"\s+)+(?=" + VLLM_HEAD + ")")  # (after a container time)
+SHIPPED = re.compile("^" + SHIPPER_TIME + r"\s+(?:" + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
 GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\(" + PROC_BODY + r"\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
@@ -193,6 +207,7 @@ class _Line:
     prefixed: bool
     fileline: str = ""
     repeated: int = 0  # lines Ray folded into this one ('[repeated Nx across cluster]')
+    year: int | None = None  # the year of a shipper's time without a zone (``iso`` has those with one)
 
 
 def _docker(raw: str) -> tuple[str, str | None] | None:
@@ -207,10 +222,11 @@ def _docker(raw: str) -> tuple[str, str | None] | None:
     return obj["log"].rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
 
 
-def _strip(raw: str) -> tuple[str, str | None]:
-    """A line without what log shippers put around vLLM's own text (Docker's JSON, kubectl's prefix,
-    container and syslog times, CRI stream flags, journald's host and process) and colour codes,
-    with the shipper's ISO time where it gave one."""
+def _strip(raw: str) -> tuple[str, str | None, int | None]:
+    """A line without what log shippers put around vLLM's own text (Docker's JSON, docker compose's
+    service column, kubectl's prefix, container and syslog times, CRI stream flags, journald's host
+    and process, a shipper's time and tags) and colour codes, with the shipper's ISO time where it
+    gave one with a zone, and the year of a shipper's time that has none."""
     iso = None
     if DOCKER_JSON.match(raw):
         doc = _docker(raw)
@@ -221,6 +237,9 @@ def _strip(raw: str) -> tuple[str, str | None]:
     if m:  # (its time has neither year nor zone: vLLM's own time, which follows, is used)
         s = s[m.end():]
     for _ in range(2):
+        m = COMPOSE.match(s)
+        if m:
+            s = s[m.end():]
         m = KUBECTL.match(s)
         if m:
             s = s[m.end():]
@@ -231,19 +250,32 @@ def _strip(raw: str) -> tuple[str, str | None]:
             m = AFTER_TS.match(s)
             if m:
                 s = s[m.end():]
-    return s, iso
+    year = None
+    if iso and s[:1] in "[(-|:":
+        m = TAGS_BEFORE_HEAD.match(s)
+        if m:
+            s = s[m.end():]
+    elif s[:4].isdigit():
+        m = SHIPPED.match(s)
+        if m:
+            s = s[m.end():]
+            if m["szone"]:
+                iso = f"{m['sdate']}T{m['stime']}{'.' + m['sfrac'] if m['sfrac'] else ''}{m['szone']}"
+            else:
+                year = int(m["sdate"][:4])
+    return s, iso, year
 
 
 def split_line(no: int, raw: str) -> list[_Line]:
     """One physical line -> its logical lines (glued lines split, prefixes and colours stripped)."""
     out: list[_Line] = []
-    s0, iso = _strip(raw)
+    s0, iso, year = _strip(raw)
     ray = RAY_REPEATED.search(s0) if RAY_FOLD_MARK in s0 else None
     if ray:
         s0 = s0[:ray.start()]
     parts = GLUE.split(s0) if len(s0) > 60 else [s0]
     for part in parts:
-        s, iso2 = _strip(part)
+        s, iso2, year2 = _strip(part)
         rank = "main"
         m = PROC.match(s)
         if m:
@@ -261,7 +293,7 @@ def split_line(no: int, raw: str) -> list[_Line]:
             prefixed = True
         elif UVICORN.match(s):
             prefixed = True
-        out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline))
+        out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline, year=year2 or year))
     if ray:
         out[-1].repeated = int(ray.group(1))
     return out
@@ -381,7 +413,7 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         m = R_GRAPH.search(text)
         if m:
             out.append(("cuda_graph", {"secs": _f(m.group(1)), "cuda_graph_gib": _f(m.group(2)) if m.group(2) else None}))
-    if "KV cache" in text:
+    if "KV cache" in text or "KV Cache" in text:  # (kv_cache_memory_bytes's line says 'KV Cache')
         for rx, kind, key in ((R_AVAIL_KV, "kv_memory", "kv_cache_gib"), (R_CPU_KV_SET, "kv_memory", "kv_cache_gib"),
                               (R_KV_BYTES, "kv_memory", "kv_cache_gib")):
             m = rx.search(text)
@@ -494,8 +526,8 @@ class LogParser:
     def observe(self, ln: _Line, weight: int = 1) -> None:
         """What a line says about the log as a whole: year, version, version range, engine."""
         res = self.res
-        if res.container_year is None and ln.iso:
-            res.container_year = int(ln.iso[:4])
+        if res.container_year is None and (ln.iso or ln.year):
+            res.container_year = int(ln.iso[:4]) if ln.iso else ln.year
         for rx in R_VERSION:
             if res.version is None and (ln.prefixed or "version" in ln.text):
                 mv = rx.search(ln.text)

