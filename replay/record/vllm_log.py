@@ -124,6 +124,8 @@ R_OOM_OLD = re.compile(
     r"Tried to allocate (?P<tried>[\d.]+ \w+) \(GPU (?P<gpu>\d+); (?P<total>[\d.]+ \w+) total capacity; (?P<alloc>[\d.]+ \w+) already allocated; "
     r"(?P<free>[\d.]+ \w+) free; (?:(?P<allowed>[\d.]+ \w+) allowed; )?(?P<resv_total>[\d.]+ \w+) reserved in total by PyTorch\)")
 R_OOM_ANY = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory", re.I)
+# an OOM without torch's accounting (CUDA; HIP on ROCm; XPU): still an OOM, its numbers unknown
+R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory")
 R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
 R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
@@ -458,7 +460,7 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         o = _oom(text)
         if o:
             out.append(("oom", o))
-        elif re.search(r"CUDA out of memory|CUDA error: out of memory", text) and not text.lstrip().startswith(("File ", "raise ")):
+        elif R_OOM_BARE.search(text) and not text.lstrip().startswith(("File ", "raise ")):
             out.append(("oom", {"generation": "unparsed", "message": text.strip()[:300],
                                 "tried_to_allocate_bytes": None, "gpu_total_bytes": None, "free_bytes": None,
                                 "process_in_use_bytes": None, "allocated_by_pytorch_bytes": None,

@@ -108,6 +108,23 @@ def test_real_world_mess() -> None:
     assert r.container_year == 2025 and r.engine == "v1"
 
 
+@pytest.mark.parametrize("text,is_oom", [
+    ("torch.OutOfMemoryError: CUDA out of memory.", True),
+    ("RuntimeError: CUDA error: out of memory", True),
+    ("torch.OutOfMemoryError: HIP out of memory.", True),  # ROCm (MI300 and kin) says HIP
+    ("RuntimeError: HIP error: out of memory", True),
+    ('  File "/x/torch/cuda/memory.py", line 3, in f  # CUDA out of memory', False),  # a traceback's source line
+    ('raise torch.OutOfMemoryError("HIP out of memory")', False),
+])
+def test_an_oom_without_torch_accounting_is_still_an_oom(text: str, is_oom: bool) -> None:
+    """An OOM message without torch's numbers (a bare CUDA or HIP error) is an OOM fact whose numbers
+    are unknown (null), not a missed OOM: on ROCm it said HIP and was missed."""
+    ooms = [f for f in parse_log([f"ERROR 05-19 10:13:00 [core.py:330] {text}"]).facts if f.kind == "oom"]
+    assert len(ooms) == is_oom
+    if is_oom:
+        assert ooms[0].data["generation"] == "unparsed" and ooms[0].data["tried_to_allocate_bytes"] is None
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
