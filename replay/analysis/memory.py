@@ -53,7 +53,8 @@ def accounting(b: Bundle) -> Accounting:
     util = b.meta.engine_args.get("gpu_memory_utilization") or _first(ev, "memory_budget", "gpu_memory_utilization")
     budget_gib = _first(ev, "memory_budget", "budget_gib") or _first(ev, "startup_free", "budget_gib")
     if total is None:
-        tg = _first(ev, "memory_budget", "total_gpu_gib") or _first(ev, "memory_profile", "total_gpu_gib")
+        tg = _first(ev, "memory_budget", "total_gpu_gib") or _first(ev, "memory_profile", "total_gpu_gib") \
+            or _first(ev, "startup_free", "total_gib")
         total = tg * GiB if tg else None
     budget = budget_gib * GiB if budget_gib else (util * total if util and total else None)
     ready_rss = _first(ev, "engine_ready", "rss_bytes")
@@ -65,15 +66,25 @@ def accounting(b: Bundle) -> Accounting:
                           {"engine_at_ready": float(ready_rss), "kv_pool": kv * GiB if kv else None},
                           "CPU engine: memory at ready (weights + preallocated KV pool + runtime); vLLM "
                           "sizes nothing beyond it", estimated=False)
-    weights = _first(ev, "memory_profile", "weights_gib") or _first(ev, "weights", "weights_gib")
-    non_torch = _first(ev, "memory_profile", "non_torch_gib")
-    act = _first(ev, "memory_profile", "activation_peak_gib")
-    kv = _first(ev, "memory_profile", "kv_cache_gib") or _first(ev, "kv_memory", "kv_cache_gib")
-    graph = _first(ev, "cuda_graph", "cuda_graph_gib") or _first(ev, "cuda_graph_estimate", "cuda_graph_gib")
+    # each part from the line that states it in vLLM's own terms, else from V1's start-up summary
+    # ('Free memory on device … Actual usage is …'), which 0.29+ logs at INFO
+    weights = _first(ev, "memory_profile", "weights_gib") or _first(ev, "weights", "weights_gib") \
+        or _first(ev, "startup_free", "weights_gib")
+    non_torch = _first(ev, "memory_profile", "non_torch_gib") or _first(ev, "startup_free", "non_torch_gib")
+    # (0.29+ states weights and non-torch memory only as one sum: non-torch is the sum less the weights
+    # where another line states those, else the sum is one part)
+    both = _first(ev, "startup_free", "consumed_gib") if non_torch is None else None
+    if both is not None and weights is not None:
+        non_torch, both = max(both - weights, 0.0), None
+    act = _first(ev, "memory_profile", "activation_peak_gib") or _first(ev, "startup_free", "activation_peak_gib")
+    kv = _first(ev, "memory_profile", "kv_cache_gib") or _first(ev, "kv_memory", "kv_cache_gib") \
+        or _first(ev, "startup_free", "kv_cache_gib")
+    graph = _first(ev, "cuda_graph", "cuda_graph_gib") or _first(ev, "startup_free", "cuda_graph_gib") \
+        or _first(ev, "cuda_graph_estimate", "cuda_graph_gib")
     version = b.meta.vllm_version or (b.meta.vllm_version_inferred or "").split("..")[0] or None
     graphs_counted = version is not None and version_key(version) >= (0, 21)
-    parts = {"weights": weights, "non_torch": non_torch, "activation_peak": act, "kv_pool": kv,
-             "cuda_graphs": graph if graphs_counted else None}
+    parts = {"weights": weights, "non_torch": non_torch, **({"weights_and_non_torch": both} if both is not None else {}),
+             "activation_peak": act, "kv_pool": kv, "cuda_graphs": graph if graphs_counted else None}
     known = [v for v in parts.values() if v is not None]
     accounted = sum(known) * GiB if kv is not None and known else None
     basis = "startup log: " + ", ".join(k for k, v in parts.items() if v is not None) if accounted else ""
@@ -130,7 +141,8 @@ def stacked_parts(acc: Accounting) -> list[tuple[str, float]]:
     if ready is not None:  # CPU engine: the KV pool is inside the memory at ready
         kv = p.get("kv_pool") or 0.0
         return [(k, v) for k, v in (("runtime + weights (at ready)", ready - kv), ("KV pool", kv)) if v]
-    names = {"weights": "weights", "non_torch": "non-torch", "activation_peak": "activation peak (profiled)",
+    names = {"weights": "weights", "non_torch": "non-torch", "weights_and_non_torch": "weights + non-torch",
+             "activation_peak": "activation peak (profiled)",
              "kv_pool": "KV pool", "cuda_graphs": "CUDA graphs"}
     return [(names.get(k, k), v) for k, v in p.items() if v]
 

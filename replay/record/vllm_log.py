@@ -90,7 +90,15 @@ R_MAXCONC = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per reques
 R_GRAPH = re.compile(r"Graph capturing finished in " + _NUM + r" secs?(?:, took " + _NUM + r" GiB)?")
 R_GRAPH_EST = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB")
 R_CPU_KV_SET = re.compile(r"Explicitly set \(?" + _NUM + r"(?:/[\d.]+)?\)? GiB for KV cache")
-R_FREE_MEM = re.compile(r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup\. Desired GPU memory utilization is \(" + _NUM + ", " + _NUM + r" GiB\)")
+R_FREE_MEM = re.compile(r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup\.(?: Desired GPU memory utilization is \("
+                        + _NUM + ", " + _NUM + r" GiB\))?")  # (with --kv-cache-memory, no desired utilization)
+# the rest of that line (0.10.2+; INFO from 0.29): what the engine measured at start-up, in two wordings
+R_ACTUAL = re.compile(r"Actual usage is " + _NUM + r" GiB for (weight|consumed memory \(weights \+ non-torch\)), " + _NUM
+                      + r" GiB for peak activation, (?:" + _NUM + r" GiB for non-torch memory, )?and " + _NUM + " GiB for CUDAGraph memory")
+R_SUGGEST = re.compile(r"--kv-cache-memory=(\d+)`? \([\d.]+ GiB\) to fit into requested memory, or `?--kv-cache-memory=(\d+)")
+R_KV_IN_USE = re.compile(r"Current kv cache memory in use is " + _NUM + " GiB")
+R_GRAPH_POOL = re.compile(r"CUDA graph pool memory: " + _NUM + r" GiB \(actual\), " + _NUM + r" GiB \(estimated\)")
+R_NUM_BLOCKS = re.compile(r"num_gpu_blocks is: " + _NUM)
 R_KV_BYTES = re.compile(r"reserved " + _NUM + r" GiB memory for KV Cache as specified by kv_cache_memory_bytes")
 R_MAXLEN_ERR = re.compile(r"max seq len \(" + _NUM + r"\) is larger than the maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)")
 R_NO_CACHE = re.compile(r"No available memory for the cache blocks")
@@ -439,8 +447,30 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     if "Free memory on device" in text:
         m = R_FREE_MEM.search(text)
         if m:
-            out.append(("startup_free", {"free_gib": _f(m.group(1)), "total_gib": _f(m.group(2)),
-                                         "gpu_memory_utilization": _f(m.group(3)), "budget_gib": _f(m.group(4))}))
+            data: dict[str, Any] = {"free_gib": _f(m.group(1)), "total_gib": _f(m.group(2)),
+                                    "gpu_memory_utilization": _f(m.group(3)) if m.group(3) else None,
+                                    "budget_gib": _f(m.group(4)) if m.group(4) else None}
+            a = R_ACTUAL.search(text)
+            if a:  # (0.29+ logs weights and non-torch memory as one sum: each alone is unknown there)
+                both = a.group(2) != "weight"
+                data.update(weights_gib=None if both else _f(a.group(1)), consumed_gib=_f(a.group(1)) if both else None,
+                            activation_peak_gib=_f(a.group(3)), non_torch_gib=_f(a.group(4)) if a.group(4) else None,
+                            cuda_graph_gib=_f(a.group(5)))
+            k = R_KV_IN_USE.search(text)
+            if k:
+                data["kv_cache_gib"] = _f(k.group(1))
+            g = R_SUGGEST.search(text)
+            if g:  # vLLM's own advice: the KV budget that fits the requested utilization, and the one that fills the GPU
+                data.update(kv_cache_memory_fit_bytes=int(g.group(1)), kv_cache_memory_full_bytes=int(g.group(2)))
+            out.append(("startup_free", data))
+    if "CUDA graph pool memory" in text:
+        m = R_GRAPH_POOL.search(text)
+        if m:
+            out.append(("cuda_graph", {"secs": None, "cuda_graph_gib": _f(m.group(1)), "estimated_gib": _f(m.group(2))}))
+    if "num_gpu_blocks is" in text:
+        m = R_NUM_BLOCKS.search(text)
+        if m:
+            out.append(("kv_blocks", {"gpu_blocks": int(_f(m.group(1))), "cpu_blocks": None}))
     if R_NO_CACHE.search(text) or R_INSUFF_KV.search(text):
         out.append(("vllm_memory_error", {"error": text.strip()[:300]}))
     if "preempted" in text:

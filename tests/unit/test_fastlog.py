@@ -186,6 +186,8 @@ _TELLING = [
     "torch.OutOfMemoryError: CUDA out of memory.", "default since v0.21.0", "using gpu_model_runner", "VllmWorkerProcess ready",
     "Pending: 3 reqs", "Swapped: 0 reqs", "see [worker.py:267] for it", "at scheduler.py:1558", "[loggers.py:271] stats",
     "[kv_cache_utils.py:864] x", "async_llm_engine.py:211 said", "(APIServer pid=1) nested",
+    "Free memory on device (1.0/2.0 GiB) on startup.", "CUDA graph pool memory: 0.5 GiB (actual), 0.4 GiB (estimated)",
+    "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 5",
 ]
 
 

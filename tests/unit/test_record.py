@@ -597,6 +597,64 @@ def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_p
     assert all(seen.values()), seen  # each kind of fact was really compared
 
 
+_V1_SUMMARY = {  # V1's start-up summary after CUDA graph capture, in its three shapes (vllm_internals.md §2.2)
+    "0.22": "Free memory on device (78.50/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
+            "Actual usage is 14.96 GiB for weight, 1.23 GiB for peak activation, 0.45 GiB for non-torch memory, and "
+            "2.10 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=56436170752` "
+            "(52.56 GiB) to fit into requested memory, or `--kv-cache-memory=64161087488` (59.75 GiB) to fully utilize "
+            "gpu memory. Current kv cache memory in use is 52.53 GiB.",
+    "0.29": "Free memory on device (23.91/23.98 GiB) on startup. Desired GPU memory utilization is (0.92, 22.07 GiB). "
+            "Actual usage is 4.77 GiB for consumed memory (weights + non-torch), 5.4 GiB for peak activation, and 3.74 "
+            "GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=4545302242` (4.23 "
+            "GiB) to fit into requested memory, or `--kv-cache-memory=5545302242` (5.16 GiB) to fully utilize gpu "
+            "memory. Current kv cache memory in use is 8.16 GiB.",
+    "kv-cache-memory set": "Free memory on device (264.19/267.69 GiB) on startup. Actual usage is 205.08 GiB for weight, "
+                           "3.75 GiB for peak activation, 1.63 GiB for non-torch memory, and 0.14 GiB for CUDAGraph "
+                           "memory. Current kv cache memory in use is 43.85 GiB.",
+}
+
+
+@pytest.mark.parametrize("shape", list(_V1_SUMMARY))
+def test_v1_startup_summary_gives_the_accounting(shape: str, tmp_path: Path) -> None:
+    """V1's start-up summary (INFO from 0.29, DEBUG before) states weights, peak activation, non-torch
+    and CUDA graph memory and the KV pool in use, and vLLM's own --kv-cache-memory advice: they are
+    the bundle's accounting when no other line states them (only free memory and budget were read).
+    With 0.29's wording, weights and non-torch memory are one sum: each alone stays unknown. The
+    CUDA graph pool line and the cache_config_info line give graph memory and blocks."""
+    from replay.analysis.memory import accounting
+    log = tmp_path / "v1.log"
+    log.write_text("\n".join([
+        "(APIServer pid=1) INFO 05-19 10:00:00 [api_server.py:1822] vLLM API server version 0.29.0",
+        f"(Worker_TP0 pid=123) INFO 05-19 10:00:30 [gpu_worker.py:789] {_V1_SUMMARY[shape]}",
+        "(Worker_TP0 pid=123) INFO 05-19 10:00:31 [gpu_model_runner.py:4500] CUDA graph pool memory: 3.61 GiB (actual), "
+        "3.74 GiB (estimated), difference: 0.13 GiB (3.5%).",
+        "(APIServer pid=1) INFO 05-19 10:00:32 [loggers.py:142] Engine 000: vllm cache_config_info with initialization "
+        "after num_gpu_blocks is: 57656",
+    ]) + "\n")
+    record([log], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    d = inspect_bundle(b)
+    summary = next(e for e in b.events if e["kind"] == "startup_free")
+    want = {"0.22": (14.96, 1.23, 0.45, 52.53), "0.29": (None, 5.4, None, 8.16),
+            "kv-cache-memory set": (205.08, 3.75, 1.63, 43.85)}[shape]
+    assert (d["weights_gib"], d["activation_peak_gib"], d["non_torch_gib"], d["kv_cache_gib"]) == want
+    assert d["cuda_graph_gib"] == 3.61 and d["gpu_blocks"] == 57656  # (the pool's actual size comes first)
+    assert summary["budget_gib"] == {"0.22": 71.27, "0.29": 22.07}.get(shape)
+    assert summary.get("kv_cache_memory_fit_bytes") == {"0.22": 56436170752, "0.29": 4545302242}.get(shape)
+    acc = accounting(b)
+    if shape == "0.29":
+        assert acc.parts["weights_and_non_torch"] == 4.77 * 2**30 and acc.parts["weights"] is None
+    parts = [v for v in acc.parts.values() if v is not None]
+    assert acc.accounted_bytes == pytest.approx(sum(parts)) and len(parts) >= 4
+    if shape == "0.29":  # with the weights stated elsewhere, non-torch memory is the sum less them
+        with log.open("a") as fh:
+            fh.write("(Worker_TP0 pid=123) INFO 05-19 10:00:10 [gpu_model_runner.py:2602] Model loading took 4.5 GiB "
+                     "memory and 12.3 seconds\n")
+        record([log], tmp_path / "c", RecordOptions(year=2025))
+        acc = accounting(read_bundle(tmp_path / "c"))
+        assert acc.parts["non_torch"] == pytest.approx(0.27 * 2**30) and "weights_and_non_torch" not in acc.parts
+
+
 def test_shipper_timed_and_tagged_lines_give_facts_times_and_year(tmp_path: Path) -> None:
     """A log saved by a shipper that puts its own local time and tags in front of every line, vLLM's
     traceback lines too (line shapes of a vLLM 0.19 start-up failure quoted in a GitHub issue): the
