@@ -84,6 +84,12 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
             L.append("| Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True | mitigate | TODO | " + f.id + " |")
         elif f.id == "divergence":
             L.append("| Add a CI gate: `replay check --max-discrepancy 3` on a replay of this trace | detect | TODO | divergence |")
+    advice = next((e for e in b.events if e.get("kind") == "startup_free" and e.get("kv_cache_memory_fit_bytes")), None)
+    if advice is not None:  # vLLM's own figure, from its start-up summary
+        fit = int(advice["kv_cache_memory_fit_bytes"])
+        L.append(f"| Size the KV pool in bytes, `--kv-cache-memory={fit}` ({fit / 2**30:.2f} GiB: vLLM's own figure to fit "
+                 "the requested memory, from its start-up summary), instead of `--gpu-memory-utilization` | mitigate | "
+                 f"TODO | {_md(advice.get('source'))} |")
     L += ["| TODO | | | |", "", "## Lessons learned", "", "- What went well: TODO", "- What went wrong: TODO",
           "- Where we got lucky: TODO", "", "## Timeline (UTC, merged from every source)", ""]
     rows = [e for e in b.events if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")]

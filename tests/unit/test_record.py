@@ -641,6 +641,13 @@ def test_v1_startup_summary_gives_the_accounting(shape: str, tmp_path: Path) -> 
     assert d["cuda_graph_gib"] == 3.61 and d["gpu_blocks"] == 57656  # (the pool's actual size comes first)
     assert summary["budget_gib"] == {"0.22": 71.27, "0.29": 22.07}.get(shape)
     assert summary.get("kv_cache_memory_fit_bytes") == {"0.22": 56436170752, "0.29": 4545302242}.get(shape)
+    from replay.report.postmortem import render_postmortem
+    advice = [ln for ln in render_postmortem(tmp_path / "b").splitlines() if "--kv-cache-memory=" in ln]
+    if summary.get("kv_cache_memory_fit_bytes"):  # vLLM's own advice is an action item, with where it was read
+        assert len(advice) == 1 and f"--kv-cache-memory={summary['kv_cache_memory_fit_bytes']}" in advice[0]
+        assert "v1.log:2" in advice[0]
+    else:
+        assert advice == []
     acc = accounting(b)
     if shape == "0.29":
         assert acc.parts["weights_and_non_torch"] == 4.77 * 2**30 and acc.parts["weights"] is None
