@@ -124,14 +124,14 @@ def record(
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
     at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601): exposition scrapes, nvidia-smi snapshots, kubectl describe (event ages count back from it).")] = None,
-    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, k8s, k8s-describe, kernel-log.")] = None,
+    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, kernel-log.")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
     clock_offset: Annotated[list[str] | None, typer.Option(help="FILE=+1.5s: that file's clock ran ahead of true time by this much (repeatable); its times are corrected.")] = None,
     live: Annotated[str | None, typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
     nvml: Annotated[bool, typer.Option(help="With --live: also sample NVML (read-only).")] = False,
-    interval: Annotated[str, typer.Option(help="With --live: sampling interval.")] = "1s",
+    interval: Annotated[str, typer.Option(help="With --live: sampling interval. With files: how far apart rows without times were taken (dcgmi dmon's -d), placed from --at.")] = "1s",
     duration: Annotated[str | None, typer.Option(help="With --live: stop after this long (default: Ctrl-C).")] = None,
 ) -> None:
     """Turn the evidence of an incident into one bundle on one UTC timeline, losing nothing.
@@ -153,6 +153,9 @@ def record(
         return
     if not evidence:
         raise ReplayError("give evidence files, or --live URL", 2)
+    rows_iv = parse_duration_us(interval)
+    if not rows_iv:
+        raise ReplayError("--interval: use forms like 1s, 250ms, 10m", 2)
     from replay.record.recorder import KINDS, RecordOptions
     from replay.record.recorder import record as do_record
     kinds: dict[str, str] = {}
@@ -176,7 +179,8 @@ def record(
     if unknown:
         raise ReplayError(f"--clock-offset names {', '.join(unknown)}, which is not among the evidence files", 2)
     opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
-                         nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets)
+                         nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
+                         rows_interval_s=rows_iv / 1e6)
     total = sum(p.stat().st_size for p in evidence if p.is_file())
     with Progress(TextColumn("[bold]record[/]"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=err, transient=True) as prog:

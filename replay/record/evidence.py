@@ -1,6 +1,7 @@
 """Parsers for the evidence besides vLLM's own logs: Prometheus (text or OpenMetrics scrapes,
-query_range JSON, Grafana CSV), DCGM, nvidia-smi (query-gpu CSV, query-compute-apps, the default
-table, -q, dmon, pmon), Kubernetes (events, pod status, describe) and kernel logs (OOM killer, Xid).
+query_range JSON, Grafana CSV), DCGM (exporter scrapes, `dcgmi dmon`), nvidia-smi (query-gpu CSV,
+query-compute-apps, the default table, -q, dmon, pmon), Kubernetes (events, pod status, describe)
+and kernel logs (OOM killer, Xid).
 
 Every parser returns ``Parsed``: samples and events with absolute UTC epoch µs (or ``None`` when
 the evidence does not say), plus quarantined lines with reasons. Metric names are mapped to the
@@ -620,6 +621,61 @@ def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
                        f"{len(p.samples)} values quarantined")
         p.quarantine.append((None, f"{len(p.samples)} dmon values without time", ""))
         p.samples = []
+    return p
+
+
+# `dcgmi dmon -e …` columns by the short names it prints (fields 250-252, 203-204), MiB and percent
+DCGMI_COLUMNS = {"FBTTL": ("device_total_bytes", MiB), "FBFRE": ("device_free_bytes", MiB),
+                 "FBUSD": ("device_used_bytes", MiB), "GPUTL": ("util_gpu_pct", 1.0), "MCUTL": ("util_mem_pct", 1.0)}
+
+
+def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: float = 1.0) -> Parsed:
+    """``dcgmi dmon -e …``: a '#Entity' header of field short names, a units line ('ID … W C'), then
+    one row per entity ('GPU 0', 'GPU-I 1') per sample. Its rows carry no time: with ``at`` (when it
+    started) the n-th sample of an entity is placed n × ``interval_s`` later (dcgmi's -d, 1000 ms by
+    default), else the values are quarantined, said in a note, as for nvidia-smi dmon."""
+    p = Parsed(kind="dcgmi-dmon")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    cols: list[str] = []
+    seen: dict[str, int] = {}  # entity -> samples so far
+    start = parse_time(at) if at else None
+    for i, ln in enumerate(lines, start=1):
+        s = ln.strip()
+        m = re.match(r"^(GPU(?:-I|-CI)?)\s+(\d+)\s+(.*)$", s)
+        if not m and (not s or s.startswith(("#Entity", "ID"))):  # (blank, the header, its units line)
+            cols = s.split()[1:] if s.startswith("#Entity") else cols
+            p.parsed += 1
+            continue
+        vals = m.group(3).split() if m else []
+        if not m or not cols or len(vals) != len(cols):
+            p.quarantine.append((i, f"not a dcgmi dmon row of {len(cols)} fields" if cols else "a row before the #Entity header", ln))
+            continue
+        entity = f"{m.group(1)} {m.group(2)}"
+        n = seen.get(entity, 0)
+        seen[entity] = n + 1
+        t = None if start is None else start + round(n * interval_s * 1_000_000)
+        gpu = int(m.group(2)) if m.group(1) == "GPU" else None  # (a MIG instance is not a GPU index)
+        for c, v in zip(cols, vals, strict=True):
+            if c in DCGMI_COLUMNS and v not in ("N/A", "-"):
+                try:
+                    val = float(v)
+                except ValueError:
+                    p.quarantine.append((i, f"{c}: not a number ({v!r})", ln))
+                    continue
+                metric, scale = DCGMI_COLUMNS[c]
+                p.samples.append((t, gpu, "dcgm", metric if gpu is not None else f"{metric}:{entity}", val * scale))
+        p.parsed += 1
+    if cols and not any(c in DCGMI_COLUMNS for c in cols):
+        p.notes.append(f"{path.name}: dcgmi dmon without memory fields ({' '.join(cols)}); use `dcgmi dmon -e 250,251,252`")
+    if p.samples and start is None:
+        p.notes.append(f"{path.name}: dcgmi dmon rows carry no time; give --at (when it started) to place them, "
+                       f"{len(p.samples)} values quarantined")
+        p.quarantine.append((None, f"{len(p.samples)} dcgmi dmon values without time", ""))
+        p.samples = []
+    elif p.samples:
+        p.notes.append(f"{path.name}: dcgmi dmon rows carry no time: placed from --at every {interval_s:g} s "
+                       "(dcgmi's -d; give --interval if it ran with another)")
     return p
 
 

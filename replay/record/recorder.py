@@ -33,7 +33,7 @@ from replay.units import GiB
 from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
-         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "k8s", "k8s-describe", "kernel-log")
+         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "kernel-log")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -292,6 +292,8 @@ def detect_kind(text: str) -> str | None:
         return "k8s"
     if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:"):
         return "k8s-describe"
+    if re.match(r"#Entity\s+\w", s):
+        return "dcgmi-dmon"
     if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
         return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
     if ev.kernel_log_head(head):
@@ -322,6 +324,7 @@ class RecordOptions:
     as_kind: dict[str, str] = field(default_factory=dict)
     keep_prompts: bool = False
     nvsmi_columns: str | None = None
+    rows_interval_s: float = 1.0  # how far apart rows without times were taken (dcgmi dmon's -d)
     metrics: list[str] = field(default_factory=list)
     clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
     progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
@@ -414,6 +417,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
         elif kind == "nvidia-smi-dmon":
             result = ev.parse_dmon(path, text, opts.tz_offset_s)
+        elif kind == "dcgmi-dmon":
+            result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s)
         elif kind == "k8s":
             result = ev.parse_k8s(path, text)
         else:  # k8s-describe (a kind outside KINDS was set aside above)

@@ -816,6 +816,39 @@ def test_record_as_names_every_kind_and_refuses_others(tmp_path: Path) -> None:
     assert ok.exit_code == 0 and read_bundle(tmp_path / "c").samples.height == 5
 
 
+# the shape `dcgmi dmon -e 203,204,155,150,250,251,252` prints (header of field short names, a units
+# line, one row per entity per sample; no times), as in a fixture captured on an RTX 2080 Ti with DCGM 3.3.5
+DCGMI = """#Entity   GPUTL             MCUTL             POWER             TMPTR        FBTTL        FBFRE        FBUSD
+ID                                             W                 C
+GPU 0     98                40                350.891           62           81559        1024         80535
+GPU 1     97                39                340.100           60           81559        2048         79511
+GPU 0     99                41                351.000           63           81559        N/A          81000
+GPU 1     97                39                340.200           60           81559        512          81047
+GPU-I 3   0                 0                 N/A               N/A          9984         9000         984
+"""
+
+
+def test_dcgmi_dmon_rows_are_placed_from_at_and_interval(tmp_path: Path) -> None:
+    """`dcgmi dmon` output is recognised by content; its rows carry no time, so with --at each
+    entity's n-th row is n intervals later; N/A is no value; a MIG instance is not a GPU index.
+    Without --at, its values are quarantined with a count and a note saying how to place them."""
+    src = tmp_path / "dcgmi.txt"
+    src.write_text(DCGMI)
+    reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-05-01T12:00:00Z", rows_interval_s=5.0))
+    assert reps[0].kind == "dcgmi-dmon" and reps[0].quarantined == 0
+    s = read_bundle(tmp_path / "b").samples.filter(pl.col("source") == "dcgm")
+    used = s.filter(pl.col("metric") == "device_used_bytes").sort("gpu", "t_us")
+    assert used.select("t_us", "gpu").rows() == [(0, 0), (5_000_000, 0), (0, 1), (5_000_000, 1)]
+    assert used["value"].to_list() == [v * 2**20 for v in (80535, 81000, 79511, 81047)]
+    free = s.filter(pl.col("metric") == "device_free_bytes")
+    assert free.height == 3  # (one N/A)
+    assert s.filter(pl.col("metric") == "device_used_bytes:GPU-I 3").height == 1
+    assert any("every 5 s" in n for n in reps[0].notes)
+    reps, _ = record([src], tmp_path / "c", RecordOptions())
+    assert read_bundle(tmp_path / "c").samples.height == 0 and reps[0].quarantined == 1
+    assert any("give --at" in n and "24 values quarantined" in n for n in reps[0].notes)
+
+
 def test_pmon_rows_are_processes_not_gpus(tmp_path: Path) -> None:
     """`nvidia-smi pmon`: a row is a process, so its fb column is that process's memory, never the GPU's
     used memory (three processes on GPU 0 used to overwrite device_used_bytes in turn); a pmon
