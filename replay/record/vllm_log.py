@@ -516,6 +516,7 @@ class LogParser:
         self._seen: set[tuple[str, str | None, str]] = set()
         self._open: _Line | None = None
         self._buf: list[str] = []
+        self._cont: list[tuple[int, bool]] = []  # each continuation's line, and whether it was counted there
         self._lo, self._hi = "0.0.0", "99.0.0"
         self._v1 = self._v0 = 0
         self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
@@ -536,6 +537,9 @@ class LogParser:
         facts = extract(text)
         if not msg.prefixed and not facts:
             res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
+            for (no, counted), t in zip(self._cont, self._buf, strict=True):  # (its continuations are not vLLM's either)
+                res.continuation_lines -= counted
+                res.quarantine.append((no, f"not a vLLM log line and no known fact (follows line {msg.no})", t))
         elif self._first(msg.no):
             res.lines_parsed += 1
         for kind, data in facts:
@@ -550,7 +554,7 @@ class LogParser:
                 self._seen.add(key)
             res.facts.append(LogFact(kind, data, msg.no, msg.rank, msg.iso or msg.ts, text[:2000],
                                      msg.ts or msg.iso, msg.ts is not None))
-        self._open, self._buf = None, []
+        self._open, self._buf, self._cont = None, [], []
 
     def barrier(self) -> None:
         self._flush()
@@ -596,14 +600,12 @@ class LogParser:
         # stands on its own as a fact.
         alone = extract(ln.text)
         msg = self._open
-        if msg is not None and not alone and len(self._buf) < 200:
+        if msg is not None and (not alone or msg.prefixed and not extract(msg.text) and not ln.text.lstrip().startswith(
+                ("torch.", "RuntimeError", "ValueError"))) and len(self._buf) < 200:
+            counted = self._first(ln.no)
             self._buf.append(ln.text.strip())
-            res.continuation_lines += self._first(ln.no)
-            return
-        if msg is not None and alone and msg.prefixed and not extract(msg.text) and len(self._buf) < 200 \
-                and not ln.text.lstrip().startswith(("torch.", "RuntimeError", "ValueError")):
-            self._buf.append(ln.text.strip())
-            res.continuation_lines += self._first(ln.no)
+            self._cont.append((ln.no, counted))
+            res.continuation_lines += counted
             return
         self._flush()
         self._open = ln

@@ -125,6 +125,18 @@ def test_an_oom_without_torch_accounting_is_still_an_oom(text: str, is_oom: bool
         assert ooms[0].data["generation"] == "unparsed" and ooms[0].data["tried_to_allocate_bytes"] is None
 
 
+def test_lines_after_a_line_that_is_not_vllms_are_quarantined_each() -> None:
+    """Lines that follow a line that is not vLLM's and tell nothing are quarantined one by one with
+    their numbers (they counted as that line's continuation: all but the first were lost silently);
+    a traceback under a vLLM message is still that message's continuation."""
+    r = parse_log(["some tool's banner, about vllm", "  its second line", "  its third line",
+                   "ERROR 05-19 10:13:00 [core.py:330] EngineCore failed to start.", "Traceback (most recent call last):",
+                   '  File "/x/vllm/v1/engine/core.py", line 1, in run'])
+    assert [q[0] for q in r.quarantine] == [1, 2, 3] and "follows line 1" in r.quarantine[2][1]
+    assert r.continuation_lines == 2 and r.lines_parsed == 1
+    assert r.lines_parsed + r.continuation_lines + len(r.quarantine) == r.lines_read
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
