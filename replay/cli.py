@@ -124,7 +124,7 @@ def record(
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
     at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601): exposition scrapes, nvidia-smi snapshots, kubectl describe (event ages count back from it).")] = None,
-    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, kernel-log.")] = None,
+    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, k8s-events-table, kernel-log.")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,

@@ -881,6 +881,49 @@ def _age_s(age: str) -> int | None:
     return sum(int(n) * _AGE_S[u] for n, u in parts)
 
 
+EVENTS_TABLE_HEADER = re.compile(r"^(?:NAMESPACE\s+)?LAST SEEN\s+(?:TYPE|FIRST SEEN)\s")
+_COLUMN = re.compile(r"[A-Z]+(?: SEEN)?")
+
+
+def parse_events_table(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
+    """``kubectl get events`` / ``kubectl events`` as the table they print (plain, ``-A``, ``-o wide``,
+    and old kubectl's column order): columns cut where the header's names start (kubectl pads
+    them so), ages placed at ``--at`` minus the age as for ``kubectl describe``."""
+    p = Parsed(kind="k8s-events-table")
+    lines = text.splitlines()
+    p.lines = len(lines)
+    taken = parse_time(at, tz_offset_s) if at else None
+    cols: list[tuple[str, int]] = []
+    for i, ln in enumerate(lines, start=1):
+        if not ln.strip():
+            p.parsed += 1
+            continue
+        if EVENTS_TABLE_HEADER.match(ln):  # (a header again: a second listing pasted after the first)
+            cols = [(m.group(0), m.start()) for m in _COLUMN.finditer(ln)]
+            p.parsed += 1
+            continue
+        if not cols:
+            p.quarantine.append((i, "a row before the events table's header", ln))
+            continue
+        row = {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+        if not row.get("REASON") or not row.get("LAST SEEN"):
+            p.quarantine.append((i, "an events row without its reason or age", ln))
+            continue
+        age = _age_s(row["LAST SEEN"])
+        count = row.get("COUNT", "")
+        p.events.append({"t": taken - age * 1_000_000 if taken is not None and age is not None else None,
+                         "kind": "k8s_event", "line": i, "data": {
+                             "type": row.get("TYPE") or None, "reason": row["REASON"], "object": row.get("OBJECT") or row.get("NAME"),
+                             "message": row.get("MESSAGE") or None, "age": row["LAST SEEN"],
+                             "count": int(count) if count.isdigit() else None, "namespace": row.get("NAMESPACE")}})
+        p.parsed += 1
+    if any(e["t"] is None for e in p.events):
+        p.notes.append(f"{path.name}: an events table gives ages, not times; pass --at with when it was taken to place them")
+    elif p.events:
+        p.notes.append(f"{path.name}: event times are --at minus their ages (to the second kubectl rounds to)")
+    return p
+
+
 def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
     """``kubectl describe pod``: its Events (ages, placed at ``--at`` minus the age when --at says
     when the describe was taken) and each container's terminated State or Last State (OOMKilled/exit

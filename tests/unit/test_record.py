@@ -1035,6 +1035,52 @@ def test_k8s_events_in_every_shape_kubectl_writes(tmp_path: Path) -> None:
     assert evs[1]["message"].startswith("0/4 nodes") and evs[1]["object"] == "Pod/vllm-1" and evs[1]["count"] == 5
 
 
+# `kubectl get events` as printed: plain (and `kubectl events`), -A, -o wide, and kubectl before 1.17
+EVENTS_TABLES = {
+    "plain": """LAST SEEN   TYPE      REASON       OBJECT                     MESSAGE
+12m         Normal    Scheduled    pod/vllm-0                 Successfully assigned default/vllm-0 to gpu-node-1
+3m12s       Warning   BackOff      pod/vllm-0                 Back-off restarting failed container vllm in pod vllm-0
+90s         Warning   OOMKilling   node/gpu-node-1            Memory cgroup out of memory: Killed process 4242 (python3)
+""",
+    "all-namespaces": """NAMESPACE   LAST SEEN   TYPE      REASON       OBJECT            MESSAGE
+serving     12m         Normal    Scheduled    pod/vllm-0        Successfully assigned serving/vllm-0 to gpu-node-1
+serving     3m12s       Warning   BackOff      pod/vllm-0        Back-off restarting failed container vllm in pod vllm-0
+default     90s         Warning   OOMKilling   node/gpu-node-1   Memory cgroup out of memory: Killed process 4242 (python3)
+""",
+    "wide": """LAST SEEN   TYPE      REASON       OBJECT            SUBOBJECT              SOURCE                MESSAGE                                                      FIRST SEEN   COUNT   NAME
+12m         Normal    Scheduled    pod/vllm-0                               default-scheduler     Successfully assigned default/vllm-0 to gpu-node-1           12m          1       vllm-0.17a
+3m12s       Warning   BackOff      pod/vllm-0        spec.containers{vllm}  kubelet, gpu-node-1   Back-off restarting failed container vllm in pod vllm-0      10m          7       vllm-0.17b
+90s         Warning   OOMKilling   node/gpu-node-1                          kernel-monitor        Memory cgroup out of memory: Killed process 4242 (python3)   90s          1       gpu-node-1.17c
+""",
+    "old kubectl": """LAST SEEN   FIRST SEEN   COUNT     NAME          KIND   SUBOBJECT               TYPE      REASON       SOURCE              MESSAGE
+12m         12m          1         vllm-0.17a    Pod                            Normal    Scheduled    default-scheduler   Successfully assigned default/vllm-0 to gpu-node-1
+3m          10m          7         vllm-0.17b    Pod    spec.containers{vllm}   Warning   BackOff      kubelet, gpu-node   Back-off restarting failed container
+1m          1m           1         gpu-node-1    Node                           Warning   OOMKilling   kernel-monitor      Memory cgroup out of memory: Killed process 4242 (python3)
+""",
+}
+
+
+@pytest.mark.parametrize("shape", list(EVENTS_TABLES))
+def test_kubectl_events_table_in_every_shape(shape: str, tmp_path: Path) -> None:
+    """`kubectl get events` pasted as its table (it was taken for a vLLM log: every row was lost) is
+    read column by column, in each shape kubectl prints: reason, type, object, message, count; with
+    --at the ages place the events, without it a note says how."""
+    src = tmp_path / "events.txt"
+    src.write_text(EVENTS_TABLES[shape] + "this line is no row\n")
+    reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-05-01T12:00:00Z"))
+    assert reps[0].kind == "k8s-events-table"
+    ev = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "k8s_event"]
+    assert [e["reason"] for e in ev] == ["Scheduled", "BackOff", "OOMKilling"]
+    assert [e["type"] for e in ev] == ["Normal", "Warning", "Warning"]
+    assert ev[2]["message"] == "Memory cgroup out of memory: Killed process 4242 (python3)"
+    assert ev[1]["message"].startswith("Back-off restarting failed container")
+    assert (ev[2]["t_us"] - ev[0]["t_us"]) / 1e6 == {"old kubectl": 660}.get(shape, 630)  # 12m - 90s (old: 1m)
+    assert ev[1]["count"] == (7 if shape in ("wide", "old kubectl") else None)
+    assert ev[0]["object"] in ("pod/vllm-0", "vllm-0.17a") and reps[0].quarantined == 1
+    reps, _ = record([src], tmp_path / "c", RecordOptions())
+    assert any("pass --at" in n for n in reps[0].notes)
+
+
 def test_describe_pod_oomkilled_with_its_time(tmp_path: Path) -> None:
     """`kubectl describe pod`: a container terminated OOMKilled (State or Last State) is a host OOM kill
     at its Finished time, naming the container; events are placed at --at minus their age."""
