@@ -94,6 +94,34 @@ class Analysis:
         }
 
 
+def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
+    """vLLM's own memory errors (it refused to start, or to size its KV cache), each kind once."""
+    out: dict[str, Finding] = {}
+    for e in events:
+        if e.get("kind") != "vllm_memory_error":
+            continue
+        ev = [{"t_us": e.get("t_us"), "source": e.get("source")}]
+        if e.get("free_gib") is not None and e.get("total_gib") is not None and e.get("budget_gib") is not None:
+            held = e["total_gib"] - e["free_gib"]
+            fits = e["free_gib"] / e["total_gib"]
+            out.setdefault("startup:gpu_in_use", Finding(
+                "startup:gpu_in_use", "vLLM could not start: the GPU was already in use",
+                f"{e['free_gib']:.2f} of {e['total_gib']:.2f} GiB free at start-up, less than the "
+                f"{e['budget_gib']:.2f} GiB asked for (gpu_memory_utilization {e.get('gpu_memory_utilization')}): "
+                f"{held:.2f} GiB was held by something else (another engine, an orphaned EngineCore of an earlier "
+                f"start, another container; `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` names "
+                f"it); at most gpu_memory_utilization {fits:.2f} fits beside it", "high", ev))
+        elif e.get("max_model_len") is not None:
+            out.setdefault("startup:max_model_len", Finding(
+                "startup:max_model_len", "vLLM could not start: max_model_len exceeds what the KV cache holds",
+                f"max_model_len {e['max_model_len']} needs more KV cache than the budget holds "
+                f"({e.get('kv_tokens')} tokens); lower --max-model-len or raise the KV budget", "high", ev))
+        else:
+            out.setdefault("startup:kv_cache", Finding(
+                "startup:kv_cache", "vLLM's own memory error", str(e.get("error") or "")[:300], "high", ev))
+    return list(out.values())
+
+
 def analyze_bundle(b: Bundle) -> Analysis:
     acc = accounting(b)
     actual, src = actual_frame(b.samples)
@@ -145,6 +173,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
         elif e.get("kind") == "emulated_oom":
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
+    findings += _vllm_memory_errors(b.events)
     for e in b.events:  # GPU errors from the kernel log end engines without any CUDA OOM
         if e.get("kind") == "gpu_xid":
             findings.append(Finding(f"gpu:xid{e.get('xid')}", f"GPU error Xid {e.get('xid')}: {e.get('meaning')}",

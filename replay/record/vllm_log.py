@@ -90,7 +90,10 @@ R_MAXCONC = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per reques
 R_GRAPH = re.compile(r"Graph capturing finished in " + _NUM + r" secs?(?:, took " + _NUM + r" GiB)?")
 R_GRAPH_EST = re.compile(r"Estimated CUDA graph memory: " + _NUM + " GiB")
 R_CPU_KV_SET = re.compile(r"Explicitly set \(?" + _NUM + r"(?:/[\d.]+)?\)? GiB for KV cache")
-R_FREE_MEM = re.compile(r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup\.(?: Desired GPU memory utilization is \("
+# V1's start-up guard (0.10+): the GPU had less free memory than the budget asked for ('device cuda:0' from 0.11)
+R_FREE_SHORT = re.compile(r"Free memory on device(?: [\w:]+)? \(" + _NUM + "/" + _NUM + r" GiB\) on startup is less than desired GPU "
+                          r"memory utilization \(" + _NUM + ", " + _NUM + r" GiB\)")
+R_FREE_MEM = re.compile(r"Free memory on device(?: [\w:]+)? \(" + _NUM + "/" + _NUM + r" GiB\) on startup\.(?: Desired GPU memory utilization is \("
                         + _NUM + ", " + _NUM + r" GiB\))?")  # (with --kv-cache-memory, no desired utilization)
 # the rest of that line (0.10.2+; INFO from 0.29): what the engine measured at start-up, in two wordings
 R_ACTUAL = re.compile(r"Actual usage is " + _NUM + r" GiB for (weight|consumed memory \(weights \+ non-torch\)), " + _NUM
@@ -471,6 +474,12 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         m = R_NUM_BLOCKS.search(text)
         if m:
             out.append(("kv_blocks", {"gpu_blocks": int(_f(m.group(1))), "cpu_blocks": None}))
+    if "on startup is less than" in text:
+        m = R_FREE_SHORT.search(text)
+        if m:
+            out.append(("vllm_memory_error", {"error": text.strip()[:300], "free_gib": _f(m.group(1)),
+                                              "total_gib": _f(m.group(2)), "gpu_memory_utilization": _f(m.group(3)),
+                                              "budget_gib": _f(m.group(4))}))
     if R_NO_CACHE.search(text) or R_INSUFF_KV.search(text):
         out.append(("vllm_memory_error", {"error": text.strip()[:300]}))
     if "preempted" in text:

@@ -82,6 +82,9 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
             L.append("| Cap or reject prompt_logprobs on long prompts (--max-logprobs, gateway limit) | prevent | TODO | " + f.id + " |")
         elif f.id.startswith("oom:fragmentation"):
             L.append("| Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True | mitigate | TODO | " + f.id + " |")
+        elif f.id == "startup:gpu_in_use":
+            L.append("| Check that the GPU is free before the engine starts (an orphaned EngineCore, a second engine) "
+                     "and alert on it | prevent | TODO | " + f.id + " |")
         elif f.id == "divergence":
             L.append("| Add a CI gate: `replay check --max-discrepancy 3` on a replay of this trace | detect | TODO | divergence |")
     advice = next((e for e in b.events if e.get("kind") == "startup_free" and e.get("kv_cache_memory_fit_bytes")), None)

@@ -137,6 +137,31 @@ def test_lines_after_a_line_that_is_not_vllms_are_quarantined_each() -> None:
     assert r.lines_parsed + r.continuation_lines + len(r.quarantine) == r.lines_read
 
 
+def test_vllm_refusing_to_start_is_a_finding_with_its_numbers(tmp_path: Path) -> None:
+    """vLLM's start-up guard ('Free memory on device cuda:0 (F/T GiB) on startup is less than desired
+    GPU memory utilization', 0.10+; the shape quoted by many users of an orphaned engine) is a memory
+    error with its numbers, and the analysis says what held the GPU and what would fit; the real
+    0.6.4 log's max_model_len error is a finding too. (Neither was a finding: vLLM's own memory
+    errors were events only.)"""
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.report.postmortem import render_postmortem
+    log = tmp_path / "guard.log"
+    log.write_text("(EngineCore_DP0 pid=253) ERROR 05-19 10:00:05 [core.py:708] ValueError: Free memory on device cuda:0 "
+                   "(12.18/23.56 GiB) on startup is less than desired GPU memory utilization (0.92, 21.67 GiB). Decrease "
+                   "GPU memory utilization or reduce GPU memory used by other processes.\n")
+    record([log], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    err = next(e for e in b.events if e["kind"] == "vllm_memory_error")
+    assert (err["free_gib"], err["total_gib"], err["gpu_memory_utilization"], err["budget_gib"]) == (12.18, 23.56, 0.92, 21.67)
+    f = next(f for f in analyze_bundle(b).findings if f.id == "startup:gpu_in_use")
+    assert "11.38 GiB was held by something else" in f.detail and "at most gpu_memory_utilization 0.52" in f.detail
+    assert f.evidence[0]["source"] == "guard.log:1"
+    assert "| prevent | TODO | startup:gpu_in_use |" in render_postmortem(tmp_path / "b")
+    record([DATA / "v064_rtx3090_llama31_8b_profiling_maxlen_error.log"], tmp_path / "c", RecordOptions(year=2024))
+    f = next(f for f in analyze_bundle(read_bundle(tmp_path / "c")).findings if f.id == "startup:max_model_len")
+    assert "max_model_len 29000" in f.detail and "23648 tokens" in f.detail
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
