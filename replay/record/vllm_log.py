@@ -136,7 +136,8 @@ R_OOM_OLD = re.compile(
     r"(?P<free>[\d.]+ \w+) free; (?:(?P<allowed>[\d.]+ \w+) allowed; )?(?P<resv_total>[\d.]+ \w+) reserved in total by PyTorch\)")
 R_OOM_ANY = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory", re.I)
 # an OOM without torch's accounting (CUDA; HIP on ROCm; XPU): still an OOM, its numbers unknown
-R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory")
+R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory"
+                        r"|Cuda failure (?:\d+ )?'out of memory'")  # (the last: NCCL's, at communicator set-up)
 R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
 R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"

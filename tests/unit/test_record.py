@@ -113,6 +113,8 @@ def test_real_world_mess() -> None:
     ("RuntimeError: CUDA error: out of memory", True),
     ("torch.OutOfMemoryError: HIP out of memory.", True),  # ROCm (MI300 and kin) says HIP
     ("RuntimeError: HIP error: out of memory", True),
+    ("misc/strongstream.cc:53 NCCL WARN Cuda failure 'out of memory'", True),  # NCCL, setting up tensor parallelism
+    ("include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'", True),
     ('  File "/x/torch/cuda/memory.py", line 3, in f  # CUDA out of memory', False),  # a traceback's source line
     ('raise torch.OutOfMemoryError("HIP out of memory")', False),
 ])
