@@ -144,6 +144,8 @@ class FastFacts:
     requests: list[Path] = field(default_factory=list)
     slow_requests: list[Path] = field(default_factory=list)  # those of the reference parser: only they
     # can hold 'Aborted request' facts
+    request_ends: list[tuple[int, str]] = field(default_factory=list)  # (line, ts) of each file's first and
+    # last request fact: enough to see where a log turns to a new year without reading them
     lines: int = 0
 
     def stats_frame(self, drop: pl.Series | None = None) -> pl.LazyFrame:
@@ -478,7 +480,7 @@ class _Piece:
     slow: pl.DataFrame  # line, raw, prev (the line before took the fast lane; null for the first)
     last_fast: bool
     fast_lines: int
-    files: tuple[Path | None, Path | None]  # this piece's fast-lane stats and request facts, spilled
+    files: _Spilled  # this piece's fast-lane stats and request facts
     representatives: list[tuple[str, int]]
 
 
@@ -587,7 +589,14 @@ def _slow_frames(res: LogParse, keep_prompts: bool = False, start: int = 0) -> t
     return (sdf.with_columns(h=_KEY).select(list(_STATS_COLS)), rdf.with_columns(h=_KEY, rh=ID_HASH).select(list(_REQUEST_COLS)))
 
 
-def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Path) -> tuple[Path | None, Path | None]:
+@dataclass
+class _Spilled:
+    stats: Path | None
+    requests: Path | None
+    request_ends: list[tuple[int, str]]  # (line, ts) of its first and last request fact
+
+
+def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Path) -> _Spilled:
     """Write stats and request facts (each in line order) to their own files; None where there are none."""
     out: list[Path | None] = []
     for name, df in zip(("stats", "requests"), frames, strict=True):
@@ -595,15 +604,19 @@ def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Pat
         if df.height:
             df.write_ipc(f)
         out.append(f if df.height else None)
-    return out[0], out[1]
+    rq = frames[1]
+    ends = [(int(rq["line"][i]), str(rq["ts"][i])) for i in (0, -1) if rq["ts"][i] is not None] if rq.height else []
+    return _Spilled(out[0], out[1], ends)
 
 
-def _add_files(ff: FastFacts, files: tuple[Path | None, Path | None], slow: bool = False) -> None:
-    for name, f in zip(("stats", "requests"), files, strict=True):
-        if f is not None:
-            getattr(ff, name).append(f)
-    if slow and files[1] is not None:
-        ff.slow_requests.append(files[1])
+def _add_files(ff: FastFacts, files: _Spilled, slow: bool = False) -> None:
+    if files.stats is not None:
+        ff.stats.append(files.stats)
+    if files.requests is not None:
+        ff.requests.append(files.requests)
+        ff.request_ends += files.request_ends
+        if slow:
+            ff.slow_requests.append(files.requests)
 
 
 def _drop_repeats(ff: FastFacts, res: LogParse, names: tuple[str, ...] = ("stats", "requests")) -> None:

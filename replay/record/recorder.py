@@ -5,6 +5,7 @@ as one log would, and say so in their notes."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import hashlib
@@ -28,7 +29,7 @@ from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
-from replay.record.vllm_log import fact_time_us, physical_lines
+from replay.record.vllm_log import LogParse, fact_time_us, physical_lines
 from replay.units import GiB
 from replay.versioning import version_key
 
@@ -129,12 +130,71 @@ def _fingerprint(path: Path, size: int) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int = 0) -> pl.LazyFrame:
+def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int = 0,
+           turns: list[tuple[int, int]] | None = None) -> pl.LazyFrame:
     """Add ``t`` (epoch µs) to log facts: ``t_exact`` where the line had an ISO container timestamp,
-    else the logged 'MM-DD HH:MM:SS' in ``year`` (the rules of ``vllm_log.fact_time_us``), corrected
-    by the source's clock offset (how far its clock ran ahead of true time)."""
+    else the logged 'MM-DD HH:MM:SS' in ``year`` (the rules of ``vllm_log.fact_time_us``), or in the
+    year ``turns`` give its line (a log that runs through New Year, see ``year_turns``), corrected by
+    the source's clock offset (how far its clock ran ahead of true time)."""
+    if turns:
+        state = pl.DataFrame(turns, schema={"line": pl.Int64, "_state": pl.Int64}, orient="row").lazy()
+        month = pl.col("ts").str.slice(0, 2).cast(pl.Int64, strict=False)
+        st = pl.col("_state").fill_null(turns[0][1])
+        d = month - 1 - st % 12
+        lf = lf.sort("line").join_asof(state, on="line").with_columns(
+            _year=pl.lit(year) + st // 12 + pl.when(d <= -TURN_MONTHS).then(1).when(d >= TURN_MONTHS).then(-1).otherwise(0))
+        logged = (pl.col("_year").cast(pl.Utf8) + "-" + pl.col("ts")).str.to_datetime(
+            "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
+        return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000)
+                               - clock_offset_us).drop("_state", "_year")
     logged = (pl.lit(f"{year}-") + pl.col("ts")).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
     return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000) - clock_offset_us)
+
+
+TURN_MONTHS = 9  # a log's dates falling back this many months or more turn to a new year (Dec -> Jan is
+# 11; a smaller fall is lines out of order, such as runs months apart pasted into one file, not a turn)
+
+
+def _year_near(month: int, state: int) -> int:
+    """The year (0: the log's first) that puts ``month`` (1-12) nearest the log's progress ``state``
+    (years × 12 + month - 1): a line of December just after the log turned to January is the old
+    year's; one of January just before a probe saw the turn is already the new year's."""
+    d = month - 1 - state % 12
+    return state // 12 + (1 if d <= -TURN_MONTHS else -1 if d >= TURN_MONTHS else 0)
+
+
+def _year_at(turns: list[tuple[int, int]], line: int, ts: str | None) -> int:
+    """The year (0: the log's first) of a fact at ``line`` logged at ``ts`` ('MM-DD …'), by ``turns``."""
+    if not turns or not ts or not ts[:2].isdigit() or ts[2:3] != "-":
+        return 0
+    k = bisect.bisect_right(turns, (line, 1 << 62)) - 1
+    return _year_near(int(ts[:2]), turns[max(k, 0)][1])
+
+
+def _year_probes(lp: LogParse, ff: FastFacts) -> list[tuple[int, str]]:
+    """(line, logged time) of a log's facts, enough to see where it turns to a new year: every fact
+    of the line-by-line parser and every stats fact (few), and the first and last request fact of
+    each piece (noted as the piece was spilled: the request facts are not read again)."""
+    probes = [(f.line, f.key_ts) for f in lp.facts if f.logged_ts and f.key_ts]
+    probes += ff.stats_frame().select("line", "ts").collect().rows()
+    return [(int(ln), str(ts)) for ln, ts in probes if ts is not None] + ff.request_ends
+
+
+def year_turns(probes: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """Where a log without years runs into a new year: from (line, 'MM-DD …') probes of its facts, the
+    lines where its progress (``_year_near``'s state) moves on, as (line, state); empty when the log
+    stays in one year (the common case, which then costs nothing more)."""
+    out: list[tuple[int, int]] = []
+    state: int | None = None
+    for line, ts in sorted(probes):
+        m = int(ts[:2]) if ts[:2].isdigit() and ts[2:3] == "-" else 0
+        if not 1 <= m <= 12:
+            continue  # (an ISO time: exact, no year to find)
+        cand = m - 1 if state is None else _year_near(m, state) * 12 + m - 1
+        if state is None or cand > state:
+            state = cand
+            out.append((line, state))
+    return out if out and out[-1][1] >= 12 else []
 
 
 @dataclass
@@ -495,8 +555,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                                  "own numbers are lost (RAY_DEDUP_LOGS=0 keeps every line)")
             for no, reason, raw in lp.quarantine:
                 quarantine.append((str(path), no, reason, raw))
+            turns = year_turns(_year_probes(lp, ff))
+            if turns:
+                rep.notes.append(f"the log runs into a new year (its dates turn back to January): lines from "
+                                 f"{path.name}:{next(ln for ln, st in turns if st >= 12)} on are dated {year + 1} or later")
             log = _LogFacts(path.name, ff, functools.partial(_timed, year=year, tz_offset_s=opts.tz_offset_s,
-                                                             clock_offset_us=off),
+                                                             clock_offset_us=off, turns=turns),
                             pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64))
             mine = ff.stats_keys()
             stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
@@ -508,7 +572,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                     if first != str(path):
                         also_in[Path(first).name] = also_in.get(Path(first).name, 0) + 1
                         continue
-                t = fact_time_us(f.ts, year, opts.tz_offset_s)
+                t = fact_time_us(f.ts, year + _year_at(turns, f.line, f.ts), opts.tz_offset_s)
                 t = None if t is None else t - off
                 src = f"{path.name}:{f.line}"
                 events.append({"t": t, "kind": f.kind, "data": dict(f.data), "source": src, "rank": f.rank})

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
 from replay.errors import ReplayError
+from replay.record import fastlog
 from replay.record.evidence import parse_exposition
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
@@ -728,6 +729,60 @@ def test_shipper_timed_and_tagged_lines_give_facts_times_and_year(tmp_path: Path
     assert len(err) == 1 and err[0]["error"].startswith("ValueError: To serve at least one request")
     assert b.meta.t0_utc.startswith("2024-06-09T14:01:40")
     assert any(n.startswith("log year 2024 from the times") for n in summary["notes"])
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 8 << 10])
+def test_a_log_that_runs_into_a_new_year_keeps_its_order(chunk: int, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's times have no year: a log running through New Year turns from '12-31' back to '01-01',
+    and its January lines were dated eleven months before its December ones (t0 moved a year back).
+    Now the year turns with the log, in both lanes (stats and request lines, and the line-by-line
+    parser's facts), whatever the pieces; a rank still writing December just after the turn keeps
+    its December; a note says where the log turned."""
+    monkeypatch.setattr(fastlog, "CHUNK_BYTES", chunk)
+    lines = []
+    for i in range(600):  # 5 minutes either side of midnight, a second apart
+        sec = 23 * 3600 + 55 * 60 + i
+        day, sec = ("12-31", sec) if sec < 86400 else ("01-01", sec - 86400)
+        t = f"{day} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        lines.append(STATS_LINE.format(t=t, kv=i % 90))
+        lines.append(f"(APIServer pid=1) INFO {t} [async_llm.py:587] Added request cmpl-{i}-0.")
+        if i == 590:  # the line-by-line parser's kind of fact, after the turn
+            lines.append(f"(EngineCore_DP0 pid=7) INFO {t} [gpu_worker.py:298] Available KV cache memory: 6.51 GiB")
+        if i == 601 - 10:
+            lines.append(STATS_LINE.format(t="12-31 23:59:59", kv=99).replace("APIServer pid=1", "APIServer pid=2"))
+    log = tmp_path / "newyear.log"
+    log.write_text("\n".join(lines) + "\n")
+    _, summary = record([log], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc.startswith("2025-12-31T23:55:00")
+    kv = b.samples.filter(pl.col("metric") == "kv_usage_ratio").sort("t_us")
+    assert kv["t_us"].max() - kv["t_us"].min() == 599 * 1_000_000  # ten minutes, not a year
+    late = kv.filter(pl.col("value") == 0.99)  # the lagging rank's December line, logged after the turn
+    assert late["t_us"].to_list() == [299 * 1_000_000]
+    arr = b.requests.sort("arrival_us")["arrival_us"].to_list()
+    assert arr[0] == 0 and arr[-1] == 599 * 1_000_000 and arr == sorted(arr) and len(arr) == 600
+    kvm = next(e for e in b.events if e["kind"] == "kv_memory")
+    assert kvm["t_us"] == 590 * 1_000_000
+    notes = [n for i in b.meta.inputs for n in i.get("notes") or []]
+    assert any("runs into a new year" in n and "dated 2026" in n for n in notes)
+
+
+def test_year_turns_only_where_dates_fall_back_by_most_of_a_year() -> None:
+    """December to January is a turn (wherever the probes fall: November to February too); runs months
+    apart pasted into one file out of order (November, then May) are not, and neither is a rank
+    lagging a second behind across midnight."""
+    from replay.record.recorder import year_turns
+    assert year_turns([(1, "12-31 23:59:50"), (5, "01-01 00:00:00"), (6, "12-31 23:59:59"), (9, "01-01 00:00:01")]) \
+        == [(1, 11), (5, 12)]
+    assert year_turns([(1, "11-01 00:00:00"), (5, "02-01 00:00:00")]) == [(1, 10), (5, 13)]
+    assert year_turns([(1, "11-20 10:00:00"), (5, "05-01 00:00:00"), (6, "11-20 10:00:00")]) == []
+    assert year_turns([(1, "05-01 00:00:00"), (2, "2025-05-01T00:00:00Z"), (3, "06-01 00:00:00")]) == []
+
+
+STATS_LINE = ("(APIServer pid=1) INFO {t} [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
+              "throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: {kv}.0%, Prefix cache hit "
+              "rate: 0.0%")
 
 
 def test_shipper_times_of_every_precision_and_zone() -> None:
