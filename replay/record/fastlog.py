@@ -33,6 +33,7 @@ from replay.errors import ReplayError
 from replay.filehash import HashingReader, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
+    ANSI,
     COMPOSE_PREFIX,
     CRI_FLAG,
     ISO_TIME,
@@ -340,7 +341,8 @@ def _marks(df: pl.DataFrame) -> pl.DataFrame:
     ).collect()
 
 
-def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
+def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
+              has_esc: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
                                                          list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
@@ -354,6 +356,10 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
+    if has_esc:  # colour codes go first, as the reference takes them off (vLLM colours its prefix on a terminal)
+        at = df["raw"].str.contains("\x1b", literal=True).arg_true()
+        if at.len():
+            df = df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(ANSI.pattern, "")))
     # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
     # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
     # runtime's own log file) is stripped whole first and marked once
@@ -486,7 +492,7 @@ class _Piece:
 
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_prompts: bool = False) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
-    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts)
+    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts, b"\x1b" in piece)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,8 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
         elif r < 0.6:
             out.append("    continuation of a wrapped message")
         elif r < 0.62:
-            out.append("\x1b[32m" + STATS_V1.format(s=1, r=2) + "\x1b[0m")
+            out.append("\x1b[32m" + STATS_V1.format(s=1, r=2) + "\x1b[0m" if r < 0.61 else
+                       _coloured(rnd.choice([STATS_V1, ADDED, STATS_V0, WARN_PLAIN]).format(s=s, r=i % 7, n=i % 3)))
         elif r < 0.64:
             out.append(STATS_V1.format(s=2, r=3) + ADDED.format(s=3, r=4))  # glued by copy-paste
         elif r < 0.66:  # container envelopes: kubectl --prefix --timestamps, CRI node logs, docker logs -t
@@ -268,6 +270,29 @@ def test_container_envelopes_take_the_fast_lane(env: str, tmp_path: Path) -> Non
     got = ff.requests_frame().select("ts", "t_exact").collect()
     assert got.height == 1000 and got["ts"][0].startswith("2026-05-19T" if "{t}" in env else "05-19 ")
     assert got["t_exact"].to_list() == [fact_time_us(ts, 2026) if "{t}" in env else None for ts in got["ts"]]
+
+
+def _coloured(line: str) -> str:
+    """A line as vLLM's ColoredFormatter writes it to a terminal: level in colour, time and call site
+    in grey, the process prefix in cyan."""
+    line = line.replace("(APIServer pid=3646) ", "\x1b[1;36m(APIServer pid=3646)\x1b[0;0m ")
+    for level, code in (("INFO", 32), ("WARNING", 33)):
+        line = re.sub(rf"\b{level} (\d\d-\d\d \d\d:\d\d:\d\d) (\[[\w./-]+:\d+\])",
+                      lambda m, c=code, lv=level: f"\x1b[{c}m{lv}\x1b[0m \x1b[90m{m[1]}\x1b[0m \x1b[90m{m[2]}\x1b[0m", line)
+    return line
+
+
+def test_coloured_logs_take_the_fast_lane(tmp_path: Path) -> None:
+    """A log vLLM wrote to a terminal (`docker run -t`: colour codes in every prefix) goes through the
+    vectorised lane (every coloured line took the line-by-line parser), with the reference's facts."""
+    lines = [_coloured([STATS_V1, ADDED, ACCESS, WARN_PLAIN][i % 4].format(s=i % 60, r=i, n=i % 3)) for i in range(3000)]
+    assert "\x1b[90m" in lines[0] and "\x1b[1;36m" in lines[1]
+    log = tmp_path / "tty.log"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10)
+    assert ff.lines >= 2990
+    got = _canon(res, ff)
+    assert got == _canon(_reference(log)) and len(got[0]) == 750 and len(got[1]) == 750
 
 
 def test_a_log_whose_request_lines_all_run_fast_records_its_requests(tmp_path: Path) -> None:
