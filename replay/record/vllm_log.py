@@ -37,6 +37,9 @@ COMPOSE = re.compile("^" + COMPOSE_PREFIX)
 AFTER_TS = re.compile(r"^(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
 SYSLOG_BSD = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: ")
 DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
+# vLLM's own JSON logging (OTelJSONFormatter: timestamp, severity_text, body, logger, exception)
+OTEL_JSON = re.compile(r'^\{\s*"timestamp"\s*:')
+_OTEL_LEVEL = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO": "INFO", "ERROR": "ERROR"}
 # a process prefix: vLLM's own ('APIServer pid=1', 'VllmWorker rank=0 pid=2'), Ray's ('RayWorkerWrapper
 # pid=3, ip=10.0.0.2') and Ray Serve's, whose actor names hold colons ('ServeReplica:default:VLLMDeployment')
 PROC_BODY = r"[A-Za-z_][\w:.-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?"
@@ -236,8 +239,27 @@ def _docker(raw: str) -> tuple[str, str | None] | None:
     return obj["log"].rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
 
 
+def _otel(raw: str) -> tuple[str, str] | None:
+    """A record of vLLM's JSON logging as the line its text formatter would have written ('LEVEL
+    MM-DD HH:MM:SS body', the body's and exception's lines joined as a message's continuation lines
+    are), and its exact UTC time."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("body"), str) or not isinstance(obj.get("timestamp"), str):
+        return None
+    t = obj["timestamp"]
+    if not CONTAINER_TS.match(t + " "):
+        return None
+    level = _OTEL_LEVEL.get(str(obj.get("severity_text", "")).upper(), "INFO")
+    text = " ".join(p.strip() for p in (obj["body"] + "\n" + str(obj.get("exception") or "")).splitlines() if p.strip())
+    return f"{level} {t[5:10]} {t[11:19]} {text}", t
+
+
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
-    """A line without what log shippers put around vLLM's own text (Docker's JSON, docker compose's
+    """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
+    records, docker compose's
     service column, kubectl's prefix, container and syslog times, CRI stream flags, journald's host
     and process, a shipper's time and tags) and colour codes, with the shipper's ISO time where it
     gave one with a zone, and the year of a shipper's time that has none."""
@@ -246,6 +268,10 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
         doc = _docker(raw)
         if doc is not None:
             raw, iso = doc
+    if OTEL_JSON.match(raw):
+        rec = _otel(raw)
+        if rec is not None:
+            raw, iso = rec
     s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
     m = SYSLOG_BSD.match(s)
     if m:  # (its time has neither year nor zone: vLLM's own time, which follows, is used)

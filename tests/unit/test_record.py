@@ -785,6 +785,40 @@ STATS_LINE = ("(APIServer pid=1) INFO {t} [loggers.py:271] Engine 000: Avg promp
               "rate: 0.0%")
 
 
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_vllm_json_logging_records_give_the_facts(wrapped: bool, tmp_path: Path) -> None:
+    """vLLM's own JSON logging (its OTel formatter: timestamp, severity_text, body, logger, exception;
+    no text head) gives the facts of its records at their exact UTC times, the OOM from the
+    exception's last line, the year from the timestamps; also inside Docker's json-file log. (Every
+    record was 'not a vLLM log line'.)"""
+    def rec(t: str, level: str, body: str, exc: str | None = None) -> str:
+        obj = {"timestamp": t, "severity_text": level, "severity_number": 9, "body": body,
+               "logger": "vllm.v1.engine.core", "service.name": "vllm", **({"exception": exc} if exc else {})}
+        line = json.dumps(obj)
+        return json.dumps({"log": line + "\n", "stream": "stderr", "time": t}) if wrapped else line
+    lines = [
+        rec("2024-05-19T10:12:00.5Z", "INFO", "Available KV cache memory: 6.51 GiB"),
+        rec("2024-05-19T10:13:00.123456Z", "INFO", "Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 "
+            "reqs, Waiting: 1 reqs, GPU KV cache usage: 45.0%, Prefix cache hit rate: 0.0%"),
+        rec("2024-05-19T10:13:05Z", "ERROR", "EngineCore encountered a fatal error.",
+            'Traceback (most recent call last):\n  File "core.py", line 1, in run\ntorch.OutOfMemoryError: CUDA out of '
+            "memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.17 GiB is free. "
+            "Including non-PyTorch memory, this process has 78.02 GiB memory in use. Of the allocated memory 74.81 GiB "
+            "is allocated by PyTorch, and 1.97 GiB is reserved by PyTorch but unallocated."),
+    ]
+    log = tmp_path / "vllm.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    reps, _ = record([log], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    d = inspect_bundle(b)
+    assert reps[0].kind == "vllm-log" and reps[0].quarantined == 0
+    assert d["kv_cache_gib"] == 6.51 and d["kv_usage_pct"] == [45.0] and d["running"] == [3]
+    assert d["ooms"][0]["tried_to_allocate_bytes"] == round(1.16 * 2**30)
+    assert b.meta.t0_utc == "2024-05-19T10:12:00.500000Z"
+    oom = next(e for e in b.events if e["kind"] == "oom")
+    assert oom["t_us"] == 64_500_000 and oom["source"] == "vllm.jsonl:3"
+
+
 def test_shipper_times_of_every_precision_and_zone() -> None:
     """Shippers write 0 to 9 fraction digits and Z, +hh:mm or +hhmm: each is the same instant (a
     3-digit fraction with Z used to give no time at all, and a 6-digit one lost its offset)."""
