@@ -119,12 +119,12 @@ def synth(
 
 @app.command()
 def record(
-    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip; container, compose, shipper or journald envelopes), Prometheus/DCGM scrapes or exports, Grafana CSV, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), kubectl output (events as JSON, YAML or table; pod; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
+    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip; container, compose, shipper or journald envelopes), Prometheus/DCGM scrapes or exports, Grafana CSV, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
-    at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601): exposition scrapes, nvidia-smi snapshots, dcgmi dmon (its first row), kubectl describe and events tables (event ages count back from it).")] = None,
-    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, k8s-events-table, kernel-log.")] = None,
+    at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601): exposition scrapes, nvidia-smi snapshots, dcgmi dmon (its first row), kubectl describe and tables (event ages count back from it, pod states are as of it).")] = None,
+    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, grafana-csv, nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q, nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, k8s-table (kubectl get events/pods as printed), kernel-log.")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,

@@ -882,30 +882,52 @@ def _age_s(age: str) -> int | None:
 
 
 EVENTS_TABLE_HEADER = re.compile(r"^(?:NAMESPACE\s+)?LAST SEEN\s+(?:TYPE|FIRST SEEN)\s")
-_COLUMN = re.compile(r"[A-Z]+(?: SEEN)?")
+PODS_TABLE_HEADER = re.compile(r"^(?:NAMESPACE\s+)?NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\b")
+_COLUMN = re.compile(r"[A-Z]+(?: (?:SEEN|NODE|GATES))?")  # (kubectl's two-word column names)
+_RESTARTS = re.compile(r"^(\d+)(?: \((\w+) ago\))?$")
 
 
-def parse_events_table(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
-    """``kubectl get events`` / ``kubectl events`` as the table they print (plain, ``-A``, ``-o wide``,
-    and old kubectl's column order): columns cut where the header's names start (kubectl pads
-    them so), ages placed at ``--at`` minus the age as for ``kubectl describe``."""
-    p = Parsed(kind="k8s-events-table")
+def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
+    """``kubectl get events`` / ``kubectl events`` and ``kubectl get pods`` as the tables they print
+    (plain, ``-A``, ``-o wide``, old kubectl's event columns), columns cut where the header's names
+    start (kubectl pads them so). Event ages are placed at ``--at`` minus the age, as for ``kubectl
+    describe``; a pod's status is what it was at ``--at``: OOMKilled there is a host OOM kill, seen
+    by then (since its last restart, when the table says how long ago that was)."""
+    p = Parsed(kind="k8s-table")
     lines = text.splitlines()
     p.lines = len(lines)
     taken = parse_time(at, tz_offset_s) if at else None
     cols: list[tuple[str, int]] = []
+    pods = False
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
             p.parsed += 1
             continue
-        if EVENTS_TABLE_HEADER.match(ln):  # (a header again: a second listing pasted after the first)
+        if EVENTS_TABLE_HEADER.match(ln) or PODS_TABLE_HEADER.match(ln):  # (a header again: another listing)
             cols = [(m.group(0), m.start()) for m in _COLUMN.finditer(ln)]
+            pods = bool(PODS_TABLE_HEADER.match(ln))
             p.parsed += 1
             continue
         if not cols:
-            p.quarantine.append((i, "a row before the events table's header", ln))
+            p.quarantine.append((i, "a row before the table's header", ln))
             continue
         row = {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+        if pods:
+            m = _RESTARTS.match(row.get("RESTARTS", ""))
+            if not row.get("NAME") or not row.get("STATUS") or not m:
+                p.quarantine.append((i, "a pods row without its name, status or restarts", ln))
+                continue
+            restarts, ago = int(m.group(1)), _age_s(m.group(2)) if m.group(2) else None
+            data = {"pod": row["NAME"], "namespace": row.get("NAMESPACE"), "ready": row.get("READY"),
+                    "status": row["STATUS"], "restart_count": restarts, "last_restart_ago_s": ago, "age": row.get("AGE")}
+            p.events.append({"t": taken, "kind": "k8s_pod_status", "line": i, "data": data})
+            if "OOMKilled" in row["STATUS"]:
+                p.events.append({"t": taken, "kind": "host_oom_killed", "line": i, "data": {
+                    "container": row["NAME"], "reason": "OOMKilled", "exit_code": 137, "restart_count": restarts,
+                    "seen": "pod status at --at" + (f", within {ago} s of its last restart" if ago is not None else ""),
+                    "meaning": OOMKILLED_MEANING}})
+            p.parsed += 1
+            continue
         if not row.get("REASON") or not row.get("LAST SEEN"):
             p.quarantine.append((i, "an events row without its reason or age", ln))
             continue
@@ -918,9 +940,11 @@ def parse_events_table(path: Path, text: str, at: str | None = None, tz_offset_s
                              "count": int(count) if count.isdigit() else None, "namespace": row.get("NAMESPACE")}})
         p.parsed += 1
     if any(e["t"] is None for e in p.events):
-        p.notes.append(f"{path.name}: an events table gives ages, not times; pass --at with when it was taken to place them")
+        p.notes.append(f"{path.name}: a kubectl table gives ages and states, not times; pass --at with when it was "
+                       "taken to place them")
     elif p.events:
-        p.notes.append(f"{path.name}: event times are --at minus their ages (to the second kubectl rounds to)")
+        p.notes.append(f"{path.name}: event times are --at minus their ages (to the second kubectl rounds to); pod "
+                       "states are as of --at")
     return p
 
 

@@ -34,7 +34,7 @@ from replay.units import GiB
 from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
-         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-events-table",
+         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
          "kernel-log")
 
 # Log facts that become samples (metric, scale) or events.
@@ -351,8 +351,8 @@ def detect_kind(text: str) -> str | None:
             "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
             or "involvedObject" in head or "regarding" in head):
         return "k8s"
-    if ev.EVENTS_TABLE_HEADER.match(s):
-        return "k8s-events-table"
+    if ev.EVENTS_TABLE_HEADER.match(s) or ev.PODS_TABLE_HEADER.match(s):
+        return "k8s-table"
     if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:"):
         return "k8s-describe"
     if re.match(r"#Entity\s+\w", s):
@@ -484,8 +484,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s)
         elif kind == "k8s":
             result = ev.parse_k8s(path, text)
-        elif kind == "k8s-events-table":
-            result = ev.parse_events_table(path, text, opts.at, opts.tz_offset_s)
+        elif kind == "k8s-table":
+            result = ev.parse_kubectl_table(path, text, opts.at, opts.tz_offset_s)
         else:  # k8s-describe (a kind outside KINDS was set aside above)
             result = ev.parse_describe(path, text, opts.at, opts.tz_offset_s)
         if isinstance(result, ev.Parsed):

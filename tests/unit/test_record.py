@@ -1184,7 +1184,7 @@ def test_kubectl_events_table_in_every_shape(shape: str, tmp_path: Path) -> None
     src = tmp_path / "events.txt"
     src.write_text(EVENTS_TABLES[shape] + "this line is no row\n")
     reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-05-01T12:00:00Z"))
-    assert reps[0].kind == "k8s-events-table"
+    assert reps[0].kind == "k8s-table"
     ev = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "k8s_event"]
     assert [e["reason"] for e in ev] == ["Scheduled", "BackOff", "OOMKilling"]
     assert [e["type"] for e in ev] == ["Normal", "Warning", "Warning"]
@@ -1195,6 +1195,44 @@ def test_kubectl_events_table_in_every_shape(shape: str, tmp_path: Path) -> None
     assert ev[0]["object"] in ("pod/vllm-0", "vllm-0.17a") and reps[0].quarantined == 1
     reps, _ = record([src], tmp_path / "c", RecordOptions())
     assert any("pass --at" in n for n in reps[0].notes)
+
+
+PODS_TABLES = {  # `kubectl get pods` as printed: plain, -o wide, -A
+    "plain": """NAME                     READY   STATUS             RESTARTS       AGE
+vllm-7d9f8b6c5d-x2kqp    0/1     OOMKilled          3 (45s ago)    10m
+vllm-7d9f8b6c5d-abcde    1/1     Running            0              10m
+vllm-7d9f8b6c5d-zzzzz    0/1     CrashLoopBackOff   5 (2m10s ago)  10m
+""",
+    "wide": """NAME                     READY   STATUS             RESTARTS       AGE   IP            NODE         NOMINATED NODE   READINESS GATES
+vllm-7d9f8b6c5d-x2kqp    0/1     OOMKilled          3 (45s ago)    10m   10.0.0.12     gpu-node-1   <none>           <none>
+vllm-7d9f8b6c5d-abcde    1/1     Running            0              10m   10.0.0.13     gpu-node-1   <none>           <none>
+vllm-7d9f8b6c5d-zzzzz    0/1     CrashLoopBackOff   5 (2m10s ago)  10m   10.0.0.14     gpu-node-2   <none>           <none>
+""",
+    "all-namespaces": """NAMESPACE   NAME                     READY   STATUS             RESTARTS       AGE
+serving     vllm-7d9f8b6c5d-x2kqp    0/1     OOMKilled          3 (45s ago)    10m
+serving     vllm-7d9f8b6c5d-abcde    1/1     Running            0              10m
+serving     vllm-7d9f8b6c5d-zzzzz    0/1     CrashLoopBackOff   5 (2m10s ago)  10m
+""",
+}
+
+
+@pytest.mark.parametrize("shape", list(PODS_TABLES))
+def test_kubectl_pods_table_gives_states_and_the_host_oom_kill(shape: str, tmp_path: Path) -> None:
+    """`kubectl get pods` pasted as its table (it was quarantined whole as a vLLM log): each pod's
+    status and restarts as of --at, and a pod OOMKilled there is a host OOM kill, which the analysis
+    reports as one (not a CUDA OOM)."""
+    from replay.analysis.pipeline import analyze_bundle
+    src = tmp_path / "pods.txt"
+    src.write_text(PODS_TABLES[shape])
+    reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-05-01T12:00:00Z"))
+    assert reps[0].kind == "k8s-table" and reps[0].quarantined == 0
+    b = read_bundle(tmp_path / "b")
+    st = [e for e in b.events if e["kind"] == "k8s_pod_status"]
+    assert [(e["status"], e["restart_count"], e["last_restart_ago_s"]) for e in st] == [
+        ("OOMKilled", 3, 45), ("Running", 0, None), ("CrashLoopBackOff", 5, 130)]
+    kill = [e for e in b.events if e["kind"] == "host_oom_killed"]
+    assert len(kill) == 1 and kill[0]["container"] == "vllm-7d9f8b6c5d-x2kqp" and "within 45 s" in kill[0]["seen"]
+    assert any(f.id == "oom:host" for f in analyze_bundle(b).findings)
 
 
 def test_describe_pod_oomkilled_with_its_time(tmp_path: Path) -> None:
