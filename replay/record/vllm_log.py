@@ -259,10 +259,9 @@ def _otel(raw: str) -> tuple[str, str] | None:
 
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
     """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
-    records, docker compose's
-    service column, kubectl's prefix, container and syslog times, CRI stream flags, journald's host
-    and process, a shipper's time and tags) and colour codes, with the shipper's ISO time where it
-    gave one with a zone, and the year of a shipper's time that has none."""
+    records, docker compose's service column, kubectl's prefix, container and syslog times, CRI
+    stream flags, journald's host and process, a shipper's time and tags) and colour codes, with the
+    shipper's ISO time where it gave one with a zone, and the year of a shipper's time that has none."""
     iso = None
     if DOCKER_JSON.match(raw):
         doc = _docker(raw)
