@@ -887,6 +887,18 @@ _COLUMN = re.compile(r"[A-Z]+(?: (?:SEEN|NODE|GATES))?")  # (kubectl's two-word 
 _RESTARTS = re.compile(r"^(\d+)(?: \((\w+) ago\))?$")
 
 
+def _cells(ln: str, cols: list[tuple[str, int]]) -> dict[str, str]:
+    """A table row's cells, cut where the header's names start; a row that does not line up with its
+    header (a hand-edited paste, tabs turned to spaces) is split at runs of two or more spaces
+    (or tabs) instead, when that gives one cell per column (kubectl pads columns with three)."""
+    if all(start >= len(ln) or ln[start - 1] == " " for _, start in cols[1:]):
+        return {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+    parts = re.split(r"\s*\t\s*|\s{2,}", ln.strip(), maxsplit=len(cols) - 1)
+    if len(parts) == len(cols):
+        return dict(zip([c for c, _ in cols], parts, strict=True))
+    return {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+
+
 def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
     """``kubectl get events`` / ``kubectl events`` and ``kubectl get pods`` as the tables they print
     (plain, ``-A``, ``-o wide``, old kubectl's event columns), columns cut where the header's names
@@ -911,7 +923,7 @@ def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_
         if not cols:
             p.quarantine.append((i, "a row before the table's header", ln))
             continue
-        row = {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+        row = _cells(ln, cols)
         if pods:
             m = _RESTARTS.match(row.get("RESTARTS", ""))
             if not row.get("NAME") or not row.get("STATUS") or not m:

@@ -1208,6 +1208,12 @@ vllm-7d9f8b6c5d-x2kqp    0/1     OOMKilled          3 (45s ago)    10m   10.0.0.
 vllm-7d9f8b6c5d-abcde    1/1     Running            0              10m   10.0.0.13     gpu-node-1   <none>           <none>
 vllm-7d9f8b6c5d-zzzzz    0/1     CrashLoopBackOff   5 (2m10s ago)  10m   10.0.0.14     gpu-node-2   <none>           <none>
 """,
+    # as a chat tool or an editor leaves a paste: columns no longer under their names, or tabs
+    "misaligned": """NAME                     READY   STATUS             RESTARTS       AGE
+vllm-7d9f8b6c5d-x2kqp  0/1   OOMKilled   3 (45s ago)   10m
+vllm-7d9f8b6c5d-abcde\t1/1\tRunning\t0\t10m
+vllm-7d9f8b6c5d-zzzzz    0/1     CrashLoopBackOff   5 (2m10s ago)  10m
+""",
     "all-namespaces": """NAMESPACE   NAME                     READY   STATUS             RESTARTS       AGE
 serving     vllm-7d9f8b6c5d-x2kqp    0/1     OOMKilled          3 (45s ago)    10m
 serving     vllm-7d9f8b6c5d-abcde    1/1     Running            0              10m
