@@ -13,9 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from replay.errors import ReplayError
+
 # longest first: a UTF-32 mark begins with the UTF-16 one
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8"),
          (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def damaged_gzip(path: Path, e: BaseException) -> ReplayError:
+    """The one message for a gzip input that cannot be read to its end, whoever reads it."""
+    return ReplayError(f"{path}: damaged or truncated gzip ({e}); re-download or re-export it")
 
 
 def is_gzip(path: Path) -> bool:

@@ -29,8 +29,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from replay.errors import ReplayError
-from replay.filehash import HashingReader, is_gzip, utf8_chunks
+from replay.filehash import HashingReader, damaged_gzip, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
     ANSI,
@@ -195,7 +194,7 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[by
                 piece, rest = b"".join((rest, memoryview(chunk)[:cut])), chunk[cut:]
                 yield piece
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+        raise damaged_gzip(path, e) from None
 
 
 def _lines(piece: bytes, expect: int) -> pl.Series:

@@ -24,7 +24,7 @@ import polars as pl
 
 from replay.bundle import BundleMeta, BundleWriter
 from replay.errors import ReplayError
-from replay.filehash import file_sha256, is_gzip, text_bom
+from replay.filehash import damaged_gzip, file_sha256, is_gzip, text_bom
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
@@ -92,7 +92,7 @@ def _read_text(path: Path, limit: int = -1) -> str:
             with gzip.open(path, "rb") as gz:
                 raw = gz.read(limit)
         except (EOFError, OSError, zlib.error) as e:
-            raise ReplayError(f"{path}: damaged or truncated gzip ({e})") from None
+            raise damaged_gzip(path, e) from None
     else:
         with path.open("rb") as fh:
             raw = fh.read(limit)

@@ -24,7 +24,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
-from replay.filehash import HashingReader, file_sha256, is_gzip, text_bom, utf8_chunks
+from replay.filehash import HashingReader, damaged_gzip, file_sha256, is_gzip, text_bom, utf8_chunks
 from replay.parallel import ordered_map
 from replay.trace.format import TraceHeader
 
@@ -71,7 +71,7 @@ def _materialise(src: Path, tmpdir: Path) -> Path:
             for chunk in utf8_chunks(fin, 1 << 20):
                 fout.write(chunk)
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
-        raise ReplayError(f"{src}: damaged or truncated gzip ({e}); re-download or re-export it") from None
+        raise damaged_gzip(src, e) from None
     if out.stat().st_size == 0:
         raise ReplayError(f"{src}: empty after decompression")
     return out
