@@ -225,6 +225,7 @@ class _Line:
     fileline: str = ""
     repeated: int = 0  # lines Ray folded into this one ('[repeated Nx across cluster]')
     year: int | None = None  # the year of a shipper's time without a zone (``iso`` has those with one)
+    counted: bool = False  # whether its physical line is counted by this part (a line's first part counts it)
 
 
 def _docker(raw: str) -> tuple[str, str | None] | None:
@@ -570,12 +571,13 @@ class LogParser:
             return
         text = " ".join([msg.text, *self._buf]) if self._buf else msg.text
         facts = extract(text)
-        if not msg.prefixed and not facts:
+        if not msg.prefixed and not facts:  # (its line counts as quarantined, though a message glued after
+            # this text on it is still read: each line is counted once, by its first part)
             res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
             for (no, counted), t in zip(self._cont, self._buf, strict=True):  # (its continuations are not vLLM's either)
                 res.continuation_lines -= counted
                 res.quarantine.append((no, f"not a vLLM log line and no known fact (follows line {msg.no})", t))
-        elif self._first(msg.no):
+        elif msg.counted:
             res.lines_parsed += 1
         for kind, data in facts:
             if msg.repeated:  # (the folded lines' own numbers are lost: Ray masked them)
@@ -624,11 +626,15 @@ class LogParser:
         res.lines_read = max(res.lines_read, ln.no)
         res.ray_folded += ln.repeated
         if not ln.text.strip() and not ln.prefixed:  # a blank line (a prefixed empty message is a message)
-            res.lines_parsed += 1 if self._open is None and self._first(ln.no) else 0
+            if self._open is None:
+                res.lines_parsed += self._first(ln.no)
+            else:  # (inside a message: a traceback's or a wrapped message's blank line)
+                res.continuation_lines += self._first(ln.no)
             return
         self.observe(ln)
         if ln.prefixed:
             self._flush()
+            ln.counted = self._first(ln.no)
             self._open = ln
             return
         # un-prefixed: a continuation of the open message (wrapped line, traceback) unless it
@@ -643,6 +649,7 @@ class LogParser:
             res.continuation_lines += counted
             return
         self._flush()
+        ln.counted = self._first(ln.no)
         self._open = ln
 
     def finish(self) -> LogParse:

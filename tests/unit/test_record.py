@@ -178,6 +178,23 @@ def test_fuzz_log_parser_never_crashes(lines: list[str]) -> None:
     assert r.lines_parsed + len(r.quarantine) + r.continuation_lines >= 0
 
 
+_FRAGMENTS = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-09T14:01:52.1Z ", "[pod/a/b] ",
+              "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "',
+              '{"log": "', '", "body": "', '"}', "\\n", "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ",
+              "Free memory on device cuda:0 (1.0/2.0 GiB) on startup is less than desired GPU memory utilization (0.9, ",
+              "Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 5.0%", "Added request c-1.", " ", "  File ", "x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_FRAGMENTS), max_size=8).map("".join), max_size=12))
+def test_fuzz_log_parser_on_envelope_fragments(lines: list[str]) -> None:
+    """Lines built from the pieces of every envelope and head the parser knows (JSON records, compose,
+    shipper, kubectl, colours) never crash it, and every line is counted once: parsed, a message's
+    continuation, or quarantined."""
+    r = parse_log(lines)
+    assert r.lines_parsed + r.continuation_lines + len({q[0] for q in r.quarantine}) == r.lines_read
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=500))
 def test_fuzz_exposition_never_crashes(text: str) -> None:
