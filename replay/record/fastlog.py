@@ -626,27 +626,25 @@ def _add_files(ff: FastFacts, files: _Spilled, slow: bool = False) -> None:
 
 def _drop_repeats(ff: FastFacts, res: LogParse, names: tuple[str, ...] = ("stats", "requests")) -> None:
     """A line repeated identically within a rank (overlapping pastes) is one fact: keep the first.
-    Only (line, key hash) pairs are held in memory for this, never the facts, and only a bucket of
-    them (by hash) at a time, so memory does not grow with the log."""
+    Only each fact's line, key hash and place (file, row) are held in memory for this, never the
+    facts, and only a bucket of them (by hash) at a time, so memory does not grow with the log. (A
+    place, not a line, names the copy to drop: a message glued twice onto one line keeps one copy,
+    and the two copies may sit in two files.)"""
     for name in names:
         files: list[Path] = getattr(ff, name)
         if not files:
             continue
-        keys = scan_facts(files).filter("repeatable").select("line", "h")
-        nb = buckets_for(int(keys.select(pl.len()).collect().item()) // 8)  # 16 bytes a fact: 8x a request's share
+        keys = pl.concat([pl.scan_ipc(f).with_row_index("row").filter("repeatable").select(
+            "line", "h", "row", fid=pl.lit(i, dtype=pl.UInt32)) for i, f in enumerate(files)])
+        nb = buckets_for(int(keys.select(pl.len()).collect().item()) * 3 // 16)  # 24 bytes a fact
         drop = pl.concat([  # repeats share their key hash, so each bucket of hashes is judged on its own
-            (keys.filter(pl.col("h") % nb == b) if nb > 1 else keys).sort("line")
-            .filter(~pl.col("h").is_first_distinct()).collect()
-            for b in range(nb)]).sort("line")
+            (keys.filter(pl.col("h") % nb == b) if nb > 1 else keys).sort("line", "fid", "row")
+            .filter(~pl.col("h").is_first_distinct()).select("fid", "row").collect()
+            for b in range(nb)])
         res.duplicates += drop.height
-        if drop.height == 0:
-            continue
-        lo, hi = int(drop["line"].min()), int(drop["line"].max())  # type: ignore[arg-type]
-        for f in files:  # rewrite only the pieces that hold a repeat
-            span = pl.scan_ipc(f).select(pl.col("line").min().alias("a"), pl.col("line").max().alias("b")).collect()
-            a, b = span["a"][0], span["b"][0]
-            if a is None or b < lo or a > hi:
-                continue
+        for (i,), rows in drop.partition_by("fid", as_dict=True).items() if drop.height else []:
+            f = files[int(i)]  # rewrite only the pieces that hold a repeat
             tmp = f.with_suffix(".tmp")
-            pl.scan_ipc(f).join(drop.lazy(), on=["line", "h"], how="anti", maintain_order="left").sink_ipc(tmp)
+            pl.scan_ipc(f).with_row_index("row").join(rows.lazy().select("row"), on="row", how="anti",
+                                                      maintain_order="left").drop("row").sink_ipc(tmp)
             tmp.replace(f)
