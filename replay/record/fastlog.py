@@ -323,8 +323,27 @@ def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
     cut = env.struct.field("env").str.len_chars()  # (slices count characters)
     if not (cut > 0).any():
         return df
-    return df.with_columns(iso=df["iso"].scatter(at, env.struct.field("iso")),
+    iso = env.struct.field("iso")  # (an envelope without a time keeps the time Docker's JSON gave)
+    return df.with_columns(iso=df["iso"].scatter(at, iso.fill_null(df["iso"].gather(at)) if df["iso"].null_count() < df.height else iso),
                            raw=pl.col("raw").str.slice(pl.zeros(df.height, pl.UInt32, eager=True).scatter(at, cut)))
+
+
+_DOCKER = r'^\{\s*"log"\s*:\s*"'  # how Docker's json-file driver opens every line it writes ('{"log":"')
+
+
+def _undocker(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the lines Docker's json-file driver wrote as their text ('log', its line ends
+    taken off) and its time ('time', where it is an ISO time), as ``vllm_log._docker`` reads them.
+    A line that reads otherwise there (not strict JSON, a lone surrogate) is left as it is: it takes
+    the line-by-line parser."""
+    at = df["raw"].str.contains(_DOCKER).arg_true()
+    if not at.len():
+        return df
+    rows = df["raw"].gather(at)
+    log, t = rows.str.json_path_match("$.log"), rows.str.json_path_match("$.time")
+    ok = log.is_not_null() & (t.is_null() | t.str.contains("^" + ISO_TIME + "$"))
+    at, log, t = at.filter(ok), log.filter(ok), t.filter(ok)
+    return df.with_columns(raw=df["raw"].scatter(at, log.str.strip_chars_end("\n")), iso=df["iso"].scatter(at, t))
 
 
 def _marks(df: pl.DataFrame) -> pl.DataFrame:
@@ -341,7 +360,7 @@ def _marks(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
-              has_esc: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
+              has_esc: bool = True, has_docker: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
                                                          list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
@@ -355,6 +374,14 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
+    if has_docker:  # Docker's json-file log: the text inside first (colour codes come out of their escapes)
+        df = _undocker(df)
+        has_esc = has_esc or bool(df["raw"].str.contains("\x1b", literal=True).any())
+        has_cr = has_cr or bool(df["raw"].str.contains("\r", literal=True).any())
+    if has_cr:  # the reference takes out every CR, a progress bar's inside a line too
+        at = df["raw"].str.contains("\r", literal=True).arg_true()
+        if at.len():
+            df = df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all("\r", "", literal=True)))
     if has_esc:  # colour codes go first, as the reference takes them off (vLLM colours its prefix on a terminal)
         at = df["raw"].str.contains("\x1b", literal=True).arg_true()
         if at.len():
@@ -430,10 +457,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
     # every other clean, strictly shaped line whose message can say nothing (startup chatter, DEBUG
-    # logging): parsed, with no fact (a CR inside a line is taken out by the reference: not here)
+    # logging): parsed, with no fact
     gen = df.select("line", "raw").filter(clean & ~is_fast)
-    if gen.height and has_cr:
-        gen = gen.filter(~pl.col("raw").str.contains("\r", literal=True))
     if gen.height:
         gen, gheads = _fields(gen, _STRICT_ANY)
         gen = gen.filter(inert(pl.col("msg")))
@@ -491,7 +516,8 @@ class _Piece:
 
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_prompts: bool = False) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
-    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts, b"\x1b" in piece)
+    df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts, b"\x1b" in piece,
+                                          b'"log"' in piece)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
