@@ -32,9 +32,9 @@ import polars as pl
 from replay.filehash import HashingReader, damaged_gzip, is_gzip, utf8_chunks
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
+    AFTER_TS_BODY,
     ANSI,
     COMPOSE_PREFIX,
-    CRI_FLAG,
     ISO_TIME,
     KUBECTL_PREFIX,
     PROC_BODY,
@@ -43,6 +43,7 @@ from replay.record.vllm_log import (
     R_RECEIVED,
     R_TOKEN_IDS,
     RAY_FOLD_MARK,
+    SYSLOG_BSD_PREFIX,
     LogFact,
     LogParse,
     LogParser,
@@ -92,8 +93,8 @@ def inert(msg: pl.Expr) -> pl.Expr:
 # what `docker compose logs [-t]`, `kubectl logs --prefix --timestamps`, a CRI node log or `docker
 # logs -t` puts in front of the line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its
 # pieces): compose service, pod, ISO time, CRI flag
-ENVELOPE = ("^(?P<env>(?:" + COMPOSE_PREFIX + ")?(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:"
-            + CRI_FLAG + ")?)?)")
+ENVELOPE = ("^(?P<env>(?:" + SYSLOG_BSD_PREFIX + ")?(?:" + COMPOSE_PREFIX + ")?(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>"
+            + ISO_TIME + r")\s+(?:" + AFTER_TS_BODY + ")?)?)")
 
 CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
 # of their time on them)
@@ -313,8 +314,9 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
 
 
-_MAYBE_ENVELOPE = r"^(?:\[|\d{4}-\d\d-\d\dT|" + COMPOSE_PREFIX + ")"  # how an envelope opens
-_ENVELOPED = re.compile("^(?:" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_TIME + r"\s)")  # (a line that opens with one)
+_MAYBE_ENVELOPE = r"^(?:\[|\d{4}-\d\d-\d\dT|[A-Z][a-z]{2} [ \d]\d |" + COMPOSE_PREFIX + ")"  # how an envelope opens
+_ENVELOPED = re.compile("^(?:" + SYSLOG_BSD_PREFIX + "|" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_TIME
+                        + r"\s)")  # (a line that opens with one)
 
 
 def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:

@@ -34,8 +34,10 @@ COMPOSE_PREFIX = r"[A-Za-z0-9][A-Za-z0-9_.-]* +\| ?"
 COMPOSE = re.compile("^" + COMPOSE_PREFIX)
 # what follows a container or syslog time: a CRI node log's stream and partial flag ('stderr F '), or
 # journald/syslog's host and process ('gpu-1 python3[1234]: ')
-AFTER_TS = re.compile(r"^(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )")
-SYSLOG_BSD = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: ")
+AFTER_TS_BODY = r"(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )"
+AFTER_TS = re.compile("^" + AFTER_TS_BODY)
+SYSLOG_BSD_PREFIX = r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: "
+SYSLOG_BSD = re.compile("^" + SYSLOG_BSD_PREFIX)
 DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
 # vLLM's own JSON logging (OTelJSONFormatter: timestamp, severity_text, body, logger, exception)
 OTEL_JSON = re.compile(r'^\{\s*"timestamp"\s*:')
