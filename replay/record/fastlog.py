@@ -37,6 +37,7 @@ from replay.record.vllm_log import (
     COMPOSE_PREFIX,
     ISO_TIME,
     KUBECTL_PREFIX,
+    OTEL_LEVELS,
     PROC_BODY,
     R_PARAM,
     R_PROMPT,
@@ -333,6 +334,32 @@ def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
 _DOCKER = r'^\{\s*"log"\s*:\s*"'  # how Docker's json-file driver opens every line it writes ('{"log":"')
 
 
+_OTEL = r'^\{\s*"timestamp"\s*:\s*"'  # vLLM's JSON logging (its OTel formatter) opens a record so
+# a body the reference would read differently: cut into lines by Python (its line breaks), or with
+# white space at an end (Python's strip takes \x1c-\x1f too)
+_ODD_BODY = r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]|^[\s\x1c-\x1f]|[\s\x1c-\x1f]$|^$"
+
+
+def _unotel(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the records of vLLM's JSON logging as the lines its text formatter would have
+    written ('LEVEL MM-DD HH:MM:SS body') and their exact times, as ``vllm_log._otel`` reads them.
+    A record with an exception, a body of several lines or an odd one takes the line-by-line parser."""
+    at = df["raw"].str.contains(_OTEL).arg_true()
+    if not at.len():
+        return df
+    rows = df["raw"].gather(at)
+    body, t, exc = (rows.str.json_path_match(f"$.{k}") for k in ("body", "timestamp", "exception"))
+    level = rows.str.json_path_match("$.severity_text").str.to_uppercase().replace_strict(
+        list(OTEL_LEVELS), list(OTEL_LEVELS.values()), default="INFO")
+    ok = (body.is_not_null() & ~body.str.contains(_ODD_BODY).fill_null(True) & exc.is_null()
+          & rows.str.contains(r'"body"\s*:\s*"') & t.str.contains("^" + ISO_TIME + "$").fill_null(False))
+    at, body, t, level = at.filter(ok), body.filter(ok), t.filter(ok), level.filter(ok)
+    # (with a stand-in call site: the strict shape cuts the prefix there; no fact carries a call site)
+    text = pl.select(pl.concat_str([level, t.str.slice(5, 5), t.str.slice(11, 8), pl.lit("[json.py:0]"), body],
+                                   separator=" ")).to_series()
+    return df.with_columns(raw=df["raw"].scatter(at, text), iso=df["iso"].scatter(at, t))
+
+
 def _undocker(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with the lines Docker's json-file driver wrote as their text ('log', its line ends
     taken off) and its time ('time', where it is an ISO time), as ``vllm_log._docker`` reads them.
@@ -362,7 +389,7 @@ def _marks(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
-              has_esc: bool = True, has_docker: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
+              has_esc: bool = True, has_docker: bool = True, has_json: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
                                                          list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
@@ -378,6 +405,9 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
     if has_docker:  # Docker's json-file log: the text inside first (colour codes come out of their escapes)
         df = _undocker(df)
+    if has_json:  # vLLM's JSON logging (inside Docker's or not)
+        df = _unotel(df)
+    if has_docker or has_json:
         has_esc = has_esc or bool(df["raw"].str.contains("\x1b", literal=True).any())
         has_cr = has_cr or bool(df["raw"].str.contains("\r", literal=True).any())
     if has_cr:  # the reference takes out every CR, a progress bar's inside a line too
@@ -519,7 +549,7 @@ class _Piece:
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_prompts: bool = False) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
     df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts, b"\x1b" in piece,
-                                          b'"log"' in piece)
+                                          b'"log"' in piece, b'"body"' in piece)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)

@@ -41,7 +41,7 @@ SYSLOG_BSD = re.compile("^" + SYSLOG_BSD_PREFIX)
 DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
 # vLLM's own JSON logging (OTelJSONFormatter: timestamp, severity_text, body, logger, exception)
 OTEL_JSON = re.compile(r'^\{\s*"timestamp"\s*:')
-_OTEL_LEVEL = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO": "INFO", "ERROR": "ERROR"}
+OTEL_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO": "INFO", "ERROR": "ERROR"}
 # a process prefix: vLLM's own ('APIServer pid=1', 'VllmWorker rank=0 pid=2'), Ray's ('RayWorkerWrapper
 # pid=3, ip=10.0.0.2') and Ray Serve's, whose actor names hold colons ('ServeReplica:default:VLLMDeployment')
 PROC_BODY = r"[A-Za-z_][\w:.-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?"
@@ -255,7 +255,7 @@ def _otel(raw: str) -> tuple[str, str] | None:
     t = obj["timestamp"]
     if not CONTAINER_TS.match(t + " "):
         return None
-    level = _OTEL_LEVEL.get(str(obj.get("severity_text", "")).upper(), "INFO")
+    level = OTEL_LEVELS.get(str(obj.get("severity_text", "")).upper(), "INFO")
     text = " ".join(p.strip() for p in (obj["body"] + "\n" + str(obj.get("exception") or "")).splitlines() if p.strip())
     return f"{level} {t[5:10]} {t[11:19]} {text}", t
 

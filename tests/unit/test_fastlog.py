@@ -291,6 +291,14 @@ def _coloured(line: str) -> str:
     return line
 
 
+def _otel(text: str, t: str, **more: Any) -> str:
+    """A record of vLLM's JSON logging (its OTel formatter) of a text line's message."""
+    level, _, body = text.partition("] ") if "] " in text else ("INFO", "", text)
+    sev = "WARN" if "WARNING" in level else "ERROR" if "ERROR" in level else "INFO"
+    return json.dumps({"timestamp": t, "severity_text": sev, "severity_number": 9, "body": body,
+                       "logger": "vllm.v1.engine", "service.name": "vllm", **more})
+
+
 def test_coloured_logs_take_the_fast_lane(tmp_path: Path) -> None:
     """A log vLLM wrote to a terminal (`docker run -t`: colour codes in every prefix) goes through the
     vectorised lane (every coloured line took the line-by-line parser), with the reference's facts."""
@@ -311,7 +319,8 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            *(x.format(s=1, r=2, n=3) for x in (STATS_V1, ADDED, STATS_V0, RECEIVED, OLD_ADDED, DEBUG_PLAIN, DEBUG_WORD,
                                              RAY_FOLDED, KV)), _coloured(STATS_V1.format(s=2, r=1, n=1)),
            *(json.dumps({"log": x.format(s=3, r=4, n=1) + "\n", "stream": "stderr", "time": "2026-05-19T10:13:03.5Z"},
-                        separators=(",", ":")) for x in (STATS_V1, ADDED, ACCESS))]
+                        separators=(",", ":")) for x in (STATS_V1, ADDED, ACCESS)),
+           *(_otel(x.format(s=3, r=4, n=1), "2026-05-19T10:13:03.5Z") for x in (STATS_V1, ADDED, WARN_PLAIN))]
 
 
 @settings(max_examples=120, deadline=None)
@@ -354,6 +363,36 @@ def test_docker_json_file_logs_take_the_fast_lane(spaced: bool, tmp_path: Path) 
     assert rq["ts"][0].startswith("2026-05-19T")  # (Docker's time where it gave one, vLLM's own where not)
     assert rq["t_exact"].to_list() == [fact_time_us(x, 2026) if x.startswith("2026") else None for x in rq["ts"]]
     assert rq["t_exact"].null_count() > 0
+
+
+def test_vllm_json_logging_takes_the_fast_lane(tmp_path: Path) -> None:
+    """vLLM's own JSON logging goes through the vectorised lane (7.0 s for 40 MB; now 1.7 s) with the
+    reference's facts and exact times; a record with an exception, a body of several lines or with
+    white space at its ends, a body that is not a string, an odd severity and a record inside
+    Docker's JSON read as the reference reads them."""
+    lines = []
+    for i in range(3000):
+        t = f"2026-05-19T10:{i // 60 % 60:02d}:{i % 60:02d}.{i:06d}Z"
+        text = [STATS_V1, ADDED, KV, WARN_PLAIN][i % 4].format(s=i % 60, r=i, n=1)
+        more: dict[str, Any] = {}
+        if i % 101 == 3:
+            more["exception"] = "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory."
+        line = _otel(text, t, **more)
+        if i % 103 == 4:
+            line = line.replace('"body": "', '"body": " \\n')
+        if i % 107 == 5:
+            line = line.replace('"severity_text": "INFO"', '"severity_text": 7')
+        if i % 109 == 6:
+            line = json.dumps({"log": line + "\n", "stream": "stderr", "time": t}, separators=(",", ":"))
+        lines.append(line)
+    lines[9] = json.dumps({"timestamp": "2026-05-19T10:00:09Z", "body": 5})
+    log = tmp_path / "vllm.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10)
+    assert ff.lines >= 2100  # (all but the KV lines, a quarter, which take the long way in any log)
+    got = _canon(res, ff)
+    assert got == _canon(_reference(log)) and len(got[0]) > 700 and len(got[1]) > 700
+    assert any(o[1] == "oom" for o in got[2])  # (from a record's exception, read the long way)
 
 
 def test_a_log_whose_request_lines_all_run_fast_records_its_requests(tmp_path: Path) -> None:
