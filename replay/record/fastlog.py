@@ -548,8 +548,13 @@ class _Piece:
 
 def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_prompts: bool = False) -> _Piece:
     """The vectorised lane's work on one piece (in a worker thread): classify, spill the fast facts."""
+    # a log of JSON lines (Docker's json-file, vLLM's JSON logging) is one from its first line: a search
+    # for a longer string than a byte costs as much as a pass over the lines (JSON lines among text
+    # lines take the line-by-line parser)
+    second = piece.find(b"\n") + 1
+    json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
     df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts, b"\x1b" in piece,
-                                          b'"log"' in piece, b'"body"' in piece)
+                                          json_lines, json_lines)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
