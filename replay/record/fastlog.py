@@ -44,6 +44,7 @@ from replay.record.vllm_log import (
     R_RECEIVED,
     R_TOKEN_IDS,
     RAY_FOLD_MARK,
+    SLURM_LABEL,
     SYSLOG_BSD_PREFIX,
     LogFact,
     LogParse,
@@ -91,11 +92,12 @@ def inert(msg: pl.Expr) -> pl.Expr:
     return ~msg.str.contains_any(list(INERT_UNLESS), ascii_case_insensitive=True) & ~msg.str.contains(_GLUED)
 
 
-# what `docker compose logs [-t]`, `kubectl logs --prefix --timestamps`, a CRI node log or `docker
-# logs -t` puts in front of the line vLLM wrote, in the order ``vllm_log._strip`` takes it off (of its
-# pieces): compose service, pod, ISO time, CRI flag
-ENVELOPE = ("^(?P<env>(?:" + SYSLOG_BSD_PREFIX + ")?(?:" + COMPOSE_PREFIX + ")?(?:" + KUBECTL_PREFIX + ")?(?:(?P<iso>"
-            + ISO_TIME + r")\s+(?:" + AFTER_TS_BODY + ")?)?)")
+# what `srun --label`, syslog, `docker compose logs [-t]`, `kubectl logs --prefix --timestamps`, a CRI
+# node log, journald or `docker logs -t` puts in front of the line vLLM wrote, in the order
+# ``vllm_log._strip`` takes it off (of its pieces): task label, syslog head, compose service, pod, ISO
+# time, then a CRI flag or journald's host and process
+ENVELOPE = ("^(?P<env>(?:" + SLURM_LABEL + ")?(?:" + SYSLOG_BSD_PREFIX + ")?(?:" + COMPOSE_PREFIX + ")?(?:"
+            + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:" + AFTER_TS_BODY + ")?)?)")
 
 CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
 # of their time on them)
@@ -315,8 +317,9 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
 
 
-_MAYBE_ENVELOPE = r"^(?:\[|\d{4}-\d\d-\d\dT|[A-Z][a-z]{2} [ \d]\d |" + COMPOSE_PREFIX + ")"  # how an envelope opens
-_ENVELOPED = re.compile("^(?:" + SYSLOG_BSD_PREFIX + "|" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_TIME
+_MAYBE_ENVELOPE = (r"^(?:\[|\d{4}-\d\d-\d\dT|[A-Z][a-z]{2} [ \d]\d |" + SLURM_LABEL + "|" + COMPOSE_PREFIX
+                   + ")")  # how an envelope opens
+_ENVELOPED = re.compile("^(?:" + SLURM_LABEL + "|" + SYSLOG_BSD_PREFIX + "|" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_TIME
                         + r"\s)")  # (a line that opens with one)
 
 

@@ -32,6 +32,9 @@ KUBECTL = re.compile("^" + KUBECTL_PREFIX)
 # `docker compose logs`' service column ('vllm-1  | ', 'vllm_1  | ', 'triton_server_vllm-1  | ')
 COMPOSE_PREFIX = r"[A-Za-z0-9][A-Za-z0-9_.-]* +\| ?"
 COMPOSE = re.compile("^" + COMPOSE_PREFIX)
+# `srun --label` (Slurm) puts the task's number in front of every line it relays ('0: ')
+SLURM_LABEL = r"\d{1,5}: "
+SLURM = re.compile("^" + SLURM_LABEL)
 # what follows a container or syslog time: a CRI node log's stream and partial flag ('stderr F '), or
 # journald/syslog's host and process ('gpu-1 python3[1234]: ')
 AFTER_TS_BODY = r"(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )"
@@ -262,7 +265,7 @@ def _otel(raw: str) -> tuple[str, str] | None:
 
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
     """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
-    records, docker compose's service column, kubectl's prefix, container and syslog times, CRI
+    records, Slurm's task label, docker compose's service column, kubectl's prefix, container and syslog times, CRI
     stream flags, journald's host and process, a shipper's time and tags) and colour codes, with the
     shipper's ISO time where it gave one with a zone, and the year of a shipper's time that has none."""
     iso = None
@@ -275,6 +278,9 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
         if rec is not None:
             raw, iso = rec
     s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
+    m = SLURM.match(s)
+    if m:
+        s = s[m.end():]
     m = SYSLOG_BSD.match(s)
     if m:  # (its time has neither year nor zone: vLLM's own time, which follows, is used)
         s = s[m.end():]

@@ -129,7 +129,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
                               "[pod/vllm-ü/vllm] 2026-05-19T10:13:{s:02d}.1Z ", "vllm-1  | ",
                               "vllm_1  | 2026-05-19T10:13:{s:02d}.123456789Z ", "2026-05-19 10:13:{s:02d}.982 [Info] (Process) ",
                               "2026-05-19T10:13:{s:02d}Z [Info] ", "2026-05-19T10:13:{s:02d}+0000 gpu-1 python3[77]: ",
-                              "May 19 10:13:{s:02d} gpu-1 vllm[77]: "])
+                              "May 19 10:13:{s:02d} gpu-1 vllm[77]: ", "3: "])
             out.append(env.format(s=s) + rnd.choice([STATS_V1, ADDED, ACCESS, STATS_V0]).format(s=s, r=i % 7))
         elif r < 0.68:  # CRs: a CRLF line, a progress bar's before a message, one inside a message
             out.append(rnd.choice([ADDED.format(s=7, r=5) + "\r", "Processed prompts:  50%|#####     | 1/2\r"
@@ -259,7 +259,7 @@ def test_line_cutting_equals_the_reference(parts: list[bytes]) -> None:
 
 @pytest.mark.parametrize("env", ["{t}.123456789Z stderr F ", "{t}.123Z ", "[pod/vllm-0/vllm] {t}+00:00 ", "{t}.5+0200 ",
                                  "vllm-1  | ", "vllm-1  | {t}.123456789Z ", "{t}+0000 gpu-node-1 python3[1234]: ",
-                                 "May 19 10:13:00 gpu-node-1 vllm[1234]: "])
+                                 "May 19 10:13:00 gpu-node-1 vllm[1234]: ", "12: "])
 def test_container_envelopes_take_the_fast_lane(env: str, tmp_path: Path) -> None:
     """Logs from a CRI node log, `kubectl logs --timestamps [--prefix]`, `docker logs -t`, `docker
     compose logs [-t]`, journald (`-o short-iso`) or syslog go through the vectorised lane too (they

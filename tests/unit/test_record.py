@@ -618,6 +618,7 @@ def _ship(lines: list[str], shape: str) -> str:
                     "journald-iso": f"{t}+0000 gpu-node-1 python3[1234]: {ln}",
                     "syslog": f"May 19 10:{i // 60 % 60:02d}:{i % 60:02d} gpu-node-1 vllm[1234]: {ln}",
                     "compose": f"vllm-1  | {ln}",
+                    "slurm": f"{i % 2}: {ln}",  # srun --label: two tasks' lines interleaved
                     "compose-t": f"vllm_server_1  | {t}.123456789Z {ln}",
                     # a shipper's own local time and tags (as a desktop server's log pane saves them)
                     "shipper": f"{t.replace('T', ' ')}.982 [{'Error' if 'ERROR' in ln else 'Info'}] (Process) {ln}",
@@ -625,10 +626,10 @@ def _ship(lines: list[str], shape: str) -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog", "compose", "compose-t", "shipper"])
+@pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog", "compose", "compose-t", "shipper", "slurm"])
 def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
     """A Docker json-file log, a CRI node log (/var/log/pods), journald or syslog output, `docker compose
-    logs [-t]` and a shipper's timed and tagged lines hold the same facts as the log vLLM wrote: stats,
+    logs [-t]`, `srun --label` and a shipper's timed and tagged lines hold the same facts as the log vLLM wrote: stats,
     KV, OOM bytes, startup accounting, version clues, requests. (Docker's JSON was read as text,
     journald's host and process prefix hid vLLM's own time, so stats fell off the timeline, and the
     compose and shipper prefixes hid every head, so most facts were lost.)"""
