@@ -209,6 +209,7 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
         p.quarantine.append((None, f"exposition could not be parsed: {e}", ""))
         return p
     is_dcgm = False
+    vllm_series: dict[str, list[tuple[int, dict[str, str]]]] = {}  # each bundle metric's samples, to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     repeats = 0
     for fam in families:
@@ -234,14 +235,20 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                                       float(value) * scale)) if metric == "device_used_bytes" else None
             elif name in VLLM_METRICS:
                 metric, scale = VLLM_METRICS[name]
+                vllm_series.setdefault(metric, []).append((len(p.samples), labels))
                 p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
             elif name == "vllm:cache_config_info":
                 p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
             elif name in NEVER_EXISTED_METRICS:
                 p.notes.append(NEVER_EXISTED_METRICS[name])
+    for got in vllm_series.values():
+        for (k, _), tag in zip(got, series_tags([labels for _, labels in got]), strict=True):
+            if tag:
+                st, sg, _, sm, sv = p.samples[k]
+                p.samples[k] = (st, sg, "vllm-metrics" + tag, sm, sv)
     if is_dcgm:
         p.kind = "dcgm"
-    elif any(s[2] == "vllm-metrics" for s in p.samples):
+    elif any(s[2].startswith("vllm-metrics") for s in p.samples):
         p.kind = "vllm-metrics"
     if repeats:
         p.notes.append(f"{path.name}: series repeat without times of their own, as when several scrapes are saved "
@@ -258,10 +265,28 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     return p
 
 
+def series_tags(label_sets: list[dict[str, str]]) -> list[str]:
+    """What tells apart several series of one vLLM metric (data-parallel engines, replicas): for each,
+    '[label=value,…]' of the labels whose values differ among them; '' for a lone series. The tag
+    goes into the samples' source ('vllm-metrics[engine=1]'), so that the series stay apart."""
+    keys = sorted({k for labels in label_sets for k in labels if k != "__name__"})
+    vary = [k for k in keys if len({labels.get(k) for labels in label_sets}) > 1] if len(label_sets) > 1 else []
+    if not vary:
+        return [""] * len(label_sets)
+    return ["[" + ",".join(f"{k}={labels.get(k, '')}" for k in vary) + "]" for labels in label_sets]
+
+
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
     data = obj.get("data") or {}
     results = data.get("result") or []
+    by_metric: dict[str, list[int]] = {}  # the vLLM series of each bundle metric, to tell them apart
+    for i, series in enumerate(results):
+        name = (series.get("metric") or {}).get("__name__", "") if isinstance(series, dict) else ""
+        if name in VLLM_METRICS:
+            by_metric.setdefault(VLLM_METRICS[name][0], []).append(i)
+    tag = {i: t for idx in by_metric.values()
+           for i, t in zip(idx, series_tags([results[i].get("metric") or {} for i in idx]), strict=True)}
     p.lines = len(results)
     for name in want or []:
         if name in NEVER_EXISTED_METRICS:
@@ -277,7 +302,7 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
             metric, scale = DCGM_METRICS[name]
             source, gpu = "dcgm", int(labels.get("gpu", "0") or 0)
         elif name in VLLM_METRICS:
-            (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics", None
+            (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics" + tag.get(i, ""), None
         else:
             metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
         for ts, v in vals:

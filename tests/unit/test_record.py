@@ -261,6 +261,30 @@ def test_query_range_json(tmp_path: Path) -> None:
     assert reps[0].kind == "prometheus-query-range" and read_bundle(out).samples.height == n
 
 
+def test_series_of_several_engines_or_replicas_stay_apart(tmp_path: Path) -> None:
+    """Two data-parallel engines' (or replicas') series of one vLLM metric, in a query_range export
+    or one scrape, keep their own source ('vllm-metrics[engine=1]'): they were one series that
+    jumped between the two at every step. A lone series keeps plain 'vllm-metrics'. A grep of
+    /metrics (no TYPE lines) under a '# scraped_at' line is recognised as a scrape."""
+    q = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "vllm:kv_cache_usage_perc", "engine": str(e), "model_name": "m"},
+         "values": [[1714564800 + 10 * k, str(0.1 * (k + 1) + 0.5 * e)] for k in range(3)]} for e in (0, 1)] + [
+        {"metric": {"__name__": "vllm:num_requests_running", "engine": "1", "model_name": "m"},
+         "values": [[1714564800, "3"]]}]}}
+    (tmp_path / "q.json").write_text(json.dumps(q))
+    (tmp_path / "s.prom").write_text("# scraped_at 2024-05-01T12:00:30Z\n"
+                                     'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4\n'
+                                     'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.9\n')
+    reps, _ = record([tmp_path / "q.json", tmp_path / "s.prom"], tmp_path / "b", RecordOptions())
+    assert [r.kind for r in reps] == ["prometheus-query-range", "vllm-metrics"]
+    s = read_bundle(tmp_path / "b").samples
+    kv = s.filter(pl.col("metric") == "kv_usage_ratio")
+    by = {src: part.sort("t_us")["value"].to_list() for (src,), part in kv.partition_by("source", as_dict=True).items()}
+    assert by == {"vllm-metrics[engine=0]": pytest.approx([0.1, 0.2, 0.3, 0.4]),
+                  "vllm-metrics[engine=1]": pytest.approx([0.6, 0.7, 0.8, 0.9])}
+    assert s.filter(pl.col("metric") == "requests_running")["source"].to_list() == ["vllm-metrics"]
+
+
 def test_grafana_csv_locale(tmp_path: Path) -> None:
     p = tmp_path / "g.csv"
     p.write_text('"Time";"vllm:kv_cache_usage_perc"\n"2025-01-01 10:00:00";"0,25"\n"2025-01-01 10:00:15";"0,5"\n')
