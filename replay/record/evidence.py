@@ -628,16 +628,20 @@ def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
         if "date" in row and "time" in row:
             t = parse_time(f"{row['date'][:4]}-{row['date'][4:6]}-{row['date'][6:]} {row['time']}", tz_offset_s)
             p.naive_local_times = True
-        gpu = int(row.get("gpu", row.get("idx", "0")) or 0)
-        if p.kind == "nvidia-smi-pmon":
-            if row.get("pid", "-") != "-" and row.get("fb", "-") != "-":  # ('-': no process on this GPU)
-                p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{row['pid']}", float(row["fb"]) * MiB))
-            p.parsed += 1
+        try:
+            gpu = int(row.get("gpu", row.get("idx", "0")) or 0)
+            if p.kind == "nvidia-smi-pmon":
+                if row.get("pid", "-") != "-" and row.get("fb", "-") != "-":  # ('-': no process on this GPU)
+                    p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{row['pid']}", float(row["fb"]) * MiB))
+                p.parsed += 1
+                continue
+            got = [(metric, float(row[c]) * scale) for c, metric, scale in (("fb", "device_used_bytes", MiB),
+                                                                           ("mem", "util_mem_pct", 1.0))
+                   if c in row and row[c] != "-"]
+        except ValueError:  # (a row under another listing's header, a value that is no number)
+            p.quarantine.append((i, f"not a row of the {' '.join(cols)} columns above it", ln))
             continue
-        if "fb" in row and row["fb"] != "-":
-            p.samples.append((t, gpu, "nvidia-smi", "device_used_bytes", float(row["fb"]) * MiB))
-        if "mem" in row and row["mem"] != "-":
-            p.samples.append((t, gpu, "nvidia-smi", "util_mem_pct", float(row["mem"])))
+        p.samples += [(t, gpu, "nvidia-smi", metric, value) for metric, value in got]
         p.parsed += 1
     if p.kind == "nvidia-smi-pmon" and "fb" not in cols:
         p.notes.append(f"{path.name}: pmon without its fb column holds no memory figures (use `nvidia-smi pmon -s um -o DT`)")

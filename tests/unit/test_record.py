@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -193,6 +194,34 @@ def test_fuzz_log_parser_on_envelope_fragments(lines: list[str]) -> None:
     continuation, or quarantined."""
     r = parse_log(lines)
     assert r.lines_parsed + r.continuation_lines + len({q[0] for q in r.quarantine}) == r.lines_read
+
+
+def _evidence_lines() -> list[str]:
+    """The first lines of every evidence sample in tests/data, and lines of every tabular shape."""
+    out = []
+    for f in sorted(DATA.iterdir()):
+        if f.is_file() and f.suffix != ".md":
+            out += f.read_text(errors="replace").splitlines()[:6]
+    return out + ["#Entity   GPUTL   FBUSD", "ID", "GPU 0   5   N/A", "GPU-I 1  x", "LAST SEEN   TYPE   REASON   OBJECT   MESSAGE",
+                  "12m  Normal  Pulled  pod/x  msg", "NAME   READY   STATUS   RESTARTS   AGE", "x  0/1  OOMKilled  3 (45s ago)  1m",
+                  "vllm:kv_cache_usage_perc 0.5", "# TYPE vllm:x gauge", "timestamp, memory.used [MiB]",
+                  "2024/05/01 12:00:00.000, 5 MiB", "", "garbage", "\x00", ",,,", "Time;Value", "2024-01-01 00:00:00;1,5"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.sampled_from(_evidence_lines()), min_size=1, max_size=25), st.sampled_from([None, "2024-05-01T12:00:00Z"]))
+def test_fuzz_record_mixed_evidence_lines_never_a_traceback(lines: list[str], at: str | None) -> None:
+    """A file of lines mixed from every kind of evidence (headers of one kind over rows of another) is
+    recorded or refused with a clear message, never a traceback. (A dmon row whose GPU column held a
+    date raised ValueError.)"""
+    with tempfile.TemporaryDirectory() as td:
+        p = Path(td) / "evidence.txt"
+        p.write_text("\n".join(lines) + "\n")
+        try:
+            reps, _ = record([p], Path(td) / "b", RecordOptions(at=at, year=2024))
+        except ReplayError:
+            return
+        assert reps[0].parsed + reps[0].quarantined >= 0 and (Path(td) / "b" / "bundle.json").exists()
 
 
 @settings(max_examples=200, deadline=None)
@@ -1017,6 +1046,19 @@ def test_dcgmi_dmon_rows_are_placed_from_at_and_interval(tmp_path: Path) -> None
     reps, _ = record([src], tmp_path / "c", RecordOptions())
     assert read_bundle(tmp_path / "c").samples.height == 0 and reps[0].quarantined == 1
     assert any("give --at" in n and "24 values quarantined" in n for n in reps[0].notes)
+
+
+def test_dmon_row_under_another_listings_header_is_quarantined(tmp_path: Path) -> None:
+    """A dmon file where a listing without -o DT follows one with it (its rows under the first
+    header) quarantines the rows that do not fit, with their lines (a date in the GPU column raised
+    ValueError)."""
+    src = tmp_path / "dmon.txt"
+    src.write_text("# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk     fb   bar1\n"
+                   "# Idx      W      C      C      %      %      %      %      %      %    MHz    MHz     MB     MB\n"
+                   "    0    120     45     40     90     60      0      0      0      0   2619   1980  80000      5\n"
+                   "2024/06/01 10:00:00   0   120     45     40     90     60      0      0      0      0   2619  80000\n")
+    reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-06-01T10:00:00Z"))
+    assert reps[0].kind == "nvidia-smi-dmon" and reps[0].quarantined >= 1
 
 
 def test_pmon_rows_are_processes_not_gpus(tmp_path: Path) -> None:
