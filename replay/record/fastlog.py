@@ -39,6 +39,7 @@ from replay.record.vllm_log import (
     KUBECTL_PREFIX,
     OTEL_LEVELS,
     PROC_BODY,
+    R_DP,
     R_PARAM,
     R_PROMPT,
     R_RECEIVED,
@@ -110,7 +111,7 @@ def buckets_for(n_facts: int) -> int:
     return max(1, -(-n_facts // BUCKET_FACTS))
 
 # Spilled fact tables (the repeat-key hash ``h`` and ``repeatable`` are dropped once repeats are gone).
-_STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "engine": pl.Utf8,
+_STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "engine": pl.Utf8, "dp": pl.Utf8,
                "h": pl.UInt64, "repeatable": pl.Boolean, "running": pl.Float64, "waiting": pl.Float64,
                "swapped": pl.Float64, "preemptions": pl.Float64, "kv_usage_pct": pl.Float64,
                "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64}
@@ -461,6 +462,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
                 else {"ts": pl.col("ts"), "t_exact": pl.lit(None, dtype=pl.Int64)})
     stats = st.select(
         "line", "rank", **ts_exact, engine="engine", h="h", repeatable=pl.lit(True),
+        dp=pl.when(~v0).then(msg.str.extract(R_DP.pattern, 1)),
         running=pick("running").cast(pl.Float64), waiting=pick("waiting").cast(pl.Float64),
         swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped")).cast(pl.Float64),
         preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre")).cast(pl.Float64),
@@ -642,7 +644,7 @@ def _slow_frames(res: LogParse, keep_prompts: bool = False, start: int = 0) -> t
                 "t_exact": [_exact(f.ts) for f in fs], "key_ts": [f.key_ts for f in fs], "kind": [f.kind for f in fs],
                 "msg": [f.text for f in fs], "repeatable": [f.logged_ts or f.kind != "stats" for f in fs]}
 
-    keys = ("engine", "running", "waiting", "swapped", "preemptions", "kv_usage_pct", "cpu_kv_usage_pct",
+    keys = ("engine", "dp", "running", "waiting", "swapped", "preemptions", "kv_usage_pct", "cpu_kv_usage_pct",
             "prompt_tps", "gen_tps")
     sdf = pl.DataFrame({**base(st), **{k: [f.data.get(k) for f in st] for k in keys}},
                        schema_overrides={**_STATS_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8})

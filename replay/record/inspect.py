@@ -21,7 +21,7 @@ def _first(b: Bundle, kind: str, key: str) -> Any:
 
 
 def inspect_bundle(b: Bundle) -> dict[str, Any]:
-    s = b.samples.filter(pl.col("source") == "vllm-log")
+    s = b.samples.filter(pl.col("source").str.starts_with("vllm-log"))  # (every engine's, with data parallelism)
 
     def series(metric: str, scale: float = 1.0) -> list[float]:
         col = s.filter(pl.col("metric") == metric).sort("t_us", maintain_order=True)["value"].to_list()

@@ -214,8 +214,11 @@ def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
     st = log.timed(log.ff.stats_frame(drop=log.earlier))
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
     st = st.filter(pl.col("t").is_not_null())
+    # (with data parallelism each engine's stats are a series of their own: 'vllm-log[Engine 001]')
+    source = pl.when(pl.col("dp").is_null() | (pl.col("dp") == "Engine 000")).then(pl.lit("vllm-log")).otherwise(
+        pl.concat_str([pl.lit("vllm-log["), pl.col("dp"), pl.lit("]")]))
     for key, metric, scale in STATS_SAMPLES:
-        w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=pl.lit("vllm-log"),
+        w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=source,
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
     return untimed
 

@@ -120,6 +120,8 @@ R_STATS_V0 = re.compile(
     r"Running: (\d+) reqs, Swapped: (\d+) reqs, Pending: (\d+) reqs, GPU KV cache usage: " + _NUM + r"%, CPU KV cache usage: " + _NUM + "%")
 R_STATS_V1 = re.compile(
     r"Running: (\d+) reqs, Waiting: (\d+) reqs(?:, Preemptions: (\d+))?.*?(?:GPU|CPU|XPU|\w+) KV cache usage: " + _NUM + "%")
+# which engine a V1 stats line speaks for, with data parallelism ('Engine 001:', '2 Engines Aggregated:')
+R_DP = re.compile(r"^(Engine \d+|\d+ Engines Aggregated):")
 R_THROUGHPUT = re.compile(r"Avg prompt throughput: " + _NUM + r" tokens/s, Avg generation throughput: " + _NUM)
 R_PREEMPT = re.compile(r"Sequence group (\S+) is preempted by PreemptionMode\.(\w+).*?total_num_cumulative_preemption=(\d+)")
 R_ADDED = re.compile(r"Added request (\S+?)\.?$")
@@ -423,9 +425,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         else:
             m = R_STATS_V1.search(text)
             if m:
+                dp = R_DP.match(text)
                 out.append(("stats", {"engine": "v1", "running": int(m.group(1)), "waiting": int(m.group(2)),
                                       "preemptions": int(m.group(3)) if m.group(3) else None,
-                                      "kv_usage_pct": _f(m.group(4))}))
+                                      "kv_usage_pct": _f(m.group(4)), "dp": dp.group(1) if dp else None}))
         if out:
             t = R_THROUGHPUT.search(text)
             if t:

@@ -43,6 +43,9 @@ ADDED = "(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [async_llm.py:587] Added 
 ACCESS = 'INFO:     127.0.0.1:59542 - "POST /v1/completions HTTP/1.1" 200 OK'
 KV = "(EngineCore_DP0 pid=1133552) INFO 05-19 10:13:{s:02d} [gpu_worker.py:298] Available KV cache memory: 6.51 GiB"
 RAY_STATS = STATS_V1.replace("(APIServer pid=3646)", "(ServeReplica:default:VLLMDeployment pid=77)")  # Ray Serve
+# data parallelism: each engine's stats line, and 0.13's aggregate of them
+DP_STATS = STATS_V1.replace("Engine 000:", "Engine 00{n}:")
+DP_AGGREGATE = STATS_V1.replace("Engine 000:", "2 Engines Aggregated:")
 RAY_ADDED = ADDED.replace("(APIServer pid=3646)", "(RayWorkerWrapper pid=78, ip=10.0.0.2)")
 # vLLM 0.6 and 0.7 wrote the call site with only its closing bracket
 OLD_ADDED = "INFO 05-19 10:13:{s:02d} async_llm_engine.py:211] Added request cmpl-old{r}-0."
@@ -75,7 +78,7 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
         if f.kind == "stats":
             d = f.data
             stats.append((f.line, f.rank, f.ts, d.get("kv_usage_pct"), d.get("running"), d.get("waiting"),
-                          d.get("swapped"), d.get("preemptions")))
+                          d.get("swapped"), d.get("preemptions"), d.get("dp")))
         elif f.kind.startswith("request_"):
             d, prompt = f.data, f.data.get("prompt")
             reqs.append((f.line, f.rank, f.ts, f.kind, d["request_id"], *(d.get(k) for k in _DETAILS),
@@ -87,7 +90,7 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
         for r in ff.stats_frame().collect().iter_rows(named=True):
             stats.append((r["line"], r["rank"], r["ts"], r["kv_usage_pct"], int(r["running"]), int(r["waiting"]),
                           None if r["swapped"] is None else int(r["swapped"]),
-                          None if r["preemptions"] is None else int(r["preemptions"])))
+                          None if r["preemptions"] is None else int(r["preemptions"]), r["dp"]))
         for r in ff.requests_frame().collect().iter_rows(named=True):
             reqs.append((r["line"], r["rank"], r["ts"], r["kind"], r["request_id"], *(r[k] for k in _DETAILS),
                          r["prompt_chars"], r["prompt_sha256"]))
@@ -107,7 +110,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     for i in range(2500):
         r, s = rnd.random(), i % 60
         shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED, WIDE_ADDED,
-                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP, RAY_FOLDED]
+                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP, RAY_FOLDED, DP_STATS, DP_AGGREGATE]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:
@@ -316,7 +319,7 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "', " ",
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,
            "Finished request c-1.", "(APIServer pid=3646) INFO 05-19 10:13:02 [async_llm.py:587] Finished request cmpl-2-0.",
-           *(x.format(s=1, r=2, n=3) for x in (STATS_V1, ADDED, STATS_V0, RECEIVED, OLD_ADDED, DEBUG_PLAIN, DEBUG_WORD,
+           *(x.format(s=1, r=2, n=3) for x in (STATS_V1, ADDED, STATS_V0, RECEIVED, OLD_ADDED, DEBUG_PLAIN, DEBUG_WORD, DP_STATS,
                                              RAY_FOLDED, KV)), _coloured(STATS_V1.format(s=2, r=1, n=1)),
            *(json.dumps({"log": x.format(s=3, r=4, n=1) + "\n", "stream": "stderr", "time": "2026-05-19T10:13:03.5Z"},
                         separators=(",", ":")) for x in (STATS_V1, ADDED, ACCESS)),

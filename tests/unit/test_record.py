@@ -314,6 +314,32 @@ def test_series_of_several_engines_or_replicas_stay_apart(tmp_path: Path) -> Non
     assert s.filter(pl.col("metric") == "requests_running")["source"].to_list() == ["vllm-metrics"]
 
 
+def test_data_parallel_engines_stats_are_series_of_their_own(tmp_path: Path) -> None:
+    """With --data-parallel-size each engine logs its own stats line ('Engine 001: …'), and 0.13+ their
+    aggregate: each is a series of its own in the bundle (they were one series jumping between the
+    engines), while inspect still counts and lists every stats line."""
+    lines = []
+    for k in range(30):
+        t = f"05-19 10:{k // 60:02d}:{k % 60:02d}"
+        for e, kv in ((0, 10.0 + k), (1, 60.0 + k)):
+            lines.append(f"(APIServer pid=1) INFO {t} [loggers.py:271] Engine 00{e}: Avg prompt throughput: 1.0 tokens/s, "
+                         f"Avg generation throughput: 2.0 tokens/s, Running: {e + 1} reqs, Waiting: 0 reqs, GPU KV cache "
+                         f"usage: {kv}%, Prefix cache hit rate: 0.0%")
+        lines.append(f"(APIServer pid=1) INFO {t} [loggers.py:271] 2 Engines Aggregated: Avg prompt throughput: 2.0 tokens/s, "
+                     f"Avg generation throughput: 4.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: "
+                     f"{35.0 + k}%, Prefix cache hit rate: 0.0%")
+    log = tmp_path / "dp.log"
+    log.write_text("\n".join(lines) + "\n")
+    record([log], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    kv = b.samples.filter(pl.col("metric") == "kv_usage_ratio")
+    by = {src: part.sort("t_us")["value"].to_list() for (src,), part in kv.partition_by("source", as_dict=True).items()}
+    assert by["vllm-log"] == pytest.approx([(10.0 + k) / 100 for k in range(30)])
+    assert by["vllm-log[Engine 001]"] == pytest.approx([(60.0 + k) / 100 for k in range(30)])
+    assert by["vllm-log[2 Engines Aggregated]"][0] == pytest.approx(0.35)
+    assert inspect_bundle(b)["stats_lines"] == 90
+
+
 def test_grafana_csv_locale(tmp_path: Path) -> None:
     p = tmp_path / "g.csv"
     p.write_text('"Time";"vllm:kv_cache_usage_perc"\n"2025-01-01 10:00:00";"0,25"\n"2025-01-01 10:00:15";"0,5"\n')
