@@ -206,6 +206,7 @@ class _LogFacts:
     ff: FastFacts
     timed: Callable[[pl.LazyFrame], pl.LazyFrame]
     earlier: pl.Series
+    series: str = "vllm-log"  # the source of its stats samples: its own where it runs alongside another log's
 
 
 def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
@@ -215,8 +216,8 @@ def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
     untimed = int(st.select(pl.col("t").is_null().sum()).collect().item())
     st = st.filter(pl.col("t").is_not_null())
     # (with data parallelism each engine's stats are a series of their own: 'vllm-log[Engine 001]')
-    source = pl.when(pl.col("dp").is_null() | (pl.col("dp") == "Engine 000")).then(pl.lit("vllm-log")).otherwise(
-        pl.concat_str([pl.lit("vllm-log["), pl.col("dp"), pl.lit("]")]))
+    source = pl.when(pl.col("dp").is_null() | (pl.col("dp") == "Engine 000")).then(pl.lit(log.series)).otherwise(
+        pl.concat_str([pl.lit(log.series + "["), pl.col("dp"), pl.lit("]")]))
     for key, metric, scale in STATS_SAMPLES:
         w.samples_lazy(st.select(t_us=pl.col("t") - t0, gpu=pl.lit(None, dtype=pl.Int64), source=source,
                                  metric=pl.lit(metric), value=pl.col(key) * scale))
@@ -532,6 +533,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     # logged time seen in an earlier log is the same fact, read once (request ids are merged likewise)
     fact_seen: dict[tuple[str, str, str, str], str] = {}
     stats_keys: list[pl.Series] = []
+    stats_spans: dict[str, tuple[int, int]] = {}  # each log's stats, first and last time
     col_span: list[tuple[int, int]] = []
     for path, kind, r, rep in parsed_items:
         off = opts.clock_offset_us(path)
@@ -568,6 +570,17 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                             pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64))
             mine = ff.stats_keys()
             stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
+            # a log whose stats run alongside an earlier log's (what is left once an overlapping capture's
+            # repeats are gone) is another replica or engine: its stats are a series of their own
+            own = log.timed(ff.stats_frame(drop=log.earlier)).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
+            lo, hi = own["lo"][0], own["hi"][0]
+            beside = [name for name, (a, b) in stats_spans.items() if lo is not None and lo < b and a < hi]
+            if beside:
+                log.series = f"vllm-log[{path.name}]"
+                rep.notes.append(f"its stats run alongside those of {', '.join(beside)}: another replica or engine, so "
+                                 f"they are a series of their own ({log.series})")
+            if lo is not None:
+                stats_spans[path.name] = (lo, hi)
             stats_keys.append(mine)
             also_in: dict[str, int] = {}  # facts repeated from an earlier log, by its name
             for f in lp.facts:

@@ -340,6 +340,27 @@ def test_data_parallel_engines_stats_are_series_of_their_own(tmp_path: Path) -> 
     assert inspect_bundle(b)["stats_lines"] == 90
 
 
+def test_replicas_logs_stats_are_series_of_their_own(tmp_path: Path) -> None:
+    """Two replicas' logs (one per pod) whose stats run side by side are two series (they were one,
+    jumping between the pods); a log that follows another (a restart, rotation) and an overlapping
+    capture of one log are not."""
+    def log(name: str, minutes: range, kv0: float) -> Path:
+        f = tmp_path / name
+        f.write_text("\n".join(
+            f"(APIServer pid=1) INFO 05-19 10:{m:02d}:00 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+            f"Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: {kv0 + m}%, "
+            "Prefix cache hit rate: 0.0%" for m in minutes) + "\n")
+        return f
+    a, b, c = log("pod-a.log", range(0, 20), 10.0), log("pod-b.log", range(0, 20), 50.0), log("pod-a.1.log", range(30, 40), 10.0)
+    reps, _ = record([a, b, c], tmp_path / "bundle", RecordOptions(year=2025))
+    kv = read_bundle(tmp_path / "bundle").samples.filter(pl.col("metric") == "kv_usage_ratio")
+    by = {src: part.height for (src,), part in kv.partition_by("source", as_dict=True).items()}
+    assert by == {"vllm-log": 30, "vllm-log[pod-b.log]": 20}
+    assert any("alongside those of pod-a.log" in n for n in reps[1].notes)
+    assert not any("alongside" in n for n in reps[2].notes)
+    assert inspect_bundle(read_bundle(tmp_path / "bundle"))["stats_lines"] == 50
+
+
 def test_grafana_csv_locale(tmp_path: Path) -> None:
     p = tmp_path / "g.csv"
     p.write_text('"Time";"vllm:kv_cache_usage_perc"\n"2025-01-01 10:00:00";"0,25"\n"2025-01-01 10:00:15";"0,5"\n')
