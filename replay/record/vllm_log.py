@@ -3,10 +3,11 @@
 It turns a log into facts: startup memory accounting, KV capacity, CUDA-graph cost, periodic
 stats (KV usage, running, waiting), requests, preemptions, CUDA OOM messages of all torch
 generations, vLLM's own memory errors, engine death and restarts. Real-world mess is expected:
-process prefixes, ANSI colours, container timestamps, kubectl prefixes, Docker json-file lines, CRI
-node logs, journald/syslog prefixes, docker compose's service column, a shipper's own time and tags,
-thousands separators, glued and wrapped lines, tracebacks. Lines repeated identically by several ranks are one fact per
-rank; an identical line repeated within a rank (overlapping pastes) is one fact.
+process prefixes, ANSI colours, container timestamps, kubectl prefixes, Docker json-file lines, vLLM's
+own JSON records, CRI node logs, journald/syslog prefixes, docker compose's service column, Slurm's
+task label, a shipper's own time and tags, thousands separators, glued and wrapped lines,
+tracebacks. Lines repeated identically by several ranks are one fact per rank; an identical line
+repeated within a rank (overlapping pastes) is one fact.
 """
 
 from __future__ import annotations
@@ -267,9 +268,10 @@ def _otel(raw: str) -> tuple[str, str] | None:
 
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
     """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
-    records, Slurm's task label, docker compose's service column, kubectl's prefix, container and syslog times, CRI
-    stream flags, journald's host and process, a shipper's time and tags) and colour codes, with the
-    shipper's ISO time where it gave one with a zone, and the year of a shipper's time that has none."""
+    records, Slurm's task label, docker compose's service column, kubectl's prefix, container and
+    syslog times, CRI stream flags, journald's host and process, a shipper's time and tags) and colour
+    codes, with the shipper's ISO time where it gave one with a zone, and the year of a shipper's time
+    that has none."""
     iso = None
     if DOCKER_JSON.match(raw):
         doc = _docker(raw)
@@ -562,8 +564,8 @@ class LogParser:
         self.res = LogParse()
         self._seen: set[tuple[str, str | None, str]] = set()
         self._open: _Line | None = None
-        self._buf: list[str] = []
-        self._cont: list[tuple[int, bool]] = []  # each continuation's line, and whether it was counted there
+        # the open message's continuation lines: line number, whether it was counted there, text
+        self._cont: list[tuple[int, bool, str]] = []
         self._lo, self._hi = "0.0.0", "99.0.0"
         self._v1 = self._v0 = 0
         self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
@@ -580,12 +582,12 @@ class LogParser:
         msg, res = self._open, self.res
         if msg is None:
             return
-        text = " ".join([msg.text, *self._buf]) if self._buf else msg.text
+        text = " ".join([msg.text, *(t for _, _, t in self._cont)]) if self._cont else msg.text
         facts = extract(text)
         if not msg.prefixed and not facts:  # (its line counts as quarantined, though a message glued after
             # this text on it is still read: each line is counted once, by its first part)
             res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
-            for (no, counted), t in zip(self._cont, self._buf, strict=True):  # (its continuations are not vLLM's either)
+            for no, counted, t in self._cont:  # (its continuations are not vLLM's either)
                 res.continuation_lines -= counted
                 res.quarantine.append((no, f"not a vLLM log line and no known fact (follows line {msg.no})", t))
         elif msg.counted:
@@ -602,7 +604,7 @@ class LogParser:
                 self._seen.add(key)
             res.facts.append(LogFact(kind, data, msg.no, msg.rank, msg.iso or msg.ts, text[:2000],
                                      msg.ts or msg.iso, msg.ts is not None))
-        self._open, self._buf, self._cont = None, [], []
+        self._open, self._cont = None, []
 
     def barrier(self) -> None:
         self._flush()
@@ -653,10 +655,9 @@ class LogParser:
         alone = extract(ln.text)
         msg = self._open
         if msg is not None and (not alone or msg.prefixed and not extract(msg.text) and not ln.text.lstrip().startswith(
-                ("torch.", "RuntimeError", "ValueError"))) and len(self._buf) < 200:
+                ("torch.", "RuntimeError", "ValueError"))) and len(self._cont) < 200:
             counted = self._first(ln.no)
-            self._buf.append(ln.text.strip())
-            self._cont.append((ln.no, counted))
+            self._cont.append((ln.no, counted, ln.text.strip()))
             res.continuation_lines += counted
             return
         self._flush()
