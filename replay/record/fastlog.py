@@ -379,6 +379,14 @@ def _undocker(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(raw=df["raw"].scatter(at, log.str.strip_chars_end("\n")), iso=df["iso"].scatter(at, t))
 
 
+def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.DataFrame:
+    """``df`` with ``pattern`` taken out of ``raw`` on the lines that hold ``char``."""
+    at = df["raw"].str.contains(char, literal=True).arg_true()
+    if not at.len():
+        return df
+    return df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(pattern, "", literal=literal)))
+
+
 def _marks(df: pl.DataFrame) -> pl.DataFrame:
     """Cheap tests of every line (literal searches, one anchored match), side by side in one lazy plan
     so that both cores work: whether it opens a message, holds a colour code, may be a stats or
@@ -393,8 +401,8 @@ def _marks(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
-              has_esc: bool = True, has_docker: bool = True, has_json: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame,
-                                                         list[tuple[str, int]]]:
+              has_esc: bool = True, json_lines: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame,
+                                                                      pl.DataFrame, list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
 
@@ -402,26 +410,17 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
     raw = pl.col("raw")
     df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
-    if has_cr and lines.str.contains("\r", literal=True).any():  # a CRLF line ends without its CR
-        df = df.with_columns(raw=raw.str.strip_suffix("\r"))
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
-    if has_docker:  # Docker's json-file log: the text inside first (colour codes come out of their escapes)
-        df = _undocker(df)
-    if has_json:  # vLLM's JSON logging (inside Docker's or not)
-        df = _unotel(df)
-    if has_docker or has_json:
-        has_esc = has_esc or bool(df["raw"].str.contains("\x1b", literal=True).any())
-        has_cr = has_cr or bool(df["raw"].str.contains("\r", literal=True).any())
-    if has_cr:  # the reference takes out every CR, a progress bar's inside a line too
-        at = df["raw"].str.contains("\r", literal=True).arg_true()
-        if at.len():
-            df = df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all("\r", "", literal=True)))
-    if has_esc:  # colour codes go first, as the reference takes them off (vLLM colours its prefix on a terminal)
-        at = df["raw"].str.contains("\x1b", literal=True).arg_true()
-        if at.len():
-            df = df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(ANSI.pattern, "")))
+    if json_lines:  # Docker's json-file log, vLLM's JSON logging (inside Docker's or not): the text inside
+        df = _unotel(_undocker(df))  # first (CRs and colour codes may come out of their escapes)
+    # then, as the reference takes them out, every CR (a CRLF's, a progress bar's inside a line) and the
+    # colour codes (vLLM colours its prefix on a terminal)
+    if has_cr or json_lines:
+        df = _take_out(df, "\r", "\r", literal=True)
+    if has_esc or json_lines:
+        df = _take_out(df, "\x1b", ANSI.pattern, literal=False)
     # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
     # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
     # runtime's own log file) is stripped whole first and marked once
@@ -559,7 +558,7 @@ def _prepare(piece: bytes, first_no: int, n: int, tag: str, spill: Path, keep_pr
     second = piece.find(b"\n") + 1
     json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
     df, is_fast, st, rq, reps = _classify(_lines(piece, n), first_no, b"\r" in piece, keep_prompts, b"\x1b" in piece,
-                                          json_lines, json_lines)
+                                          json_lines)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return _Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps)
