@@ -920,12 +920,11 @@ def _cells(ln: str, cols: list[tuple[str, int]]) -> dict[str, str]:
     """A table row's cells, cut where the header's names start; a row that does not line up with its
     header (a hand-edited paste, tabs turned to spaces) is split at runs of two or more spaces
     (or tabs) instead, when that gives one cell per column (kubectl pads columns with three)."""
+    cut = {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
     if all(start >= len(ln) or ln[start - 1] == " " for _, start in cols[1:]):
-        return {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+        return cut
     parts = re.split(r"\s*\t\s*|\s{2,}", ln.strip(), maxsplit=len(cols) - 1)
-    if len(parts) == len(cols):
-        return dict(zip([c for c, _ in cols], parts, strict=True))
-    return {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
+    return dict(zip([c for c, _ in cols], parts, strict=True)) if len(parts) == len(cols) else cut
 
 
 def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_s: int = 0) -> Parsed:
