@@ -658,7 +658,7 @@ DCGMI_COLUMNS = {"FBTTL": ("device_total_bytes", MiB), "FBFRE": ("device_free_by
                  "FBUSD": ("device_used_bytes", MiB), "GPUTL": ("util_gpu_pct", 1.0), "MCUTL": ("util_mem_pct", 1.0)}
 
 
-def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: float = 1.0) -> Parsed:
+def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: float = 1.0, tz_offset_s: int = 0) -> Parsed:
     """``dcgmi dmon -e …``: a '#Entity' header of field short names, a units line ('ID … W C'), then
     one row per entity ('GPU 0', 'GPU-I 1') per sample. Its rows carry no time: with ``at`` (when it
     started) the n-th sample of an entity is placed n × ``interval_s`` later (dcgmi's -d, 1000 ms by
@@ -668,7 +668,7 @@ def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: f
     p.lines = len(lines)
     cols: list[str] = []
     seen: dict[str, int] = {}  # entity -> samples so far
-    start = parse_time(at) if at else None
+    start = parse_time(at, tz_offset_s) if at else None
     for i, ln in enumerate(lines, start=1):
         s = ln.strip()
         m = re.match(r"^(GPU(?:-I|-CI)?)\s+(\d+)\s+(.*)$", s)
@@ -685,16 +685,20 @@ def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: f
         seen[entity] = n + 1
         t = None if start is None else start + round(n * interval_s * 1_000_000)
         gpu = int(m.group(2)) if m.group(1) == "GPU" else None  # (a MIG instance is not a GPU index)
+        bad = []
         for c, v in zip(cols, vals, strict=True):
             if c in DCGMI_COLUMNS and v not in ("N/A", "-"):
                 try:
                     val = float(v)
                 except ValueError:
-                    p.quarantine.append((i, f"{c}: not a number ({v!r})", ln))
+                    bad.append(f"{c}: not a number ({v!r})")
                     continue
                 metric, scale = DCGMI_COLUMNS[c]
                 p.samples.append((t, gpu, "dcgm", metric if gpu is not None else f"{metric}:{entity}", val * scale))
-        p.parsed += 1
+        if bad:  # (its other values are kept; the line is counted once, as quarantined)
+            p.quarantine.append((i, "; ".join(bad), ln))
+        else:
+            p.parsed += 1
     if cols and not any(c in DCGMI_COLUMNS for c in cols):
         p.notes.append(f"{path.name}: dcgmi dmon without memory fields ({' '.join(cols)}); use `dcgmi dmon -e 250,251,252`")
     if p.samples and start is None:

@@ -486,7 +486,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         elif kind == "nvidia-smi-dmon":
             result = ev.parse_dmon(path, text, opts.tz_offset_s)
         elif kind == "dcgmi-dmon":
-            result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s)
+            result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
         elif kind == "k8s":
             result = ev.parse_k8s(path, text)
         elif kind == "k8s-table":

@@ -1095,6 +1095,20 @@ def test_dcgmi_dmon_rows_are_placed_from_at_and_interval(tmp_path: Path) -> None
     assert any("give --at" in n and "24 values quarantined" in n for n in reps[0].notes)
 
 
+def test_dcgmi_dmon_naive_at_follows_tz_and_a_bad_value_quarantines_its_line_once(tmp_path: Path) -> None:
+    """A naive --at is local time at --tz, as for every other source placed by --at (dcgmi dmon took it
+    for UTC); a row with a value that is no number keeps its other values and is counted once, as
+    quarantined (it was counted parsed as well)."""
+    src = tmp_path / "dcgmi.txt"
+    src.write_text(DCGMI.replace("GPU 1     97                39                340.200           60           81559        512",
+                                 "GPU 1     97                39                340.200           60           81559        xx"))
+    reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-05-01 12:00:00", tz_offset_s=7200))
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc.startswith("2024-05-01T10:00:00")
+    assert reps[0].quarantined == 1 and reps[0].parsed + reps[0].quarantined == reps[0].lines
+    assert b.samples.filter((pl.col("gpu") == 1) & (pl.col("metric") == "device_used_bytes")).height == 2
+
+
 def test_dmon_row_under_another_listings_header_is_quarantined(tmp_path: Path) -> None:
     """A dmon file where a listing without -o DT follows one with it (its rows under the first
     header) quarantines the rows that do not fit, with their lines (a date in the GPU column raised
