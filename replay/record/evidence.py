@@ -544,6 +544,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     p.lines = len(lines)
     header: list[str] | None = [c.strip() for c in columns.split(",")] if columns else None
     bus_to_idx: dict[str, int] = {}
+    by_bus = False
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
             p.parsed += 1
@@ -554,7 +555,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             p.parsed += 1
             continue
         if header is None:
-            p.quarantine.append((i, "headerless nvidia-smi CSV: pass --nvsmi-columns with the --query-gpu list", ln))
+            p.quarantine.append((i, HEADERLESS, ln))
             continue
         if len(cells) != len(header):
             p.quarantine.append((i, f"expected {len(header)} fields, found {len(cells)}", ln))
@@ -577,9 +578,10 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             continue
         if "index" in row and row["index"].isdigit():
             gpu = int(row["index"])
-        else:
+        else:  # (numbered in order of appearance here, in nvidia-smi's order below)
             bus = row.get("pci.bus_id", row.get("uuid", ""))
             gpu = bus_to_idx.setdefault(bus, len(bus_to_idx))
+            by_bus = "pci.bus_id" in row
         info = p.gpus.setdefault(gpu, {"index": gpu})
         for k_src, k in (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id")):
             if row.get(k_src):
@@ -593,7 +595,26 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
                         info["total_bytes"] = int(v)
         p.parsed += 1
     p.samples = [s for s in p.samples if not (isinstance(s[4], float) and s[4] != s[4])]
+    if by_bus and p.kind == "nvidia-smi":
+        _index_by_bus(p, bus_to_idx)
+    headerless = sum(1 for q in p.quarantine if q[1] == HEADERLESS)
+    if headerless:
+        p.notes.append(f"{path.name}: {headerless} rows without a header line: pass --nvsmi-columns with the --query-gpu "
+                       "list they were logged with, e.g. 'timestamp, index, memory.total [MiB], memory.used [MiB]'")
     return p
+
+
+HEADERLESS = "headerless nvidia-smi CSV: pass --nvsmi-columns with the --query-gpu list"
+
+
+def _index_by_bus(p: Parsed, bus_to_idx: dict[str, int]) -> None:
+    """Rows without an index column are told apart by PCI bus id; nvidia-smi numbers GPUs in PCI bus
+    order, so that order (not the order in which a poll happened to list them) gives their index."""
+    order = {old: new for new, (_, old) in enumerate(sorted(bus_to_idx.items()))}
+    if all(k == v for k, v in order.items()):
+        return
+    p.samples = [(t, None if g is None else order.get(g, g), src, m, v) for t, g, src, m, v in p.samples]
+    p.gpus = {order[g]: {**info, "index": order[g]} for g, info in p.gpus.items()}
 
 
 def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:

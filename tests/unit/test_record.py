@@ -235,6 +235,7 @@ def test_nvidia_smi_headerless_needs_columns(tmp_path: Path) -> None:
     out = tmp_path / "b"
     reps, _ = record([f], out, RecordOptions())
     assert reps[0].quarantined == reps[0].lines  # nothing silently parsed with guessed columns
+    assert any("--nvsmi-columns" in n and f"{reps[0].lines} rows" in n for n in reps[0].notes)  # and the user is told how
     cols = ("timestamp, name, pci.bus_id, driver_version, pstate, pcie.link.gen.max, pcie.link.gen.current, temperature.gpu, "
             "utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.free [MiB], memory.used [MiB]")
     reps, _ = record([f], out, RecordOptions(nvsmi_columns=cols, tz_offset_s=7200))
@@ -244,6 +245,12 @@ def test_nvidia_smi_headerless_needs_columns(tmp_path: Path) -> None:
     assert used.height == n_rows and reps[0].quarantined == 0
     assert sorted({g["index"] for g in b.meta.gpus}) == [0, 1, 2]
     assert b.meta.gpus[0]["total_bytes"] == 40960 * 2**20
+    # no index column: GPUs are numbered as nvidia-smi numbers them, in PCI bus order (the poll lists
+    # 3B, 8B, 0B first)
+    assert [(g["index"], g["pci_bus_id"]) for g in sorted(b.meta.gpus, key=lambda g: g["index"])] == [
+        (0, "00000000:0B:00.0"), (1, "00000000:3B:00.0"), (2, "00000000:8B:00.0")]
+    first = used.sort("t_us").row(0, named=True)
+    assert first["gpu"] == 1 and first["value"] == 4 * 2**20  # line 1: bus 3B, 4 MiB used
     assert b.meta.t0_utc == "2024-06-01T09:27:05.177000Z"  # local +02:00 -> UTC
 
 
