@@ -68,6 +68,8 @@ class Parsed:
     notes: list[str] = field(default_factory=list)
     gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
     naive_local_times: bool = False
+    dcgm_labels: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (sample index, labels) of
+    # the DCGM samples, until ``dcgm_hosts`` has told their hosts apart
 
 
 def _utc(dt: datetime, tz_offset_s: int = 0) -> int:
@@ -153,13 +155,13 @@ _SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][\w:]*(\{.*\})?\s+\S+(\s+-?\d+(?:\.\d+)?)
 
 
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
-                     want: list[str] | None = None) -> Parsed:
+                     want: list[str] | None = None, host: str | None = None) -> Parsed:
     """One scrape (or several in one file, each after its own '# scraped_at' line, as a loop of
     ``echo "# scraped_at $(date -Is)"; curl /metrics`` writes them): vLLM and DCGM samples at the
     scrape time, or at their own timestamps where the lines carry them."""
     marks = [m.start() for m in SCRAPED_AT.finditer(text)]
     if len(marks) < 2:
-        return _parse_scrape(path, text, at, tz_offset_s, want, 0)
+        return dcgm_hosts(_parse_scrape(path, text, at, tz_offset_s, want, 0), path, host)
     whole = Parsed(kind="prometheus-text", lines=text.count("\n") + (0 if text.endswith("\n") else 1))
     if marks[0] > 0 and text[:marks[0]].strip():  # lines before the first mark: a scrape of its own
         marks.insert(0, 0)
@@ -167,6 +169,7 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         seg = text[a:b]  # (--at can place only lines before the first mark)
         one = _parse_scrape(path, seg, None if SCRAPED_AT.search(seg) else at, tz_offset_s, want, text.count("\n", 0, a))
         whole.kind = one.kind if one.kind != "prometheus-text" else whole.kind
+        whole.dcgm_labels += [(k + len(whole.samples), labels) for k, labels in one.dcgm_labels]
         whole.samples += one.samples
         whole.events += one.events
         whole.quarantine += one.quarantine
@@ -174,7 +177,7 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         whole.gpus.update(one.gpus)
         whole.notes += [n for n in one.notes if n not in whole.notes and "scrape time from" not in n]
     whole.notes.append(f"{path.name}: {len(marks)} scrapes, each at the time of its '# scraped_at' line")
-    return whole
+    return dcgm_hosts(whole, path, host)
 
 
 def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want: list[str] | None,
@@ -225,14 +228,13 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
             if name in DCGM_METRICS:
                 is_dcgm = True
                 metric, scale = DCGM_METRICS[name]
-                gpu = int(labels.get("gpu", labels.get("GPU", "0")) or 0)
-                info = p.gpus.setdefault(gpu, {"index": gpu})
-                info.update({k: v for k, v in (("uuid", labels.get("UUID") or labels.get("uuid")),
-                                               ("name", labels.get("modelName"))) if v})
+                gpu = dcgm_gpu(labels)
+                p.dcgm_labels.append((len(p.samples), labels))
                 p.samples.append((ts, gpu, "dcgm", metric, float(value) * scale))
-                if labels.get("pod") or labels.get("exported_pod"):
-                    p.samples.append((ts, gpu, "dcgm", f"pod_used_bytes:{labels.get('exported_pod') or labels.get('pod')}",
-                                      float(value) * scale)) if metric == "device_used_bytes" else None
+                pod = labels.get("exported_pod") or labels.get("pod")
+                if pod and metric == "device_used_bytes":
+                    p.dcgm_labels.append((len(p.samples), labels))
+                    p.samples.append((ts, gpu, "dcgm", f"pod_used_bytes:{pod}", float(value) * scale))
             elif name in VLLM_METRICS:
                 metric, scale = VLLM_METRICS[name]
                 vllm_series.setdefault(metric, []).append((len(p.samples), labels))
@@ -259,9 +261,60 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
         p.notes.append(f"{path}: no scrape time found (file name, '# scraped_at' line or --at); "
                        f"its {n} samples without timestamps are quarantined, not placed on the timeline")
         p.quarantine.append((None, f"{n} samples without a scrape time", ""))
+        kept = {k: j for j, k in enumerate(k for k, s in enumerate(p.samples) if s[0] is not None)}
+        p.dcgm_labels = [(kept[k], labels) for k, labels in p.dcgm_labels if k in kept]
         p.samples = [s for s in p.samples if s[0] is not None]
     elif t is not None and p.samples:
         p.notes.append(f"{path.name}: scrape time from {how}")
+    return p
+
+
+def dcgm_gpu(labels: dict[str, str]) -> int | None:
+    """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none."""
+    g = (labels.get("gpu") or labels.get("GPU") or "").strip()
+    return int(g) if g.isdigit() else None
+
+
+# labels that name the machine a DCGM series comes from, in the order they are trusted: the exporter's
+# own Hostname (the node), then what Prometheus or Kubernetes add ('instance' changes when the
+# exporter's pod restarts, so it counts only where nothing better is there)
+HOST_LABELS = ("Hostname", "hostname", "node", "kubernetes_node", "nodename", "host", "instance")
+
+
+def _names_of_host(labels: dict[str, str]) -> set[str]:
+    return {n for k in HOST_LABELS if (v := labels.get(k)) for n in (v, v.rsplit(":", 1)[0])}
+
+
+def dcgm_hosts(p: Parsed, path: Path, host: str | None) -> Parsed:
+    """Tell apart DCGM series of several machines (a cluster-wide query or federation): GPU 0 of
+    node-1 and GPU 0 of node-2 are not one series. Each host's samples get a source of their own
+    ('dcgm[Hostname=node-2]'), except those of ``host`` (--host: the node vLLM ran on), which stay the
+    bundle's device memory ('dcgm'). GPU names and UUIDs go into the bundle's GPUs only from series
+    that stay 'dcgm'. With one host, nothing changes."""
+    series, p.dcgm_labels = p.dcgm_labels, []
+    key = next((k for k in HOST_LABELS if any(k in labels for _, labels in series)), "")
+    hosts = sorted({labels.get(key, "") for _, labels in series}) if key else []
+    several = len(hosts) > 1
+    for k, labels in series:
+        if several and host not in _names_of_host(labels):
+            t, gpu, _, metric, value = p.samples[k]
+            p.samples[k] = (t, gpu, f"dcgm[{key}={labels.get(key, '')}]", metric, value)
+            continue
+        gpu = dcgm_gpu(labels)
+        if gpu is not None:
+            info = p.gpus.setdefault(gpu, {"index": gpu})
+            info.update({k: v for k, v in (("uuid", labels.get("UUID") or labels.get("uuid")),
+                                           ("name", labels.get("modelName")), ("host", labels.get(key))) if v})
+    if several:
+        mine = host is not None and any(host in _names_of_host(labels) for _, labels in series)
+        shown = ", ".join(hosts[:6]) + (", …" if len(hosts) > 6 else "")
+        p.notes.append(f"{path.name}: DCGM series from {len(hosts)} hosts ({shown}): each host's GPUs are a series of "
+                       f"their own (source 'dcgm[{key}=…]')" + (
+                           f"; {host}'s are the bundle's device memory (source 'dcgm')" if mine else
+                           f"; no series is from --host {host}" if host else
+                           "; pass --host with the node vLLM ran on to make its series the bundle's device memory"))
+    elif host is not None and hosts and not any(host in _names_of_host(labels) for _, labels in series):
+        p.notes.append(f"{path.name}: --host {host}, but its DCGM series come from {hosts[0]} alone (kept as they are)")
     return p
 
 
@@ -276,7 +329,8 @@ def series_tags(label_sets: list[dict[str, str]]) -> list[str]:
     return ["[" + ",".join(f"{k}={labels.get(k, '')}" for k in vary) + "]" for labels in label_sets]
 
 
-def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None) -> Parsed:
+def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
+                      host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
     data = obj.get("data") or {}
     results = data.get("result") or []
@@ -300,23 +354,33 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
             continue
         if name in DCGM_METRICS:
             metric, scale = DCGM_METRICS[name]
-            source, gpu = "dcgm", int(labels.get("gpu", "0") or 0)
+            source, gpu = "dcgm", dcgm_gpu(labels)
         elif name in VLLM_METRICS:
             (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics" + tag.get(i, ""), None
         else:
             metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
         for ts, v in vals:
             try:
+                if source == "dcgm":
+                    p.dcgm_labels.append((len(p.samples), labels))
                 p.samples.append((int(float(ts) * 1_000_000), gpu, source, metric, float(v) * scale))
             except (TypeError, ValueError):
                 p.quarantine.append((None, f"series {i} ({name}): bad point {ts!r}, {v!r}", ""))
         p.parsed += 1
     if obj.get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
-    return p
+    return dcgm_hosts(p, path, host)
 
 
-def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
+def _series_name(header: str) -> tuple[str, dict[str, str]]:
+    """A Grafana column's metric name and labels, where its legend is Prometheus' default
+    ('DCGM_FI_DEV_FB_USED{Hostname="node-1", gpu="0"}'); no labels for any other legend."""
+    name, brace, rest = header.partition("{")
+    labels = dict(re.findall(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"', rest)) if brace else {}
+    return name.strip(), labels
+
+
+def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | None = None) -> Parsed:
     """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series; ';' or ',' delimiter."""
     p = Parsed(kind="grafana-csv")
     first = text.splitlines()[0] if text else ""
@@ -327,11 +391,17 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
         return p
     header = [h.strip().strip('"') for h in rows[0]]
     series = []
-    for h in header[1:]:
-        key = h.split("{")[0]
+    named = [_series_name(h) for h in header[1:]]
+    by_metric: dict[str, list[int]] = {}  # the vLLM columns of each bundle metric, to tell them apart
+    for j, (key, _) in enumerate(named):
+        if key in VLLM_METRICS:
+            by_metric.setdefault(VLLM_METRICS[key][0], []).append(j)
+    tag = {j: t for cols in by_metric.values()
+           for j, t in zip(cols, series_tags([named[j][1] for j in cols]), strict=True)}
+    for j, (h, (key, labels)) in enumerate(zip(header[1:], named, strict=True)):
         m = VLLM_METRICS.get(key) or DCGM_METRICS.get(key)
-        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" if key in VLLM_METRICS else "grafana"
-        series.append((h, m[0] if m else h, m[1] if m else 1.0, src))
+        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag.get(j, "") if key in VLLM_METRICS else "grafana"
+        series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
         if key in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[key])
     p.parsed = 1
@@ -343,7 +413,7 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
             p.quarantine.append((i, "unparseable time", delim.join(row)))
             continue
         p.parsed += 1
-        for (_, metric, scale, src), cell in zip(series, row[1:]):
+        for (labels, metric, scale, src, gpu), cell in zip(series, row[1:]):
             c = cell.strip()
             if c in ("", "null", "NaN", "-"):
                 continue
@@ -352,9 +422,11 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
             v = _grafana_value(c, scale)
             if v is None:
                 p.quarantine.append((i, f"unparseable value {cell!r}", delim.join(row)))
-            else:
-                p.samples.append((t, None, src, metric, v))
-    return p
+                continue
+            if src == "dcgm":
+                p.dcgm_labels.append((len(p.samples), labels))
+            p.samples.append((t, gpu, src, metric, v))
+    return dcgm_hosts(p, path, host)
 
 
 _GRAFANA_CELL = re.compile(r"^(-?[\d,]*\.?\d+(?:e[+-]?\d+)?)\s*(%|[KMGTP]i?B|B|[KMBT])?$", re.I)

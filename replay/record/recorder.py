@@ -393,6 +393,7 @@ class RecordOptions:
     keep_prompts: bool = False
     nvsmi_columns: str | None = None
     rows_interval_s: float = 1.0  # how far apart rows without times were taken (dcgmi dmon's -d)
+    host: str | None = None  # the node vLLM ran on, where GPU evidence covers several
     metrics: list[str] = field(default_factory=list)
     clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
     progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
@@ -467,14 +468,15 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             continue
         text = _read_text(path)
         if kind == "prometheus-text":
-            result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics)
+            result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics,
+                                          host=opts.host)
         elif kind == "prometheus-query-range":
             try:
-                result = ev.parse_query_range(path, json.loads(text), want=opts.metrics)
+                result = ev.parse_query_range(path, json.loads(text), want=opts.metrics, host=opts.host)
             except json.JSONDecodeError as e:
                 raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         elif kind == "grafana-csv":
-            result = ev.parse_grafana_csv(path, text, opts.tz_offset_s)
+            result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host)
         elif kind == "nvidia-smi":
             result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-table":

@@ -377,6 +377,68 @@ def test_grafana_csv_locale(tmp_path: Path) -> None:
     assert reps[0].kind == "grafana-csv" and b.samples["value"].to_list() == [0.25, 0.5]
 
 
+def _dcgm_labels() -> dict[str, str]:
+    """The labels of a real DCGM series as Prometheus stores it (GPU Operator: Hostname, instance, job,
+    driver version added), from dcgm-exporter issue 277."""
+    line = shared("evidence/dcgm/scrape_after_prometheus_labels.txt").read_text().strip()
+    return dict(re.findall(r'(\w+)="([^"]*)"', line))
+
+
+def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
+    """GIVEN a cluster-wide query_range export of DCGM framebuffer use: GPU 2 of node-1 and GPU 2 of
+    node-2 (the real label set, the second host renamed) WHEN recorded THEN they are two series, not one
+    jumping between machines; none is the bundle's device memory until --host names the node vLLM ran
+    on, whose series then is, with its GPU's UUID and host in bundle.json."""
+    from replay.analysis.memory import actual_frame
+    a = _dcgm_labels()
+    b = {**a, "Hostname": "node-2", "UUID": "GPU-00000000-0000-0000-0000-000000000002",
+         "instance": "nvidia-dcgm-exporter.gpu-operator:9401"}
+    res = [{"metric": {**labels, "__name__": "DCGM_FI_DEV_FB_USED"},
+            "values": [[1_700_000_000 + 15 * k, str(used + k)] for k in range(4)]}
+           for labels, used in ((a, 1000), (b, 30000))]
+    f = tmp_path / "dcgm_cluster.json"
+    f.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": res}}))
+    reps, _ = record([f], tmp_path / "all", RecordOptions())
+    s = read_bundle(tmp_path / "all").samples
+    assert sorted(set(s["source"])) == ["dcgm[Hostname=node-1]", "dcgm[Hostname=node-2]"]
+    assert s.filter(pl.col("source") == "dcgm[Hostname=node-2]")["value"].min() == 30000 * 2**20
+    assert actual_frame(s)[1] is None  # two machines' memory is not one GPU's
+    assert any("2 hosts (node-1, node-2)" in n and "--host" in n for n in reps[0].notes)
+    reps, _ = record([f], tmp_path / "mine", RecordOptions(host="node-2"))
+    bb = read_bundle(tmp_path / "mine")
+    s = bb.samples
+    mine = s.filter(pl.col("source") == "dcgm")
+    assert mine["value"].to_list() == [float((30000 + k) * 2**20) for k in range(4)] and set(mine["gpu"]) == {2}
+    assert set(s.filter(pl.col("source") != "dcgm")["source"]) == {"dcgm[Hostname=node-1]"}
+    assert [(g["index"], g["host"], g["uuid"]) for g in bb.meta.gpus] == [(2, "node-2", b["UUID"])]
+    assert actual_frame(s)[0]["actual_bytes"].min() == 30000 * 2**20
+    # a scrape of one exporter (one host) is unchanged: GPU and host from its labels
+    one = tmp_path / "one.prom"
+    one.write_text("# scraped_at 2025-05-01T10:00:00Z\n" + "DCGM_FI_DEV_FB_USED{"
+                   + ",".join(f'{k}="{v}"' for k, v in a.items()) + "} 1234\n")
+    record([one], tmp_path / "one", RecordOptions())
+    b1 = read_bundle(tmp_path / "one")
+    assert b1.samples.select("source", "gpu", "value").rows() == [("dcgm", 2, 1234 * 2**20)]
+    assert b1.meta.gpus[0]["host"] == "node-1" and b1.meta.gpus[0]["name"] == "Quadro RTX 6000"
+
+
+def test_grafana_csv_series_keep_their_gpu_and_engine(tmp_path: Path) -> None:
+    """GIVEN a Grafana CSV whose legends are Prometheus' default (name and labels): framebuffer use of
+    two GPUs and KV usage of two data-parallel engines WHEN recorded THEN each column keeps its GPU or
+    engine (all were one series before, gpu unknown)."""
+    p = tmp_path / "panel.csv"
+    p.write_text('"Time","DCGM_FI_DEV_FB_USED{Hostname=""node-1"", gpu=""0""}","DCGM_FI_DEV_FB_USED{Hostname=""node-1"", '
+                 'gpu=""1""}","vllm:kv_cache_usage_perc{engine=""0""}","vllm:kv_cache_usage_perc{engine=""1""}"\n'
+                 '2025-01-01 10:00:00,100,200,0.25,0.75\n2025-01-01 10:00:15,110,210,0.5,0.8\n')
+    reps, _ = record([p], tmp_path / "b", RecordOptions())
+    s = read_bundle(tmp_path / "b").samples
+    fb = s.filter(pl.col("metric") == "device_used_bytes").sort("t_us", "gpu")
+    assert fb.select("source", "gpu", "value").rows() == [("dcgm", g, v * 2**20) for v, g in ((100, 0), (200, 1), (110, 0), (210, 1))]
+    kv = s.filter(pl.col("metric") == "kv_usage_ratio")
+    assert sorted(kv.select("source", "value").rows()) == [("vllm-metrics[engine=0]", 0.25), ("vllm-metrics[engine=0]", 0.5),
+                                                          ("vllm-metrics[engine=1]", 0.75), ("vllm-metrics[engine=1]", 0.8)]
+
+
 def test_bad_inputs(tmp_path: Path) -> None:
     garbage = tmp_path / "g.bin"
     garbage.write_bytes(bytes(range(256)) * 10)
