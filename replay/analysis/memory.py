@@ -43,6 +43,35 @@ def _first(events: list[dict[str, Any]], kind: str, key: str) -> Any:
     return None
 
 
+# Where vLLM states each part of its memory, most direct first: the line of its era that states the part
+# in its own terms, then V1's start-up summary ('Free memory on device … Actual usage is …', INFO from
+# 0.29), then an estimate. A part stated as 0 GiB is stated: it is not looked for further down.
+STATED_BY: dict[str, tuple[tuple[str, str], ...]] = {
+    "weights_gib": (("memory_profile", "weights_gib"), ("weights", "weights_gib"), ("startup_free", "weights_gib")),
+    "non_torch_gib": (("memory_profile", "non_torch_gib"), ("startup_free", "non_torch_gib")),
+    "activation_peak_gib": (("memory_profile", "activation_peak_gib"), ("memory_profile", "peak_less_weights"),
+                            ("startup_free", "activation_peak_gib")),
+    "kv_cache_gib": (("memory_profile", "kv_cache_gib"), ("kv_memory", "kv_cache_gib"), ("startup_free", "kv_cache_gib")),
+    "cuda_graph_gib": (("cuda_graph", "cuda_graph_gib"), ("startup_free", "cuda_graph_gib"),
+                       ("cuda_graph_estimate", "cuda_graph_gib")),
+}
+
+
+def stated_gib(events: list[dict[str, Any]], part: str) -> float | None:
+    """The first statement of one part of vLLM's memory (a STATED_BY key), in GiB; None where the
+    log states none. (0.6.4 logs torch's allocation peak, weights included, as 'peak_torch_memory':
+    the activation peak is that less the weights, where a line states those.)"""
+    for kind, key in STATED_BY[part]:
+        if key == "peak_less_weights":
+            peak, weights = _first(events, kind, "peak_torch_gib"), stated_gib(events, "weights_gib")
+            v = round(peak - weights, 4) if peak is not None and weights is not None else None
+        else:
+            v = _first(events, kind, key)
+        if v is not None:
+            return float(v)
+    return None
+
+
 def accounting(b: Bundle) -> Accounting:
     ev = b.events
     total = None
@@ -66,24 +95,20 @@ def accounting(b: Bundle) -> Accounting:
                           {"engine_at_ready": float(ready_rss), "kv_pool": kv * GiB if kv else None},
                           "CPU engine: memory at ready (weights + preallocated KV pool + runtime); vLLM "
                           "sizes nothing beyond it", estimated=False)
-    # each part from the line that states it in vLLM's own terms, else from V1's start-up summary
-    # ('Free memory on device … Actual usage is …'), which 0.29+ logs at INFO
-    weights = _first(ev, "memory_profile", "weights_gib") or _first(ev, "weights", "weights_gib") \
-        or _first(ev, "startup_free", "weights_gib")
-    non_torch = _first(ev, "memory_profile", "non_torch_gib") or _first(ev, "startup_free", "non_torch_gib")
+    # each part where vLLM states it (STATED_BY)
+    weights, non_torch = stated_gib(ev, "weights_gib"), stated_gib(ev, "non_torch_gib")
     # (0.29+ states weights and non-torch memory only as one sum: non-torch is the sum less the weights
     # where another line states those, else the sum is one part)
     both = _first(ev, "startup_free", "consumed_gib") if non_torch is None else None
     if both is not None and weights is not None:
         non_torch, both = max(both - weights, 0.0), None
-    act = _first(ev, "memory_profile", "activation_peak_gib") or _first(ev, "startup_free", "activation_peak_gib")
-    kv = _first(ev, "memory_profile", "kv_cache_gib") or _first(ev, "kv_memory", "kv_cache_gib") \
-        or _first(ev, "startup_free", "kv_cache_gib")
-    graph = _first(ev, "cuda_graph", "cuda_graph_gib") or _first(ev, "startup_free", "cuda_graph_gib") \
-        or _first(ev, "cuda_graph_estimate", "cuda_graph_gib")
+    act, kv, graph = (stated_gib(ev, k) for k in ("activation_peak_gib", "kv_cache_gib", "cuda_graph_gib"))
+    # (0.6.4 without its weights line: torch's allocation peak is weights and activations as one part)
+    peak = _first(ev, "memory_profile", "peak_torch_gib") if weights is None and act is None else None
     version = b.meta.vllm_version or (b.meta.vllm_version_inferred or "").split("..")[0] or None
     graphs_counted = version is not None and version_key(version) >= (0, 21)
     parts = {"weights": weights, "non_torch": non_torch, **({"weights_and_non_torch": both} if both is not None else {}),
+             **({"weights_and_activation_peak": peak} if peak is not None else {}),
              "activation_peak": act, "kv_pool": kv, "cuda_graphs": graph if graphs_counted else None}
     known = [v for v in parts.values() if v is not None]
     accounted = sum(known) * GiB if kv is not None and known else None
@@ -142,6 +167,7 @@ def stacked_parts(acc: Accounting) -> list[tuple[str, float]]:
         kv = p.get("kv_pool") or 0.0
         return [(k, v) for k, v in (("runtime + weights (at ready)", ready - kv), ("KV pool", kv)) if v]
     names = {"weights": "weights", "non_torch": "non-torch", "weights_and_non_torch": "weights + non-torch",
+             "weights_and_activation_peak": "weights + activation peak (torch peak)",
              "activation_peak": "activation peak (profiled)",
              "kv_pool": "KV pool", "cuda_graphs": "CUDA graphs"}
     return [(names.get(k, k), v) for k, v in p.items() if v]

@@ -6,6 +6,7 @@ from typing import Any
 
 import polars as pl
 
+from replay.analysis.memory import stated_gib
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -27,24 +28,9 @@ def inspect_bundle(b: Bundle) -> dict[str, Any]:
         col = s.filter(pl.col("metric") == metric).sort("t_us", maintain_order=True)["value"].to_list()
         return [round(v * scale, 4) if scale != 1.0 else (int(v) if float(v).is_integer() else v) for v in col]
 
-    # each key from the line that states it first in vLLM's own terms, then from the start-up summary
-    # that V1 logs after CUDA graph capture ('Free memory on device … Actual usage is …')
-    weights = _first(b, "memory_profile", "weights_gib") or _first(b, "weights", "weights_gib") \
-        or _first(b, "startup_free", "weights_gib")
-    kv_gib = _first(b, "memory_profile", "kv_cache_gib") or _first(b, "kv_memory", "kv_cache_gib") \
-        or _first(b, "startup_free", "kv_cache_gib")
-    act = _first(b, "memory_profile", "activation_peak_gib")
-    if act is None:
-        peak, init = _first(b, "memory_profile", "peak_torch_gib"), _first(b, "memory_profile", "initial_gib")
-        act = round(peak - init, 4) if peak is not None and init is not None else _first(b, "startup_free", "activation_peak_gib")
-    non_torch = _first(b, "memory_profile", "non_torch_gib")
-    if non_torch is None:
-        non_torch = _first(b, "startup_free", "non_torch_gib")
-    graph = _first(b, "cuda_graph", "cuda_graph_gib")
-    if graph is None:
-        graph = _first(b, "startup_free", "cuda_graph_gib")
-    if graph is None:
-        graph = _first(b, "cuda_graph_estimate", "cuda_graph_gib")
+    # each part from the line that states it first, in vLLM's own terms where a line of its era does
+    weights, kv_gib, act, non_torch, graph = (stated_gib(b.events, k) for k in (
+        "weights_gib", "kv_cache_gib", "activation_peak_gib", "non_torch_gib", "cuda_graph_gib"))
     per_source: dict[str, int] = {}
     for row in b.samples.group_by("source").len().iter_rows():
         per_source[str(row[0])] = int(row[1])
@@ -56,7 +42,7 @@ def inspect_bundle(b: Bundle) -> dict[str, Any]:
         "cpu_blocks": _first(b, "kv_blocks", "cpu_blocks"),
         "kv_cache_tokens": _first(b, "kv_tokens", "kv_cache_tokens"),
         "kv_cache_gib": kv_gib,
-        "weights_gib": round(weights, 4) if isinstance(weights, float) else weights,
+        "weights_gib": None if weights is None else round(weights, 4),
         "activation_peak_gib": act,
         "non_torch_gib": non_torch,
         "cuda_graph_gib": graph,

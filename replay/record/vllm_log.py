@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from replay.units import GiB, parse_size_bytes
+from replay.units import parse_size_bytes
 from replay.versioning import version_key
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -461,8 +461,8 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     if "took" in text:
         m = R_WEIGHTS.search(text)
         if m:
-            val = _f(m.group(1))
-            out.append(("weights", {"weights_gib": val if m.group(2) == "GiB" else val * 1e9 / GiB, "unit_logged": m.group(2)}))
+            # (vLLM divides by 2**30 in every version; 'GB' up to 0.8 is a misnomer for GiB)
+            out.append(("weights", {"weights_gib": _f(m.group(1)), "unit_logged": m.group(2)}))
         m = R_GRAPH.search(text)
         if m:
             out.append(("cuda_graph", {"secs": _f(m.group(1)), "cuda_graph_gib": _f(m.group(2)) if m.group(2) else None}))

@@ -35,9 +35,32 @@ def test_v0_064_profiling_and_blocks(tmp_path: Path) -> None:
     d = _inspect(tmp_path, "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", year=2024)
     assert d["gpu_blocks"] == 1478 and d["cpu_blocks"] == 2048
     assert d["non_torch_gib"] == 0.35 and d["kv_cache_gib"] == 2.89
-    assert d["activation_peak_gib"] == pytest.approx(17.98 - 15.34)
+    # 'Loading model weights took 14.9888 GB' is GiB (vLLM divides by 2**30 and says GB), and the
+    # activation peak is torch's allocation peak (weights included) less the weights
+    assert d["weights_gib"] == 14.9888 and d["activation_peak_gib"] == pytest.approx(17.98 - 14.9888)
     assert d["engine"] == "v0" and d["vllm_version"] is None
     assert d["vllm_version_inferred"] == "0.6.4..0.6.4.post1"  # GiB (not Gib) after post_profile
+
+
+def test_v064_accounting_adds_up_to_vllms_own_budget(tmp_path: Path) -> None:
+    """GIVEN the real 0.6.4 start-up lines (weights, 'Memory profiling results') WHEN the accounting
+    adds up the parts vLLM stated THEN they make vLLM's own budget, total x gpu_memory_utilization
+    (0.6.4 sizes the KV cache as that less torch's peak and non-torch memory): 23.58 x 0.90 = 21.22
+    GiB. Reading 'GB' as 10^9 bytes or the peak less the initial use came out 1-1.4 GiB short. Without
+    the weights line, torch's peak is one part, weights and activations together."""
+    from replay.analysis.memory import accounting
+    src = DATA / "v064_rtx3090_llama31_8b_profiling_maxlen_error.log"
+    record([src], tmp_path / "b", RecordOptions(year=2024))
+    acc = accounting(read_bundle(tmp_path / "b"))
+    assert acc.accounted_bytes is not None and acc.budget_bytes is not None
+    assert abs(acc.accounted_bytes - 23.58 * 0.90 * 2**30) < 0.01 * 2**30
+    assert abs(acc.accounted_bytes - acc.budget_bytes) < 0.01 * 2**30
+    no_weights = tmp_path / "no_weights.log"
+    no_weights.write_text("".join(ln for ln in src.read_text().splitlines(keepends=True) if "weights took" not in ln))
+    record([no_weights], tmp_path / "c", RecordOptions(year=2024))
+    acc = accounting(read_bundle(tmp_path / "c"))
+    assert acc.parts["weights_and_activation_peak"] == 17.98 * 2**30 and acc.parts["weights"] is None
+    assert acc.accounted_bytes is not None and abs(acc.accounted_bytes - 23.58 * 0.90 * 2**30) < 0.01 * 2**30
 
 
 def test_v080_multirank_one_fact_per_rank(tmp_path: Path) -> None:
