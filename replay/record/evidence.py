@@ -460,7 +460,13 @@ NVSMI_GPU_FIELDS = {
 }
 
 
+_NVSMI_MIB_FIELDS = ("memory.used", "memory.free", "memory.total", "memory.reserved", "used_gpu_memory", "used_memory")
+
+
 def _nv_value(cell: str, header: str) -> float | None:
+    """A value of nvidia-smi's CSV in its base unit (bytes for memory). Memory fields are MiB in every
+    nvidia-smi: a bare number is MiB whether the header says so ('memory.used [MiB]', as nvidia-smi
+    writes it, nounits or not) or not (a column list typed for --nvsmi-columns)."""
     c = cell.strip()
     if c in ("[N/A]", "N/A", "[Not Supported]", "-", ""):
         return None
@@ -468,7 +474,7 @@ def _nv_value(cell: str, header: str) -> float | None:
     if not m:
         return None
     v = float(m.group(1))
-    unit = m.group(2) or ("MiB" if "[MiB]" in header else "")
+    unit = m.group(2) or ("MiB" if "[MiB]" in header or header.split(" [")[0].strip() in _NVSMI_MIB_FIELDS else "")
     return v * {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}.get(unit, 1)
 
 

@@ -346,6 +346,13 @@ def _request_rows(partials: pl.DataFrame, aborted: pl.Series, names: list[str], 
     return out if keep_prompts else out.drop("prompt")
 
 
+def _fits_columns(head: str, columns: str | None) -> str | None:
+    """'nvidia-smi' for rows that nothing else recognises and that have as many fields as the column
+    list given for headerless nvidia-smi CSV (a query without timestamps has nothing else to tell it by)."""
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    return "nvidia-smi" if columns and first.count(",") == columns.count(",") else None
+
+
 def detect_kind(text: str) -> str | None:
     head = text[:20000]
     s = head.lstrip()
@@ -430,7 +437,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                              notes=[f"skipped: {e.message.removeprefix(f'{path}: ')}"])
             parsed_items.append((path, "skipped", None, rep))
             continue
-        kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head)
+        kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head) \
+            or _fits_columns(head, opts.nvsmi_columns)
         fp = _fingerprint(path, size)
         alike = fingerprints.setdefault(fp, [])
         # a log with no look-alike is hashed while it is parsed (one read); anything else now

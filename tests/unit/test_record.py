@@ -775,6 +775,23 @@ def test_evidence_with_a_byte_order_mark_records_as_the_plain_file(encoding: str
     assert inspect_bundle(b) == inspect_bundle(a)
 
 
+def test_nvidia_smi_nounits_rows_with_a_typed_column_list_are_mib(tmp_path: Path) -> None:
+    """GIVEN the real P100 `--format=csv,nounits` row without its header line, and the column list typed
+    for --nvsmi-columns without nvidia-smi's '[MiB]' WHEN recorded THEN the row is taken for nvidia-smi's
+    (it has the list's fields; it was 'unknown') and memory is read in MiB as with the header (a bare
+    number was read as bytes: 16280 MiB free became 16 KB)."""
+    src = DATA / "tesla_p100_query_gpu_nounits.csv"
+    header, row = src.read_text().splitlines()[:2]
+    bare = tmp_path / "p100_noheader.csv"
+    bare.write_text(row + "\n")
+    typed = ", ".join(h.split(" [")[0] for h in header.split(", "))
+    kw = {"at": "2025-05-01T10:00:00Z"}
+    record([src], tmp_path / "a", RecordOptions(**kw))  # type: ignore[arg-type]
+    record([bare], tmp_path / "b", RecordOptions(nvsmi_columns=typed, **kw))  # type: ignore[arg-type]
+    got = [read_bundle(tmp_path / d).samples.sort("metric").select("metric", "value").rows() for d in ("a", "b")]
+    assert got[0] == got[1] and ("device_free_bytes", 16280.0 * 2**20) in got[1]
+
+
 def test_nvidia_smi_snapshot_without_times_is_placed_by_at(tmp_path: Path) -> None:
     """A one-off `nvidia-smi --query-gpu ... --format=csv` (no timestamp field) is placed at --at or a
     time in its file name, and says so; without either it says how to place it; a loop without times
