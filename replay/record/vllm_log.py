@@ -89,6 +89,11 @@ R_PROFILE_V0_064 = re.compile(
     + r"GiB,? peak_torch_memory=" + _NUM + r"GiB,? memory_usage_post_profile=" + _NUM + r"Gi[bB],? non_torch_memory="
     + _NUM + r"GiB,? kv_cache_size=" + _NUM + r"GiB,? gpu_memory_utilization=" + _NUM)
 R_BUDGET = re.compile(r"total_gpu_memory \(" + _NUM + r"GiB\) x gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + "GiB")
+# V1 0.9-0.28 at DEBUG (gpu_worker.py): its budget, then the parts of it that are not KV cache (KV cache =
+# requested memory - non-KV memory, which is weights + torch peak increase + non-torch increase)
+R_REQUESTED = re.compile(r"Initial free memory: " + _NUM + r" ?GiB; Requested memory: " + _NUM + r" \(util\), " + _NUM + " ?GiB")
+R_V1_PROFILE = re.compile(r"Total non KV cache memory: " + _NUM + r" ?GiB; torch peak memory increase: " + _NUM
+                          + r" ?GiB; non-torch forward increase memory: " + _NUM + r" ?GiB; weights memory: " + _NUM + " ?GiB")
 R_PARTS = re.compile(
     r"model weights take " + _NUM + r"GiB; non_torch_memory takes " + _NUM
     + r"GiB; PyTorch activation peak memory takes " + _NUM + r"GiB; the rest of the memory reserved for KV Cache is " + _NUM + "GiB")
@@ -453,6 +458,16 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         if m:
             out.append(("memory_budget", {"total_gpu_gib": _f(m.group(1)), "gpu_memory_utilization": _f(m.group(2)),
                                           "budget_gib": _f(m.group(3))}))
+    if "Requested memory:" in text:
+        m = R_REQUESTED.search(text)
+        if m:
+            out.append(("memory_budget", {"initial_free_gib": _f(m.group(1)), "gpu_memory_utilization": _f(m.group(2)),
+                                          "budget_gib": _f(m.group(3))}))
+    if "non KV cache memory" in text:
+        m = R_V1_PROFILE.search(text)
+        if m:
+            out.append(("memory_profile", {"non_kv_gib": _f(m.group(1)), "activation_peak_gib": _f(m.group(2)),
+                                           "non_torch_gib": _f(m.group(3)), "weights_gib": _f(m.group(4))}))
     if "model weights take" in text:
         m = R_PARTS.search(text)
         if m:

@@ -63,6 +63,20 @@ def test_v064_accounting_adds_up_to_vllms_own_budget(tmp_path: Path) -> None:
     assert acc.accounted_bytes is not None and abs(acc.accounted_bytes - 23.58 * 0.90 * 2**30) < 0.01 * 2**30
 
 
+def test_v1_debug_profiling_parts_add_up_to_the_requested_memory(tmp_path: Path) -> None:
+    """GIVEN a real V1 start-up logged at DEBUG (0.9-0.28: 'Requested memory: 0.90 (util), 39.88 GiB',
+    'Total non KV cache memory: 2.78GiB; torch peak memory increase: 0.45GiB; non-torch forward
+    increase memory: 0.02GiB; weights memory: 2.32GiB') WHEN recorded THEN inspect states each part
+    and the accounting adds them up to vLLM's own budget; before, only the KV cache was known (the
+    accounting was 37.10 GiB, vLLM's budget 39.88 GiB)."""
+    from replay.analysis.memory import accounting
+    d = _inspect(tmp_path, "v010_v1_debug_memory_profiling.log", year=2025)
+    assert (d["weights_gib"], d["activation_peak_gib"], d["non_torch_gib"], d["kv_cache_gib"]) == (2.32, 0.45, 0.02, 37.10)
+    acc = accounting(read_bundle(tmp_path / "b"))
+    assert acc.budget_bytes == 39.88 * 2**30
+    assert acc.accounted_bytes is not None and abs(acc.accounted_bytes - acc.budget_bytes) < 0.02 * 2**30
+
+
 def test_v080_multirank_one_fact_per_rank(tmp_path: Path) -> None:
     out = tmp_path / "b"
     record([DATA / "v080_v0_tp_24gb_deepseek_r1_gguf_memory_profiling.log"], out, RecordOptions(year=2025))
