@@ -361,11 +361,13 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
             metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
         for ts, v in vals:
             try:
-                if source == "dcgm":
-                    p.dcgm_labels.append((len(p.samples), labels))
-                p.samples.append((int(float(ts) * 1_000_000), gpu, source, metric, float(v) * scale))
-            except (TypeError, ValueError):
+                point = (int(float(ts) * 1_000_000), gpu, source, metric, float(v) * scale)
+            except (TypeError, ValueError, OverflowError):  # (a time of inf or 1e300)
                 p.quarantine.append((None, f"series {i} ({name}): bad point {ts!r}, {v!r}", ""))
+                continue
+            if source == "dcgm":
+                p.dcgm_labels.append((len(p.samples), labels))
+            p.samples.append(point)
         p.parsed += 1
     if obj.get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")

@@ -353,6 +353,26 @@ def _fits_columns(head: str, columns: str | None) -> str | None:
     return "nvidia-smi" if columns and first.count(",") == columns.count(",") else None
 
 
+LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
+
+
+def _set_aside_impossible_times(r: ev.Parsed) -> None:
+    """Samples and events dated before 1970 or after 2200 (a corrupt or mistyped timestamp: seconds
+    written as milliseconds twice over, a stray 1e20) go to quarantine with their time: one of them
+    would move the bundle's start by centuries, or past what a 64-bit time can hold."""
+    def bad(t: int | None) -> bool:
+        return t is not None and not 0 <= t < LATEST_US
+
+    for t, gpu, source, metric, value in [x for x in r.samples if bad(x[0])]:
+        r.quarantine.append((None, f"{source} {metric} (GPU {gpu}) = {value:g} at an impossible time ({t} µs since "
+                                   "1970): not placed", ""))
+    for e in [e for e in r.events if bad(e.get("t"))]:
+        r.quarantine.append((e.get("line"), f"{e['kind']} event at an impossible time ({e['t']} µs since 1970): "
+                                            "not placed", ""))
+    r.samples = [x for x in r.samples if not bad(x[0])]
+    r.events = [e for e in r.events if not bad(e.get("t"))]
+
+
 def detect_kind(text: str) -> str | None:
     head = text[:20000]
     s = head.lstrip()
@@ -504,6 +524,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         else:  # k8s-describe (a kind outside KINDS was set aside above)
             result = ev.parse_describe(path, text, opts.at, opts.tz_offset_s)
         if isinstance(result, ev.Parsed):
+            _set_aside_impossible_times(result)
             rep.kind = result.kind
             rep.notes += result.notes
         parsed_items.append((path, kind, result, rep))

@@ -459,6 +459,49 @@ def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
     assert b1.meta.gpus[0]["host"] == "node-1" and b1.meta.gpus[0]["name"] == "Quadro RTX 6000"
 
 
+def test_impossible_times_are_quarantined_not_a_failed_recording(tmp_path: Path) -> None:
+    """GIVEN a query_range export with one point at 1e20 s and a scrape with one sample timestamped
+    1e20 ms (a corrupt value) WHEN recorded THEN those points are quarantined with their time and the
+    rest is recorded (the whole recording failed: no 64-bit time holds them)."""
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": "0"}, "values": [[1e20, "5"], [1_700_000_000, "6"]]}]}}))
+    m = tmp_path / "m.prom"
+    m.write_text('# scraped_at 2025-01-01T10:00:00Z\nDCGM_FI_DEV_FB_USED{gpu="0"} 5 100000000000000000000\n'
+                 'DCGM_FI_DEV_FB_USED{gpu="1"} 7\n')
+    for f, kept in ((q, 6.0), (m, 7.0)):
+        reps, _ = record([f], tmp_path / f.stem, RecordOptions())
+        b = read_bundle(tmp_path / f.stem)
+        assert b.samples["value"].to_list() == [kept * 2**20] and reps[0].quarantined == 1
+        q_lines = (tmp_path / f.stem / "quarantine.jsonl").read_text()
+        assert "impossible time" in q_lines and "5.24288e+06" in q_lines
+
+
+_LABELS = st.dictionaries(st.sampled_from(["Hostname", "hostname", "instance", "gpu", "GPU", "UUID", "node", "pod", "x"]),
+                          st.text(max_size=8), max_size=5)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(_LABELS, st.sampled_from(["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_TOTAL", "vllm:kv_cache_usage_perc", "x"]),
+                          st.lists(st.tuples(st.one_of(st.floats(), st.text(max_size=4)), st.text(max_size=5)), max_size=3)),
+                max_size=4), st.one_of(st.none(), st.text(max_size=6)))
+def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, host: str | None) -> None:
+    """Any labels, names and points in a query_range export or a Grafana CSV, with or without --host:
+    recorded or refused with a clear error, never a traceback."""
+    with tempfile.TemporaryDirectory() as td:
+        d = Path(td)
+        res = [{"metric": {**labels, "__name__": n}, "values": [[t, v] for t, v in vals]} for labels, n, vals in series]
+        (d / "q.json").write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": res}}))
+        head = ['"' + (n + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}").replace('"', '""') + '"'
+                for labels, n, _ in series]
+        (d / "g.csv").write_text(",".join(['"Time"', *head]) + "\n2025-01-01 10:00:00," + ",".join("1" for _ in series) + "\n")
+        for f in ("q.json", "g.csv"):
+            try:
+                record([d / f], d / f"b_{f}", RecordOptions(host=host))
+            except ReplayError:
+                pass
+
+
 def test_grafana_csv_series_keep_their_gpu_and_engine(tmp_path: Path) -> None:
     """GIVEN a Grafana CSV whose legends are Prometheus' default (name and labels): framebuffer use of
     two GPUs and KV usage of two data-parallel engines WHEN recorded THEN each column keeps its GPU or
