@@ -225,6 +225,11 @@ def inspect(
         s = json.dumps(v) if not isinstance(v, str) else v
         t.add_row(k, s if len(s) < 120 else s[:117] + "...")
     out_console.print(t)
+    from replay.analysis.memory import accounting
+    from replay.record.inspect import accounting_line
+    line = accounting_line(accounting(read_bundle(bundle)))
+    if line:
+        out_console.print(f"vLLM's accounting: {line}")
 
 
 @app.command()

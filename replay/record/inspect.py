@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.analysis.memory import stated_gib
+from replay.analysis.memory import Accounting, stacked_parts, stated_gib
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -61,3 +61,21 @@ def inspect_bundle(b: Bundle) -> dict[str, Any]:
 
 def describe_gib(n: float | None) -> str:
     return "—" if n is None else f"{n / GiB:.2f} GiB"
+
+
+_PART_NAMES = {"weights": "weights", "activation_peak": "activation peak", "non_torch": "non-torch", "kv_pool": "KV cache"}
+_SUMS = {"weights_and_non_torch": ("weights", "non_torch"), "weights_and_activation_peak": ("weights", "activation_peak")}
+
+
+def accounting_line(acc: Accounting) -> str | None:
+    """vLLM's accounted parts as one sum beside its budget, the first thing to check after an OOM
+    (they add up to the budget when the log states every part); None when the log states none."""
+    parts = stacked_parts(acc)
+    if not parts or acc.estimated:
+        return None
+    line = " + ".join(f"{name} {v / GiB:.2f}" for name, v in parts) + f" = {sum(v for _, v in parts) / GiB:.2f} GiB"
+    if acc.budget_bytes:
+        line += f" of its budget {acc.budget_bytes / GiB:.2f} GiB"
+    in_sums = {k for s, v in acc.parts.items() if v is not None for k in _SUMS.get(s, ())}
+    missing = [name for k, name in _PART_NAMES.items() if acc.parts.get(k) is None and k not in in_sums]
+    return line + (f"; the log does not state: {', '.join(missing)}" if missing else "")

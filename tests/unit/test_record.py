@@ -63,6 +63,30 @@ def test_v064_accounting_adds_up_to_vllms_own_budget(tmp_path: Path) -> None:
     assert acc.accounted_bytes is not None and abs(acc.accounted_bytes - 23.58 * 0.90 * 2**30) < 0.01 * 2**30
 
 
+def test_inspect_shows_vllms_accounting_against_its_budget(tmp_path: Path) -> None:
+    """`replay inspect` ends with vLLM's parts as one sum beside its budget, and names the parts the
+    log does not state: on the real 0.6.4 log they make the budget; without its weights line, torch's
+    peak stands for weights and activations; a 0.10.2 excerpt states the KV cache alone."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    src = DATA / "v064_rtx3090_llama31_8b_profiling_maxlen_error.log"
+    no_weights = tmp_path / "no_weights.log"
+    no_weights.write_text("".join(ln for ln in src.read_text().splitlines(keepends=True) if "weights took" not in ln))
+
+    def shown(log: Path, name: str) -> str:
+        record([log], tmp_path / name, RecordOptions(year=2024))
+        out = CliRunner().invoke(app, ["inspect", str(tmp_path / name)], env={"COLUMNS": "400"}).output
+        return " ".join(out[out.index("vLLM's accounting"):].split())
+
+    assert shown(src, "a") == ("vLLM's accounting: weights 14.99 + non-torch 0.35 + activation peak (profiled) 2.99 + "
+                               "KV pool 2.89 = 21.22 GiB of its budget 21.22 GiB")
+    assert shown(no_weights, "b").endswith("weights + activation peak (torch peak) 17.98 + KV pool 2.89 = 21.22 GiB of "
+                                           "its budget 21.22 GiB")
+    assert shown(DATA / "v0102_v1_qwen3_14b_kv_cache_startup.log", "c").endswith(
+        "KV pool 6.51 = 6.51 GiB; the log does not state: weights, activation peak, non-torch")
+
+
 def test_v1_debug_profiling_parts_add_up_to_the_requested_memory(tmp_path: Path) -> None:
     """GIVEN a real V1 start-up logged at DEBUG (0.9-0.28: 'Requested memory: 0.90 (util), 39.88 GiB',
     'Total non KV cache memory: 2.78GiB; torch peak memory increase: 0.45GiB; non-torch forward
