@@ -25,6 +25,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from replay.errors import ReplayError
 from replay.units import MiB, parse_size_bytes
 
 # vLLM metric name (any version) -> (bundle metric, scale)
@@ -387,7 +388,10 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
     p = Parsed(kind="grafana-csv")
     first = text.splitlines()[0] if text else ""
     delim = ";" if first.count(";") > first.count(",") else ("\t" if "\t" in first else ",")
-    rows = list(csv.reader(io.StringIO(text), delimiter=delim))
+    try:  # (newline="": a line break inside a quoted field is the field's, as csv wants)
+        rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delim))
+    except csv.Error as e:
+        raise ReplayError(f"{path}: not a CSV that can be read as Grafana's ({e})") from None
     p.lines = len(rows)
     if not rows:
         return p
