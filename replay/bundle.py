@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError
+from replay.units import is_uint
 
 SCHEMA = "replay-bundle/1"
 SCHEMA_VERSION = 1
@@ -224,7 +225,7 @@ def read_bundle(path: Path) -> Bundle:
         raise ReplayError(f"{meta_path}:{e.lineno}: bundle.json is not valid JSON ({e.msg})") from None
     schema = str(obj.get("schema", ""))
     name, _, ver = schema.partition("/")
-    if name != "replay-bundle" or not ver.isdigit():
+    if name != "replay-bundle" or not is_uint(ver):
         raise ReplayError(f"{meta_path}: unknown schema {schema!r}; expected {SCHEMA}")
     if int(ver) > SCHEMA_VERSION:
         raise ReplayError(

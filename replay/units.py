@@ -16,6 +16,12 @@ _SIZE_MULT = {
 }
 
 
+def is_uint(text: str) -> bool:
+    """Whether ``text`` is a plain non-negative integer ('0'-'9' only): ``str.isdigit`` also takes
+    '²' and other digits ``int`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_size_bytes(text: str) -> int | None:
     """'1.63 GiB' -> bytes; torch's format_size uses binary units. None when unparseable."""
     m = _SIZE_RE.match(text)

@@ -26,7 +26,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from replay.errors import ReplayError
-from replay.units import MiB, parse_size_bytes
+from replay.units import MiB, is_uint, parse_size_bytes
 
 # vLLM metric name (any version) -> (bundle metric, scale)
 VLLM_METRICS: dict[str, tuple[str, float]] = {
@@ -273,7 +273,7 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
 def dcgm_gpu(labels: dict[str, str]) -> int | None:
     """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none."""
     g = (labels.get("gpu") or labels.get("GPU") or "").strip()
-    return int(g) if g.isdigit() else None
+    return int(g) if is_uint(g) else None
 
 
 # labels that name the machine a DCGM series comes from, in the order they are trusted: the exporter's
@@ -613,7 +613,7 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
                 p.samples.append((t, gpu, "nvidia-smi", _Q_FB[key], v))
                 if key == "Total":
                     p.gpus.setdefault(gpu, {"index": gpu})["total_bytes"] = int(v)
-        elif key == "Process ID" and value.isdigit():
+        elif key == "Process ID" and is_uint(value):
             pid = value
         elif key == "Used GPU Memory" and pid is not None:
             v = _nv_value(value, "")
@@ -660,7 +660,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{row['pid']}", used if used is not None else float("nan")))
             p.parsed += 1
             continue
-        if "index" in row and row["index"].isdigit():
+        if "index" in row and is_uint(row["index"]):
             gpu = int(row["index"])
         else:  # (numbered in order of appearance here, in nvidia-smi's order below)
             bus = row.get("pci.bus_id", row.get("uuid", ""))
@@ -996,7 +996,7 @@ def parse_kernel_log(path: Path, text: str, tz_offset_s: int = 0, year: int | No
         elif xid:
             code = int(xid["xid"])
             p.events.append({"t": t, "kind": "gpu_xid", "line": i, "data": {
-                "xid": code, "pci": xid["pci"], "pid": int(xid["pid"]) if (xid["pid"] or "").isdigit() else None,
+                "xid": code, "pci": xid["pci"], "pid": int(xid["pid"]) if is_uint(xid["pid"] or "") else None,
                 "process": xid["name"] or None, "message": xid["msg"].strip()[:300],
                 "meaning": XID_MEANING.get(code, "see NVIDIA's Xid catalogue")}})
     if uptime_only:
@@ -1086,7 +1086,7 @@ def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_
                          "kind": "k8s_event", "line": i, "data": {
                              "type": row.get("TYPE") or None, "reason": row["REASON"], "object": row.get("OBJECT") or row.get("NAME"),
                              "message": row.get("MESSAGE") or None, "age": row["LAST SEEN"],
-                             "count": int(count) if count.isdigit() else None, "namespace": row.get("NAMESPACE")}})
+                             "count": int(count) if is_uint(count) else None, "namespace": row.get("NAMESPACE")}})
         p.parsed += 1
     if any(e["t"] is None for e in p.events):
         p.notes.append(f"{path.name}: a kubectl table gives ages and states, not times; pass --at with when it was "
@@ -1147,7 +1147,7 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
             if key == "Reason":
                 last["reason"] = value
             elif key == "Exit Code":
-                last["exit_code"] = int(value) if value.isdigit() else None
+                last["exit_code"] = int(value) if is_uint(value) else None
             elif key == "Finished":
                 last["t"] = parse_time(value, tz_offset_s)
         elif kv and last is not None and kv.group(1) in ("Ready", "Restart Count"):

@@ -30,7 +30,7 @@ from replay.record import evidence as ev
 from replay.record import fastlog
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
 from replay.record.vllm_log import LogParse, fact_time_us, physical_lines
-from replay.units import GiB
+from replay.units import GiB, is_uint
 from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
@@ -165,7 +165,7 @@ def _year_near(month: int, state: int) -> int:
 
 def _year_at(turns: list[tuple[int, int]], line: int, ts: str | None) -> int:
     """The year (0: the log's first) of a fact at ``line`` logged at ``ts`` ('MM-DD …'), by ``turns``."""
-    if not turns or not ts or not ts[:2].isdigit() or ts[2:3] != "-":
+    if not turns or not ts or not is_uint(ts[:2]) or ts[2:3] != "-":
         return 0
     k = bisect.bisect_right(turns, (line, 1 << 62)) - 1
     return _year_near(int(ts[:2]), turns[max(k, 0)][1])
@@ -187,7 +187,7 @@ def year_turns(probes: list[tuple[int, str]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     state: int | None = None
     for line, ts in sorted(probes):
-        m = int(ts[:2]) if ts[:2].isdigit() and ts[2:3] == "-" else 0
+        m = int(ts[:2]) if is_uint(ts[:2]) and ts[2:3] == "-" else 0
         if not 1 <= m <= 12:
             continue  # (an ISO time: exact, no year to find)
         cand = m - 1 if state is None else _year_near(m, state) * 12 + m - 1

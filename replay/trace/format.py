@@ -18,6 +18,7 @@ import polars as pl
 
 from replay.errors import ReplayError, where
 from replay.filehash import is_gzip
+from replay.units import is_uint
 
 SCHEMA = "replay-trace/1"
 SCHEMA_NAME, SCHEMA_VERSION = "replay-trace", 1
@@ -55,7 +56,7 @@ class TraceHeader:
     def from_json(cls, obj: dict[str, Any], path: Path) -> TraceHeader:
         schema = str(obj.get("schema", ""))
         name, _, ver = schema.partition("/")
-        if name not in (SCHEMA_NAME, "replay-trace") or not ver.lstrip("v").isdigit():
+        if name not in (SCHEMA_NAME, "replay-trace") or not is_uint(ver.lstrip("v")):
             raise ReplayError(f"{where(path, 1)}: not a replay trace header (schema={schema!r})")
         if int(ver.lstrip("v")) > SCHEMA_VERSION:
             raise ReplayError(
