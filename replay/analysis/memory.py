@@ -106,7 +106,10 @@ def accounting(b: Bundle) -> Accounting:
     # (0.6.4 without its weights line: torch's allocation peak is weights and activations as one part)
     peak = _first(ev, "memory_profile", "peak_torch_gib") if weights is None and act is None else None
     version = b.meta.vllm_version or (b.meta.vllm_version_inferred or "").split("..")[0] or None
-    graphs_counted = version is not None and version_key(version) >= (0, 21)
+    # CUDA graphs are inside the budget where vLLM profiles them: it says so at start-up (0.18+), else
+    # by version (an opt-in from 0.18, the default from 0.20)
+    stated = _first(ev, "cudagraph_profiling", "enabled")
+    graphs_counted = bool(stated) if stated is not None else version is not None and version_key(version) >= (0, 20)
     parts = {"weights": weights, "non_torch": non_torch, **({"weights_and_non_torch": both} if both is not None else {}),
              **({"weights_and_activation_peak": peak} if peak is not None else {}),
              "activation_peak": act, "kv_pool": kv, "cuda_graphs": graph if graphs_counted else None}

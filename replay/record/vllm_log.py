@@ -498,6 +498,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         m = R_MAXCONC.search(text)
         if m:
             out.append(("max_concurrency", {"tokens_per_request": int(_f(m.group(1))), "concurrency_x": _f(m.group(2))}))
+    if "CUDA graph memory profiling" in text:  # (0.18-0.19 opt-in, on by default from 0.20: vLLM says which)
+        on = "memory profiling is enabled" in text
+        if on or "memory profiling is disabled" in text or "will be enabled by default" in text:
+            out.append(("cudagraph_profiling", {"enabled": on}))
     if "Estimated CUDA graph memory" in text:
         m = R_GRAPH_EST.search(text)
         if m:

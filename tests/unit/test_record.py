@@ -87,6 +87,30 @@ def test_inspect_shows_vllms_accounting_against_its_budget(tmp_path: Path) -> No
         "KV pool 6.51 = 6.51 GiB; the log does not state: weights, activation peak, non-torch")
 
 
+def test_cuda_graphs_are_in_the_accounting_where_vllm_says_it_profiles_them(tmp_path: Path) -> None:
+    """GIVEN the real 0.27.1 start-up ('CUDA graph memory profiling is enabled (default since v0.21.0)…',
+    an estimate of 0.36 GiB) WHEN accounted THEN the graphs are a part of vLLM's accounting; GIVEN the
+    same log with vLLM's warning that the profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0,
+    its text as vLLM writes it) THEN they are not, whatever the version says."""
+    from replay.analysis.memory import accounting
+    src = DATA / "v0271_tp2_cudagraph_profiling_available_kv.log"
+    record([src], tmp_path / "on", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "on")
+    assert [e["enabled"] for e in b.events if e["kind"] == "cudagraph_profiling"] == [True, True]  # (two ranks)
+    assert accounting(b).parts["cuda_graphs"] == 0.36 * 2**30
+    off = tmp_path / "off.log"
+    off.write_text(re.sub(r"CUDA graph memory profiling is enabled.*", (
+        "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph "
+        "memory is not accounted for during KV cache allocation, which may require lowering --gpu-memory-utilization "
+        "to avoid OOM. Consider re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization "
+        "from 0.8200 to 0.8352."), src.read_text()).replace(") INFO 08-14 14:07:22 [gpu_worker.py:578]",
+                                                            ") WARNING 08-14 14:07:22 [gpu_worker.py:578]"))
+    record([off], tmp_path / "off", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "off")
+    assert [e["enabled"] for e in b.events if e["kind"] == "cudagraph_profiling"] == [False, False]
+    assert b.meta.vllm_version_inferred and accounting(b).parts["cuda_graphs"] is None
+
+
 def test_v1_debug_profiling_parts_add_up_to_the_requested_memory(tmp_path: Path) -> None:
     """GIVEN a real V1 start-up logged at DEBUG (0.9-0.28: 'Requested memory: 0.90 (util), 39.88 GiB',
     'Total non KV cache memory: 2.78GiB; torch peak memory increase: 0.45GiB; non-torch forward
