@@ -667,8 +667,8 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             gpu = bus_to_idx.setdefault(bus, len(bus_to_idx))
             by_bus = "pci.bus_id" in row
         info = p.gpus.setdefault(gpu, {"index": gpu})
-        for k_src, k in (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id")):
-            if row.get(k_src):
+        for k_src, k in (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"), ("hostname", "host")):
+            if row.get(k_src) and row[k_src] not in ("[N/A]", "N/A", "[Not Supported]"):
                 info[k] = row[k_src]
         for k_src, metric in NVSMI_GPU_FIELDS.items():
             if k_src in row:

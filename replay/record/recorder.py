@@ -353,6 +353,18 @@ def _fits_columns(head: str, columns: str | None) -> str | None:
     return "nvidia-smi" if columns and first.count(",") == columns.count(",") else None
 
 
+def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]]) -> str | None:
+    """Where a file's GPU of some index is not the GPU of that index the files before it describe (its
+    UUID, host or PCI bus differ: a machine numbers its GPUs the same way every time), what differs;
+    None where nothing does."""
+    for gi, info in sorted(new.items()):
+        for key in ("uuid", "host", "pci_bus_id"):
+            was, now = known.get(gi, {}).get(key), info.get(key)
+            if was and now and was != now:
+                return f"GPU {gi} is {now} here, {was} before"
+    return None
+
+
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
 
 
@@ -645,6 +657,13 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             continue
         else:
             assert isinstance(r, ev.Parsed)
+            elsewhere = _another_machine(gpus, r.gpus)
+            if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
+                r.samples = [(t, g, f"{src}[{path.name}]" if src in ("nvidia-smi", "dcgm", "nvml") else src, m, v)
+                             for t, g, src, m, v in r.samples]
+                r.gpus = {}
+                rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
+                                 f"own (source '…[{path.name}]'), not those of the GPUs the files before it describe")
             rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
             for no, reason, raw in r.quarantine:
                 quarantine.append((str(path), no, reason, raw))

@@ -899,6 +899,26 @@ def test_nvidia_smi_nounits_rows_with_a_typed_column_list_are_mib(tmp_path: Path
     assert got[0] == got[1] and ("device_free_bytes", 16280.0 * 2**20) in got[1]
 
 
+def test_nvidia_smi_of_another_machine_is_a_series_of_its_own(tmp_path: Path) -> None:
+    """GIVEN the real P100 snapshot and the same query from another machine (its GPU 0 has another
+    UUID), and a second capture from the first machine WHEN recorded together THEN the other machine's
+    samples are a series of their own, its GPU stays out of bundle.json's, and a note says why; the
+    same machine's second capture is not set apart (GPU 0 of two machines was one series)."""
+    src = DATA / "tesla_p100_query_gpu_nounits.csv"
+    text = src.read_text()
+    other, again = tmp_path / "node2.csv", tmp_path / "node1_again.csv"
+    other.write_text(text.replace("GPU-ef1b2c9b-38d8-2090-2bd1-f567a3eb42a6", "GPU-00000000-1111-2222-3333-444444444444"))
+    again.write_text(text.replace(", 103, 0, 16280,", ", 103, 5, 16275,"))  # (a later capture: 5 MiB used)
+    assert again.read_text() != text
+    reps, _ = record([src, other, again], tmp_path / "b", RecordOptions(at="2025-05-01T10:00:00Z"))
+    b = read_bundle(tmp_path / "b")
+    used = b.samples.filter(pl.col("metric") == "device_used_bytes")
+    assert sorted(used["source"].to_list()) == ["nvidia-smi", "nvidia-smi", "nvidia-smi[node2.csv]"]
+    assert [g["uuid"] for g in b.meta.gpus] == ["GPU-ef1b2c9b-38d8-2090-2bd1-f567a3eb42a6"]
+    assert any("another machine's GPUs (GPU 0 is GPU-00000000" in n for n in reps[1].notes)
+    assert not any("another machine" in n for n in reps[0].notes + reps[2].notes)
+
+
 def test_nvidia_smi_snapshot_without_times_is_placed_by_at(tmp_path: Path) -> None:
     """A one-off `nvidia-smi --query-gpu ... --format=csv` (no timestamp field) is placed at --at or a
     time in its file name, and says so; without either it says how to place it; a loop without times
