@@ -90,6 +90,7 @@ class Sampler:
         if client is not None and self.metrics_url:
             try:
                 r = client.get(self.metrics_url)
+                r.raise_for_status()  # (an error page holds no metrics: a failed scrape, not an empty one)
                 with self.lock:
                     for metric, value in vllm_metric_values(r.text):
                         self.w.sample(t, None, "vllm-metrics", metric, value)

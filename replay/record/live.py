@@ -15,6 +15,7 @@ from replay.bundle import BundleMeta, BundleWriter, utc_now_iso
 from replay.drive.sampler import Sampler
 from replay.errors import ReplayError
 from replay.nvml import NvmlReader, open_nvml
+from replay.record.evidence import vllm_metric_values
 
 
 def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: float | None = None,
@@ -22,18 +23,28 @@ def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: flo
     console = console or Console(stderr=True)
     base = url.rstrip("/").removesuffix("/metrics")
     try:
-        httpx.get(f"{base}/metrics", timeout=5.0).raise_for_status()
+        first = httpx.get(f"{base}/metrics", timeout=5.0)
+        first.raise_for_status()
     except httpx.HTTPError as e:
         raise ReplayError(f"{base}/metrics: not reachable ({e})") from None
     if use_nvml and nvml is None:
         nvml = open_nvml()
         if nvml is None:
             raise ReplayError("--nvml: NVML is not available on this host (no NVIDIA driver)")
-    meta = BundleMeta(kind="production", t0_utc=utc_now_iso(), extra={"live_url": base, "interval_s": interval_s})
+    warnings: list[str] = []
+    if not vllm_metric_values(first.text):  # (an HTML page, another exporter, vLLM with --disable-log-stats)
+        head = first.text.strip().splitlines()[0][:80] if first.text.strip() else "an empty body"
+        msg = (f"{base}/metrics answered without any vLLM metric (vllm:…; it begins with {head!r}): not vLLM's "
+               "server, or one started with --disable-log-stats")
+        if nvml is None:
+            raise ReplayError(msg + "; there is nothing to record (--nvml samples GPU memory alone)")
+        warnings.append(msg + "; recording NVML alone")
+        console.print(f"[yellow]{warnings[-1]}[/]")
+    meta = BundleMeta(kind="production", t0_utc=utc_now_iso(), extra={"live_url": base, "interval_s": interval_s},
+                      notes=list(warnings))
     w = BundleWriter(out, meta, flush_every=500)
     t0 = time.time()
     s = Sampler(w, t0, metrics_url=f"{base}/metrics", nvml=nvml, interval_s=interval_s)
-    warnings: list[str] = []
     start_used: dict[int, int] = {}
     n = 0
     try:

@@ -1,0 +1,95 @@
+"""``replay record --live`` against a local Prometheus-format HTTP server (the real vLLM exposition
+excerpt as its /metrics) and the fake NVML that ships in the package. The real vLLM server's own
+test is in tests/integration."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from replay.bundle import read_bundle
+from replay.errors import ReplayError
+from replay.nvml import FakeNvml, GpuMemory
+from replay.record.live import record_live
+from tests.conftest import DATA
+
+GiB = 1 << 30
+
+
+class _Server:
+    """A /metrics endpoint whose answers the test sets: (status, body) per request, the last repeating."""
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[int, str]] = [(200, "")]
+        self.calls = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                status, body = outer.answers[min(outer.calls, len(outer.answers) - 1)]
+                outer.calls += 1
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@pytest.fixture()
+def server() -> Iterator[_Server]:
+    s = _Server()
+    t = threading.Thread(target=s.httpd.serve_forever, daemon=True)
+    t.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+def _nvml(used_gib: list[float]) -> FakeNvml:
+    return FakeNvml([[GpuMemory(0, "NVIDIA H200", "GPU-0", 140 * GiB, int(u * GiB), int((140 - u) * GiB), None)]
+                     for u in used_gib])
+
+
+def test_live_records_vllm_metrics_and_nvml_and_counts_error_pages(server: _Server, tmp_path: Path) -> None:
+    """GIVEN a server answering the real vLLM exposition excerpt, then once with an error page WHEN
+    recorded live with NVML THEN its vLLM metrics and NVML's memory are samples, the error page is a
+    failed scrape (not an empty one), and growth beyond 5 % of the GPU is flagged."""
+    body = (DATA / "vllm_v0_metrics_excerpt.prom").read_text()
+    server.answers = [(200, body), (200, body), (500, "Internal Server Error"), (200, body)]
+    res = record_live(server.url, tmp_path / "b", interval_s=0.1, duration_s=0.65, nvml=_nvml([60, 60, 70, 80]),
+                      console=Console(file=io.StringIO()))
+    b = read_bundle(tmp_path / "b")
+    assert res["metrics_errors"] == 1
+    metrics = set(b.samples.filter(b.samples["source"] == "vllm-metrics")["metric"])
+    assert {"requests_running", "requests_waiting", "kv_usage_ratio"} <= metrics
+    used = b.samples.filter((b.samples["source"] == "nvml") & (b.samples["metric"] == "device_used_bytes"))
+    assert used["value"].max() == 80 * GiB
+    assert any("GPU 0: device memory grew" in w for w in res["warnings"])
+
+
+def test_live_refuses_an_endpoint_without_vllm_metrics(server: _Server, tmp_path: Path) -> None:
+    """GIVEN /metrics that answers an HTML page (another service, or vLLM with --disable-log-stats) WHEN
+    recorded live without NVML THEN a clear error says so (it recorded 0 samples, 0 failed scrapes, and
+    said nothing); with NVML it records NVML alone and the bundle's notes say why."""
+    server.answers = [(200, "<html><body>It works!</body></html>\n")]
+    with pytest.raises(ReplayError) as e:
+        record_live(server.url, tmp_path / "a", interval_s=0.1, duration_s=0.3, console=Console(file=io.StringIO()))
+    assert "without any vLLM metric" in e.value.message and "<html>" in e.value.message and "--nvml" in e.value.message
+    res = record_live(server.url, tmp_path / "b", interval_s=0.1, duration_s=0.3, nvml=_nvml([10]),
+                      console=Console(file=io.StringIO()))
+    b = read_bundle(tmp_path / "b")
+    assert set(b.samples["source"]) == {"nvml"} and res["samples"] > 0
+    assert any("recording NVML alone" in n for n in b.meta.notes)
