@@ -353,6 +353,29 @@ def _fits_columns(head: str, columns: str | None) -> str | None:
     return "nvidia-smi" if columns and first.count(",") == columns.count(",") else None
 
 
+APART_US = 24 * 3600 * 1_000_000  # an incident's evidence is hours apart, not days
+
+
+def far_apart(spans: list[tuple[str, int, int]]) -> str | None:
+    """A note where the files' time spans (name, first, last µs) fall into groups more than a day apart:
+    a wrong --year, --tz or --at, or a file from another incident, puts evidence where it cannot line up
+    with the rest (the bundle's timeline then starts at the earliest). None where they do not."""
+    if len(spans) < 2:
+        return None
+    spans = sorted(spans, key=lambda x: x[1])
+    end = spans[0][2]
+    for name, first, last in spans[1:]:
+        if first - end > APART_US:
+            before = [n for n, _, e in spans if e <= end]
+            def day(us: int) -> str:
+                return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+            return (f"the evidence falls into times {(first - end) / APART_US:.0f} days apart: {', '.join(before)} "
+                    f"end by {day(end)} UTC, {name} starts {day(first)} UTC; check --year, --tz and --at, or leave "
+                    "out files from another incident")
+        end = max(end, last)
+    return None
+
+
 def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]]) -> str | None:
     """Where a file's GPU of some index is not the GPU of that index the files before it describe (its
     UUID, host or PCI bus differ: a machine numbers its GPUs the same way every time), what differs;
@@ -680,6 +703,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         if times:
             rep.t_first_us, rep.t_last_us = min(times), max(times)
 
+    apart = far_apart([(Path(rep.path).name, rep.t_first_us, rep.t_last_us) for _, _, _, rep in parsed_items
+                       if rep.t_first_us is not None and rep.t_last_us is not None])
+    if apart:
+        notes.append(apart)
     all_t = [s[0] for s in samples if s[0] is not None] + [e["t"] for e in events if e.get("t") is not None]
     all_t += [lo for lo, _ in col_span]
     t0 = min(all_t) if all_t else None

@@ -899,6 +899,20 @@ def test_nvidia_smi_nounits_rows_with_a_typed_column_list_are_mib(tmp_path: Path
     assert got[0] == got[1] and ("device_free_bytes", 16280.0 * 2**20) in got[1]
 
 
+def test_evidence_days_apart_is_said(tmp_path: Path) -> None:
+    """GIVEN a real vLLM log placed in 2025 and a real pod status from 2017 WHEN recorded together THEN
+    a note says the evidence falls into times years apart and names both sides (the timeline silently
+    started in 2017); evidence hours apart gives no such note."""
+    log = DATA / "v072_80gb_qwen25_72b_awq_runtime_oom_head.log"
+    _, summary = record([log, DATA / "pod_laststate_oomkilled.yaml"], tmp_path / "a", RecordOptions(year=2025))
+    apart = [n for n in summary["notes"] if "days apart" in n]
+    assert len(apart) == 1 and "pod_laststate_oomkilled.yaml end by 2017-06-20" in apart[0]
+    assert "v072_80gb_qwen25_72b_awq_runtime_oom_head.log starts 2025-02-12" in apart[0]
+    _, summary = record([log, DATA / "scrape_a100_mps_vllm_pod.prom"], tmp_path / "b",
+                        RecordOptions(year=2025, at="2025-02-12T14:00:00Z"))
+    assert not any("days apart" in n for n in summary["notes"])
+
+
 def test_nvidia_smi_of_another_machine_is_a_series_of_its_own(tmp_path: Path) -> None:
     """GIVEN the real P100 snapshot and the same query from another machine (its GPU 0 has another
     UUID), and a second capture from the first machine WHEN recorded together THEN the other machine's
