@@ -353,6 +353,27 @@ def _fits_columns(head: str, columns: str | None) -> str | None:
     return "nvidia-smi" if columns and first.count(",") == columns.count(",") else None
 
 
+NEWEST_KNOWN = (0, 33)  # the newest vLLM whose log formats the recorder was built from
+
+
+def version_notes(stated: str | None, inferred: str | None) -> list[str]:
+    """What to say about the vLLM version: one newer than the recorder knows (its changed lines may be
+    missed), and one stated that its line formats contradict (a fork or nightly with other line numbers,
+    or lines pasted in from another log)."""
+    out = []
+    newest = stated or (inferred.split("..")[-1] if inferred else None)
+    if newest and version_key(newest)[:2] > NEWEST_KNOWN:
+        out.append(f"vLLM {newest} is newer than the versions this recorder knows (0.6-{'.'.join(map(str, NEWEST_KNOWN))}): "
+                   "facts on lines whose format changed may be missed")
+    if stated and inferred:
+        lo, _, hi = inferred.partition("..")
+        lo_key, hi_key, key = version_key(lo), version_key(hi or lo), version_key(stated)
+        if not (lo_key <= key and key[:len(hi_key)] <= hi_key):  # ('0.21.0.post1' is within '..0.21.0')
+            out.append(f"the log states vLLM {stated}, but its line formats and call sites match {inferred}: a build "
+                       "with other line numbers (a fork or nightly), or lines from another log; the stated version is used")
+    return out
+
+
 APART_US = 24 * 3600 * 1_000_000  # an incident's evidence is hours apart, not days
 
 
@@ -619,6 +640,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 versions.append(lp.version)
             if lp.version_range:
                 ranges.append(lp.version_range)
+            if lp.version_conflict:
+                rep.notes.append(f"its line formats contradict each other (some are of vLLM {lp.version_conflict[0]} or "
+                                 f"later, some of {lp.version_conflict[1]} or earlier): logs of several versions in one "
+                                 "file, or a build of its own; no version is inferred from it")
             if lp.engine:
                 engines.append(lp.engine)
             if lp.ray_folded:
@@ -719,6 +744,11 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         lo = max((a for a, _ in ranges), key=version_key)
         hi = min((b for _, b in ranges), key=version_key)
         inferred = f"{lo}" if lo == hi else f"{lo}..{hi}"
+        if version_key(lo) > version_key(hi):  # (formats of versions that never coexisted)
+            inferred = None
+            notes.append(f"the logs' line formats contradict each other (some are of vLLM {lo} or later, some of {hi} "
+                         "or earlier): logs of several versions, or a build of its own; no version is inferred")
+    notes += version_notes(version, inferred)
     engine = max(set(engines), key=engines.count) if engines else None
     for ge in events:
         if ge["kind"] == "oom" and ge["data"].get("gpu_total_bytes"):

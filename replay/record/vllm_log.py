@@ -223,6 +223,7 @@ class LogParse:
     ray_folded: int = 0  # lines Ray folded into '[repeated Nx across cluster]' summaries
     version: str | None = None
     version_range: tuple[str, str] | None = None
+    version_conflict: tuple[str, str] | None = None  # (from, up to) where the formats' ranges do not meet
     engine: str | None = None
     container_year: int | None = None
 
@@ -688,7 +689,10 @@ class LogParser:
         res = self.res
         if (self._lo, self._hi) != ("0.0.0", "99.0.0"):
             lo, hi = self._lo, self._hi
-            res.version_range = (lo, hi) if version_key(lo) <= version_key(hi) else (hi, lo)
+            if version_key(lo) <= version_key(hi):
+                res.version_range = (lo, hi)
+            else:  # (formats of versions that never coexisted: no range, and the recorder says so)
+                res.version_conflict = (lo, hi)
         if self._v1 or self._v0:
             res.engine = "v1" if self._v1 >= self._v0 else "v0"
         return res

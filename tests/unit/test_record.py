@@ -759,7 +759,8 @@ def test_overlapping_captures_of_one_log_count_each_fact_once(tmp_path: Path) ->
     cols = ["id", "arrival_us", "finish_us", "status"]
     assert one.requests.select(cols).sort("id").equals(two.requests.select(cols).sort("id"))
     assert one.requests.height == 41  # (and one request line of the OOM log)
-    assert not reports[0].notes and "overlapping capture" in " ".join(reports[1].notes)
+    # (the file joins logs of three versions, which its notes say; nothing else)
+    assert [n for n in reports[0].notes if "contradict" not in n] == [] and "overlapping capture" in " ".join(reports[1].notes)
 
 
 RAY_EXPLAINS = (" (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see "
@@ -897,6 +898,32 @@ def test_nvidia_smi_nounits_rows_with_a_typed_column_list_are_mib(tmp_path: Path
     record([bare], tmp_path / "b", RecordOptions(nvsmi_columns=typed, **kw))  # type: ignore[arg-type]
     got = [read_bundle(tmp_path / d).samples.sort("metric").select("metric", "value").rows() for d in ("a", "b")]
     assert got[0] == got[1] and ("device_free_bytes", 16280.0 * 2**20) in got[1]
+
+
+def test_versions_newer_than_known_or_contradicted_are_said(tmp_path: Path) -> None:
+    """GIVEN the real 0.20 stats lines (call site loggers.py:271: 0.20-0.21) under a line stating vLLM
+    0.40.1 WHEN recorded THEN notes say 0.40.1 is newer than the recorder knows and that the stated
+    version contradicts the formats (both were silent); the same lines stating 0.20.1 give neither;
+    a 0.6.4 profiling line beside a 0.33 call site infers no version and says why (it inferred
+    '0.6.4.post1..0.33.0', a range spanning both)."""
+    real = (DATA / "v020_v1_stats_kv_saturated_waiting.log").read_text()
+    head = "(APIServer pid=1) INFO 05-19 10:00:00 [api_server.py:1000] vLLM API server version {}\n"
+    notes = {}
+    for v in ("0.40.1", "0.20.1"):
+        log = tmp_path / f"v{v}.log"
+        log.write_text(head.format(v) + real)
+        _, summary = record([log], tmp_path / v, RecordOptions(year=2025))
+        notes[v] = summary["notes"]
+    assert any("vLLM 0.40.1 is newer than the versions this recorder knows" in n for n in notes["0.40.1"])
+    assert any("states vLLM 0.40.1, but its line formats and call sites match 0.20.0..0.21.0" in n for n in notes["0.40.1"])
+    assert not any("newer than" in n or "states vLLM" in n for n in notes["0.20.1"])
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text((DATA / "v064_rtx3090_llama31_8b_profiling_maxlen_error.log").read_text()
+                     + "(APIServer pid=1) INFO 05-19 10:00:00 [loggers.py:335] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+                       "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%\n")
+    reps, summary = record([mixed], tmp_path / "mixed", RecordOptions(year=2025))
+    assert read_bundle(tmp_path / "mixed").meta.vllm_version_inferred is None
+    assert any("some are of vLLM 0.33.0 or later, some of 0.6.4.post1 or earlier" in n for n in reps[0].notes)
 
 
 def test_evidence_days_apart_is_said(tmp_path: Path) -> None:
