@@ -122,6 +122,20 @@ def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
     return list(out.values())
 
 
+def _machines_unchosen(samples: pl.DataFrame) -> list[Finding]:
+    """Device memory held only as series of several machines or hosts ('dcgm[Hostname=node-2]',
+    'nvidia-smi[node2.csv]'): none is the bundle's, so no actual memory is known until one is chosen."""
+    tagged = sorted(set(samples.filter(pl.col("metric") == "device_used_bytes")
+                        .filter(pl.col("source").str.contains(r"^(?:nvml|dcgm|nvidia-smi)\["))["source"]))
+    if not tagged:
+        return []
+    return [Finding("evidence:machines", "Device memory of several machines, none chosen",
+                    f"the bundle holds device memory only as {len(tagged)} series of separate machines or hosts "
+                    f"({', '.join(tagged[:4])}{', …' if len(tagged) > 4 else ''}); record again with --host NODE (the "
+                    "node vLLM ran on), or with that machine's GPU file first", "high",
+                    [{"source": t} for t in tagged[:10]])]
+
+
 def analyze_bundle(b: Bundle) -> Analysis:
     acc = accounting(b)
     actual, src = actual_frame(b.samples)
@@ -174,6 +188,8 @@ def analyze_bundle(b: Bundle) -> Analysis:
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
     findings += _vllm_memory_errors(b.events)
+    if src is None:
+        findings += _machines_unchosen(b.samples)
     for e in b.events:  # GPU errors from the kernel log end engines without any CUDA OOM
         if e.get("kind") == "gpu_xid":
             findings.append(Finding(f"gpu:xid{e.get('xid')}", f"GPU error Xid {e.get('xid')}: {e.get('meaning')}",

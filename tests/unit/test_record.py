@@ -475,6 +475,7 @@ def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
     jumping between machines; none is the bundle's device memory until --host names the node vLLM ran
     on, whose series then is, with its GPU's UUID and host in bundle.json."""
     from replay.analysis.memory import actual_frame
+    from replay.analysis.pipeline import analyze_bundle
     a = _dcgm_labels()
     b = {**a, "Hostname": "node-2", "UUID": "GPU-00000000-0000-0000-0000-000000000002",
          "instance": "nvidia-dcgm-exporter.gpu-operator:9401"}
@@ -489,6 +490,8 @@ def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
     assert s.filter(pl.col("source") == "dcgm[Hostname=node-2]")["value"].min() == 30000 * 2**20
     assert actual_frame(s)[1] is None  # two machines' memory is not one GPU's
     assert any("2 hosts (node-1, node-2)" in n and "--host" in n for n in reps[0].notes)
+    found = {f.id: f for f in analyze_bundle(read_bundle(tmp_path / "all")).findings}
+    assert "dcgm[Hostname=node-2]" in found["evidence:machines"].detail and "--host" in found["evidence:machines"].detail
     reps, _ = record([f], tmp_path / "mine", RecordOptions(host="node-2"))
     bb = read_bundle(tmp_path / "mine")
     s = bb.samples
@@ -497,6 +500,7 @@ def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
     assert set(s.filter(pl.col("source") != "dcgm")["source"]) == {"dcgm[Hostname=node-1]"}
     assert [(g["index"], g["host"], g["uuid"]) for g in bb.meta.gpus] == [(2, "node-2", b["UUID"])]
     assert actual_frame(s)[0]["actual_bytes"].min() == 30000 * 2**20
+    assert "evidence:machines" not in {f.id for f in analyze_bundle(bb).findings}
     # a scrape of one exporter (one host) is unchanged: GPU and host from its labels
     one = tmp_path / "one.prom"
     one.write_text("# scraped_at 2025-05-01T10:00:00Z\n" + "DCGM_FI_DEV_FB_USED{"
