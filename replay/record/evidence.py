@@ -213,7 +213,7 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
         p.quarantine.append((None, f"exposition could not be parsed: {e}", ""))
         return p
     is_dcgm = False
-    vllm_series: dict[str, list[tuple[int, dict[str, str]]]] = {}  # each bundle metric's samples, to tell series apart
+    vllm_series: list[tuple[int, str, dict[str, str]]] = []  # (sample index, name, labels), to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     repeats = 0
     for fam in families:
@@ -238,17 +238,16 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                     p.samples.append((ts, gpu, "dcgm", f"pod_used_bytes:{pod}", float(value) * scale))
             elif name in VLLM_METRICS:
                 metric, scale = VLLM_METRICS[name]
-                vllm_series.setdefault(metric, []).append((len(p.samples), labels))
+                vllm_series.append((len(p.samples), name, labels))
                 p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
             elif name == "vllm:cache_config_info":
                 p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
             elif name in NEVER_EXISTED_METRICS:
                 p.notes.append(NEVER_EXISTED_METRICS[name])
-    for got in vllm_series.values():
-        for (k, _), tag in zip(got, series_tags([labels for _, labels in got]), strict=True):
-            if tag:
-                st, sg, _, sm, sv = p.samples[k]
-                p.samples[k] = (st, sg, "vllm-metrics" + tag, sm, sv)
+    for (k, _, _), tag in zip(vllm_series, vllm_series_tags([(n, labels) for _, n, labels in vllm_series]), strict=True):
+        if tag:
+            st, sg, _, sm, sv = p.samples[k]
+            p.samples[k] = (st, sg, "vllm-metrics" + tag, sm, sv)
     if is_dcgm:
         p.kind = "dcgm"
     elif any(s[2].startswith("vllm-metrics") for s in p.samples):
@@ -296,8 +295,9 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None) -> Parsed:
     key = next((k for k in HOST_LABELS if any(k in labels for _, labels in series)), "")
     hosts = sorted({labels.get(key, "") for _, labels in series}) if key else []
     several = len(hosts) > 1
-    for k, labels in series:
-        if several and host not in _names_of_host(labels):
+    chosen = [host is not None and host in _names_of_host(labels) for _, labels in series]
+    for (k, labels), ours in zip(series, chosen, strict=True):
+        if several and not ours:
             t, gpu, _, metric, value = p.samples[k]
             p.samples[k] = (t, gpu, f"dcgm[{key}={labels.get(key, '')}]", metric, value)
             continue
@@ -307,14 +307,14 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None) -> Parsed:
             info.update({k: v for k, v in (("uuid", labels.get("UUID") or labels.get("uuid")),
                                            ("name", labels.get("modelName")), ("host", labels.get(key))) if v})
     if several:
-        mine = host is not None and any(host in _names_of_host(labels) for _, labels in series)
+        mine = any(chosen)
         shown = ", ".join(hosts[:6]) + (", …" if len(hosts) > 6 else "")
         p.notes.append(f"{path.name}: DCGM series from {len(hosts)} hosts ({shown}): each host's GPUs are a series of "
                        f"their own (source 'dcgm[{key}=…]')" + (
                            f"; {host}'s are the bundle's device memory (source 'dcgm')" if mine else
                            f"; no series is from --host {host}" if host else
                            "; pass --host with the node vLLM ran on to make its series the bundle's device memory"))
-    elif host is not None and hosts and not any(host in _names_of_host(labels) for _, labels in series):
+    elif host is not None and hosts and not any(chosen):
         p.notes.append(f"{path.name}: --host {host}, but its DCGM series come from {hosts[0]} alone (kept as they are)")
     return p
 
@@ -330,18 +330,28 @@ def series_tags(label_sets: list[dict[str, str]]) -> list[str]:
     return ["[" + ",".join(f"{k}={labels.get(k, '')}" for k in vary) + "]" for labels in label_sets]
 
 
+def vllm_series_tags(series: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """For each (metric name, labels), the ``series_tags`` tag that tells it apart from the other
+    series of the same bundle metric (vLLM's names of every version map to one); '' for a lone series
+    and for a series that is not vLLM's."""
+    by_metric: dict[str, list[int]] = {}
+    for i, (name, _) in enumerate(series):
+        if name in VLLM_METRICS:
+            by_metric.setdefault(VLLM_METRICS[name][0], []).append(i)
+    out = [""] * len(series)
+    for idx in by_metric.values():
+        for i, tag in zip(idx, series_tags([series[i][1] for i in idx]), strict=True):
+            out[i] = tag
+    return out
+
+
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
     data = obj.get("data") or {}
     results = data.get("result") or []
-    by_metric: dict[str, list[int]] = {}  # the vLLM series of each bundle metric, to tell them apart
-    for i, series in enumerate(results):
-        name = (series.get("metric") or {}).get("__name__", "") if isinstance(series, dict) else ""
-        if name in VLLM_METRICS:
-            by_metric.setdefault(VLLM_METRICS[name][0], []).append(i)
-    tag = {i: t for idx in by_metric.values()
-           for i, t in zip(idx, series_tags([results[i].get("metric") or {} for i in idx]), strict=True)}
+    metrics = [(r.get("metric") or {}) if isinstance(r, dict) else {} for r in results]
+    tags = vllm_series_tags([(m.get("__name__", ""), m) for m in metrics])  # (several series of one vLLM metric)
     p.lines = len(results)
     for name in want or []:
         if name in NEVER_EXISTED_METRICS:
@@ -357,7 +367,7 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
             metric, scale = DCGM_METRICS[name]
             source, gpu = "dcgm", dcgm_gpu(labels)
         elif name in VLLM_METRICS:
-            (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics" + tag.get(i, ""), None
+            (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics" + tags[i], None
         else:
             metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
         for ts, v in vals:
@@ -398,15 +408,9 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
     header = [h.strip().strip('"') for h in rows[0]]
     series = []
     named = [_series_name(h) for h in header[1:]]
-    by_metric: dict[str, list[int]] = {}  # the vLLM columns of each bundle metric, to tell them apart
-    for j, (key, _) in enumerate(named):
-        if key in VLLM_METRICS:
-            by_metric.setdefault(VLLM_METRICS[key][0], []).append(j)
-    tag = {j: t for cols in by_metric.values()
-           for j, t in zip(cols, series_tags([named[j][1] for j in cols]), strict=True)}
-    for j, (h, (key, labels)) in enumerate(zip(header[1:], named, strict=True)):
+    for h, (key, labels), tag in zip(header[1:], named, vllm_series_tags(named), strict=True):
         m = VLLM_METRICS.get(key) or DCGM_METRICS.get(key)
-        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag.get(j, "") if key in VLLM_METRICS else "grafana"
+        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if key in VLLM_METRICS else "grafana"
         series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
         if key in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[key])
@@ -469,12 +473,15 @@ NVSMI_GPU_FIELDS = {
 _NVSMI_MIB_FIELDS = ("memory.used", "memory.free", "memory.total", "memory.reserved", "used_gpu_memory", "used_memory")
 
 
+NV_UNKNOWN = ("[N/A]", "N/A", "[Not Supported]")  # what nvidia-smi writes for a value it has not
+
+
 def _nv_value(cell: str, header: str) -> float | None:
     """A value of nvidia-smi's CSV in its base unit (bytes for memory). Memory fields are MiB in every
     nvidia-smi: a bare number is MiB whether the header says so ('memory.used [MiB]', as nvidia-smi
     writes it, nounits or not) or not (a column list typed for --nvsmi-columns)."""
     c = cell.strip()
-    if c in ("[N/A]", "N/A", "[Not Supported]", "-", ""):
+    if c in NV_UNKNOWN or c in ("-", ""):
         return None
     m = re.match(r"^([\d.]+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$", c)
     if not m:
@@ -668,7 +675,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             by_bus = "pci.bus_id" in row
         info = p.gpus.setdefault(gpu, {"index": gpu})
         for k_src, k in (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"), ("hostname", "host")):
-            if row.get(k_src) and row[k_src] not in ("[N/A]", "N/A", "[Not Supported]"):
+            if row.get(k_src) and row[k_src] not in NV_UNKNOWN:
                 info[k] = row[k_src]
         for k_src, metric in NVSMI_GPU_FIELDS.items():
             if k_src in row:
