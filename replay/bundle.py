@@ -28,6 +28,9 @@ SCHEMA_VERSION = 1
 SAMPLES_SCHEMA = {
     "t_us": pl.Int64, "gpu": pl.Int32, "source": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64,
 }
+# the sources of a GPU's device memory, in the order the analysis prefers them; a machine other than the
+# incident's keeps its own series under the same source with a tag ('dcgm[Hostname=node-2]')
+DEVICE_SOURCES = ("nvml", "dcgm", "nvidia-smi")
 REQUESTS_SCHEMA = {
     "id": pl.Utf8, "arrival_us": pl.Int64, "sent_us": pl.Int64, "first_token_us": pl.Int64,
     "finish_us": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,

@@ -13,14 +13,11 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import Bundle
+from replay.bundle import DEVICE_SOURCES, Bundle
 from replay.units import GiB
 from replay.versioning import version_key
 
-ACTUAL_PREFERENCE = [
-    ("nvml", "device_used_bytes"), ("dcgm", "device_used_bytes"), ("nvidia-smi", "device_used_bytes"),
-    ("process", "process_rss_bytes"),
-]
+ACTUAL_PREFERENCE = [*((source, "device_used_bytes") for source in DEVICE_SOURCES), ("process", "process_rss_bytes")]
 
 
 @dataclass
@@ -136,7 +133,7 @@ def actual_frame(samples: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
 # Measured layers of actual memory, outermost first (each one contains the ones below it, except
 # other processes, which sit beside this process on the device).
 LAYERS = [
-    ("device_used_bytes", "device used", ("nvml", "dcgm", "nvidia-smi")),
+    ("device_used_bytes", "device used", DEVICE_SOURCES),
     ("other_processes_bytes", "other processes", ("nvml", "nvidia-smi")),
     ("process_used_bytes", "this process (driver view)", ("nvml", "nvidia-smi")),
     ("torch_reserved_bytes", "torch reserved", ("torch",)),

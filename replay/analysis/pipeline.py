@@ -22,7 +22,7 @@ from replay.analysis.memory import (
     layers_frame,
 )
 from replay.analysis.outages import Outage, outages
-from replay.bundle import Bundle
+from replay.bundle import DEVICE_SOURCES, Bundle
 from replay.units import GiB
 
 OOM_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed")
@@ -126,7 +126,7 @@ def _machines_unchosen(samples: pl.DataFrame) -> list[Finding]:
     """Device memory held only as series of several machines or hosts ('dcgm[Hostname=node-2]',
     'nvidia-smi[node2.csv]'): none is the bundle's, so no actual memory is known until one is chosen."""
     tagged = sorted(set(samples.filter(pl.col("metric") == "device_used_bytes")
-                        .filter(pl.col("source").str.contains(r"^(?:nvml|dcgm|nvidia-smi)\["))["source"]))
+                        .filter(pl.col("source").str.contains("^(?:" + "|".join(DEVICE_SOURCES) + r")\["))["source"]))
     if not tagged:
         return []
     return [Finding("evidence:machines", "Device memory of several machines, none chosen",

@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import BundleMeta, BundleWriter
+from replay.bundle import DEVICE_SOURCES, BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.filehash import damaged_gzip, file_sha256, is_gzip, text_bom
 from replay.parallel import ordered_map
@@ -163,12 +163,18 @@ def _year_near(month: int, state: int) -> int:
     return state // 12 + (1 if d <= -TURN_MONTHS else -1 if d >= TURN_MONTHS else 0)
 
 
+def _logged_month(ts: str | None) -> int:
+    """The month of a logged 'MM-DD …' time; 0 for anything else (an ISO time, which is exact)."""
+    return int(ts[:2]) if ts and is_uint(ts[:2]) and ts[2:3] == "-" else 0
+
+
 def _year_at(turns: list[tuple[int, int]], line: int, ts: str | None) -> int:
     """The year (0: the log's first) of a fact at ``line`` logged at ``ts`` ('MM-DD …'), by ``turns``."""
-    if not turns or not ts or not is_uint(ts[:2]) or ts[2:3] != "-":
+    month = _logged_month(ts)
+    if not turns or not month:
         return 0
     k = bisect.bisect_right(turns, (line, 1 << 62)) - 1
-    return _year_near(int(ts[:2]), turns[max(k, 0)][1])
+    return _year_near(month, turns[max(k, 0)][1])
 
 
 def _year_probes(lp: LogParse, ff: FastFacts) -> list[tuple[int, str]]:
@@ -187,7 +193,7 @@ def year_turns(probes: list[tuple[int, str]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     state: int | None = None
     for line, ts in sorted(probes):
-        m = int(ts[:2]) if is_uint(ts[:2]) and ts[2:3] == "-" else 0
+        m = _logged_month(ts)
         if not 1 <= m <= 12:
             continue  # (an ISO time: exact, no year to find)
         cand = m - 1 if state is None else _year_near(m, state) * 12 + m - 1
@@ -354,6 +360,13 @@ def _fits_columns(head: str, columns: str | None) -> str | None:
 
 
 NEWEST_KNOWN = (0, 33)  # the newest vLLM whose log formats the recorder was built from
+
+
+def _contradiction(lo: str, hi: str, whose: str, where: str) -> str:
+    """The note for line formats of versions that never coexisted (some of ``lo`` or later, some of
+    ``hi`` or earlier), for which no version is inferred."""
+    return (f"{whose} line formats contradict each other (some are of vLLM {lo} or later, some of {hi} or earlier): "
+            f"logs of several versions {where}, or a build of its own; no version is inferred")
 
 
 def version_notes(stated: str | None, inferred: str | None) -> list[str]:
@@ -641,9 +654,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             if lp.version_range:
                 ranges.append(lp.version_range)
             if lp.version_conflict:
-                rep.notes.append(f"its line formats contradict each other (some are of vLLM {lp.version_conflict[0]} or "
-                                 f"later, some of {lp.version_conflict[1]} or earlier): logs of several versions in one "
-                                 "file, or a build of its own; no version is inferred from it")
+                rep.notes.append(_contradiction(lp.version_conflict[0], lp.version_conflict[1], "its", "in one file"))
             if lp.engine:
                 engines.append(lp.engine)
             if lp.ray_folded:
@@ -707,7 +718,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             assert isinstance(r, ev.Parsed)
             elsewhere = _another_machine(gpus, r.gpus)
             if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
-                r.samples = [(t, g, f"{src}[{path.name}]" if src in ("nvidia-smi", "dcgm", "nvml") else src, m, v)
+                r.samples = [(t, g, f"{src}[{path.name}]" if src in DEVICE_SOURCES else src, m, v)
                              for t, g, src, m, v in r.samples]
                 r.gpus = {}
                 rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
@@ -746,8 +757,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         inferred = f"{lo}" if lo == hi else f"{lo}..{hi}"
         if version_key(lo) > version_key(hi):  # (formats of versions that never coexisted)
             inferred = None
-            notes.append(f"the logs' line formats contradict each other (some are of vLLM {lo} or later, some of {hi} "
-                         "or earlier): logs of several versions, or a build of its own; no version is inferred")
+            notes.append(_contradiction(lo, hi, "the logs'", "together"))
     notes += version_notes(version, inferred)
     engine = max(set(engines), key=engines.count) if engines else None
     for ge in events:
