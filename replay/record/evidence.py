@@ -49,6 +49,35 @@ DCGM_METRICS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_RESERVED": ("device_reserved_bytes", MiB),
     "DCGM_FI_DEV_FB_TOTAL": ("device_total_bytes", MiB),
 }
+CACHE_CONFIG = "vllm:cache_config_info"  # the KV cache's settings, as labels
+# what a pipeline between vLLM and the store may have made of 'vllm:' (an OpenTelemetry collector or
+# an exporter that keeps colons for recording rules writes 'vllm_num_requests_running')
+RENAMED_PREFIXES = ("vllm_", "vllm.")
+
+
+def vllm_name(name: str) -> str | None:
+    """The name vLLM itself gives the metric ``name`` stands for, where it is one the recorder reads
+    (VLLM_METRICS or CACHE_CONFIG), under vLLM's own name or a pipeline's renaming of its prefix;
+    None for any other metric."""
+    if name in VLLM_METRICS or name == CACHE_CONFIG:
+        return name
+    for pre in RENAMED_PREFIXES:
+        if name.startswith(pre):
+            own = "vllm:" + name[len(pre):]
+            if own in VLLM_METRICS or own == CACHE_CONFIG:
+                return own
+    return None
+
+
+def renamed_note(path: Path, names: set[str]) -> list[str]:
+    """A note for a file whose vLLM metrics ``names`` (as the file has them) were renamed on their way."""
+    odd = sorted(n for n in names if not n.startswith("vllm:"))
+    if not odd:
+        return []
+    return [f"{path.name}: vLLM's metrics are renamed here ({', '.join(odd[:3])}{', …' if len(odd) > 3 else ''}; a "
+            "collector or exporter on their way replaced 'vllm:'): read as vLLM's own"]
+
+
 NEVER_EXISTED_METRICS = {
     "vllm_gpu_memory_usage_bytes": "vllm_gpu_memory_usage_bytes has never existed in any vLLM version "
     "(0.6-0.33): no vLLM metric reports GPU memory bytes. A monitor that scraped it read nothing, not "
@@ -215,6 +244,7 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     is_dcgm = False
     vllm_series: list[tuple[int, str, dict[str, str]]] = []  # (sample index, name, labels), to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    read_as_vllm: set[str] = set()
     repeats = 0
     for fam in families:
         for smp in fam.samples:
@@ -236,18 +266,21 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                 if pod and metric == "device_used_bytes":
                     p.dcgm_labels.append((len(p.samples), labels))
                     p.samples.append((ts, gpu, "dcgm", f"pod_used_bytes:{pod}", float(value) * scale))
-            elif name in VLLM_METRICS:
-                metric, scale = VLLM_METRICS[name]
-                vllm_series.append((len(p.samples), name, labels))
-                p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
-            elif name == "vllm:cache_config_info":
-                p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
             elif name in NEVER_EXISTED_METRICS:
                 p.notes.append(NEVER_EXISTED_METRICS[name])
+            elif (own := vllm_name(name)) == CACHE_CONFIG:
+                p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
+                read_as_vllm.add(name)
+            elif own is not None:
+                metric, scale = VLLM_METRICS[own]
+                vllm_series.append((len(p.samples), name, labels))
+                read_as_vllm.add(name)
+                p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
     for (k, _, _), tag in zip(vllm_series, vllm_series_tags([(n, labels) for _, n, labels in vllm_series]), strict=True):
         if tag:
             st, sg, _, sm, sv = p.samples[k]
             p.samples[k] = (st, sg, "vllm-metrics" + tag, sm, sv)
+    p.notes += renamed_note(path, read_as_vllm)
     if is_dcgm:
         p.kind = "dcgm"
     elif any(s[2].startswith("vllm-metrics") for s in p.samples):
@@ -336,8 +369,8 @@ def vllm_series_tags(series: list[tuple[str, dict[str, str]]]) -> list[str]:
     and for a series that is not vLLM's."""
     by_metric: dict[str, list[int]] = {}
     for i, (name, _) in enumerate(series):
-        if name in VLLM_METRICS:
-            by_metric.setdefault(VLLM_METRICS[name][0], []).append(i)
+        if (own := vllm_name(name)) in VLLM_METRICS:
+            by_metric.setdefault(VLLM_METRICS[own][0], []).append(i)
     out = [""] * len(series)
     for idx in by_metric.values():
         for i, tag in zip(idx, series_tags([series[i][1] for i in idx]), strict=True):
@@ -356,6 +389,7 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
     for name in want or []:
         if name in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[name])
+    read_as_vllm: set[str] = set()
     for i, series in enumerate(results):
         labels = series.get("metric") or {}
         name = labels.get("__name__", "")
@@ -366,8 +400,9 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
         if name in DCGM_METRICS:
             metric, scale = DCGM_METRICS[name]
             source, gpu = "dcgm", dcgm_gpu(labels)
-        elif name in VLLM_METRICS:
-            (metric, scale), source, gpu = VLLM_METRICS[name], "vllm-metrics" + tags[i], None
+        elif (own := vllm_name(name)) in VLLM_METRICS:
+            (metric, scale), source, gpu = VLLM_METRICS[own], "vllm-metrics" + tags[i], None
+            read_as_vllm.add(name)
         else:
             metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
         for ts, v in vals:
@@ -382,6 +417,7 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
         p.parsed += 1
     if obj.get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
+    p.notes += renamed_note(path, read_as_vllm)
     return dcgm_hosts(p, path, host)
 
 
@@ -407,13 +443,18 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
         return p
     header = [h.strip().strip('"') for h in rows[0]]
     series = []
+    read_as_vllm: set[str] = set()
     named = [_series_name(h) for h in header[1:]]
     for h, (key, labels), tag in zip(header[1:], named, vllm_series_tags(named), strict=True):
-        m = VLLM_METRICS.get(key) or DCGM_METRICS.get(key)
-        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if key in VLLM_METRICS else "grafana"
+        own = vllm_name(key) if key not in NEVER_EXISTED_METRICS else None
+        m = VLLM_METRICS.get(own or "") or DCGM_METRICS.get(key)
+        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if own in VLLM_METRICS else "grafana"
         series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
+        if own in VLLM_METRICS:
+            read_as_vllm.add(key)
         if key in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[key])
+    p.notes += renamed_note(path, read_as_vllm)
     p.parsed = 1
     for i, row in enumerate(rows[1:], start=2):
         if not row:

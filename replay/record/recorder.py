@@ -472,7 +472,7 @@ def detect_kind(text: str) -> str | None:
     if first.lower().lstrip('"').startswith("time") and ("," in first or ";" in first):
         return "grafana-csv"
     if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in first \
-            or re.search(r"^vllm:\w+(?:\{[^}]*\})? \S+$", head, re.M):  # (a grep of /metrics has no TYPE lines)
+            or re.search(r"^vllm[:_.]\w+(?:\{[^}]*\})? \S+$", head, re.M):  # (a grep of /metrics has no TYPE lines)
         return "prometheus-text"
     if any(k in head for k in ("INFO ", "WARNING ", "ERROR ", "vllm", "KV cache", "CUDA out of memory",
                                "GPU blocks", "Memory profiling", "preempted", "model weights take")):

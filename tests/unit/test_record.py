@@ -374,6 +374,35 @@ def test_never_existed_metric_is_said(tmp_path: Path) -> None:
     assert not b.samples.filter(b.samples["metric"].str.contains("gpu_memory_usage")).height
 
 
+def test_vllm_metrics_renamed_on_their_way_are_read_as_vllms(tmp_path: Path) -> None:
+    """GIVEN vLLM's metrics as a pipeline renamed them ('vllm_num_requests_running': an OpenTelemetry
+    collector or exporter that keeps colons for recording rules), in a real scrape (its TYPE lines
+    and a bare grep of it), a query_range export and a Grafana CSV WHEN recorded THEN they are read
+    as vLLM's metrics, with a note saying so (they recorded nothing, without a word); the metric that
+    never existed is still only named, never read."""
+    real = (DATA / "vllm_v0_metrics_excerpt.prom").read_text()
+    renamed = re.sub(r"(?m)^(# (?:HELP|TYPE) )?vllm:", r"\1vllm_", real)
+    assert "vllm:" not in renamed
+    (tmp_path / "scrape.prom").write_text("# scraped_at 2025-03-01T12:00:00Z\n" + renamed)
+    (tmp_path / "grep.txt").write_text("# scraped_at 2025-03-01T12:00:10Z\n"
+                                       + "".join(ln + "\n" for ln in renamed.splitlines() if not ln.startswith("#")))
+    q = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "vllm_kv_cache_usage_perc", "model_name": "m"}, "values": [[1740830420, "0.5"], [1740830430, "0.75"]]},
+        {"metric": {"__name__": "vllm_gpu_memory_usage_bytes"}, "values": [[1740830420, "7"]]}]}}
+    (tmp_path / "q.json").write_text(json.dumps(q))
+    (tmp_path / "g.csv").write_text('"Time","vllm_num_requests_waiting{engine=""0""}"\n2025-03-01 12:00:50,4\n')
+    reps, _ = record([tmp_path / f for f in ("scrape.prom", "grep.txt", "q.json", "g.csv")], tmp_path / "b", RecordOptions())
+    assert [r.kind for r in reps] == ["vllm-metrics", "vllm-metrics", "prometheus-query-range", "grafana-csv"]
+    s = read_bundle(tmp_path / "b").samples
+    assert s.filter(pl.col("metric") == "requests_running")["source"].to_list() == ["vllm-metrics", "vllm-metrics"]
+    assert sorted(s.filter(pl.col("metric") == "kv_usage_ratio")["value"].to_list()) == [0.0, 0.0, 0.5, 0.75]
+    assert s.filter(pl.col("metric") == "requests_waiting").sort("t_us")["value"].to_list() == [0.0, 0.0, 4.0]
+    assert not s.filter(pl.col("metric").str.contains("memory_usage")).height
+    for r in reps:
+        assert sum("vLLM's metrics are renamed here" in n for n in r.notes) == 1, r.notes
+    assert any("never existed" in n for n in reps[2].notes)
+
+
 def test_query_range_json(tmp_path: Path) -> None:
     out = tmp_path / "b"
     reps, _ = record([DATA / "query_range_matrix_example.json"], out, RecordOptions())
