@@ -159,6 +159,26 @@ def layers_frame(samples: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out).sort("t_us", maintain_order=True)
 
 
+MACHINES_DRAWN = 8  # series of other machines drawn at most: a cluster-wide query may hold hundreds
+
+
+def machines_frame(samples: pl.DataFrame, limit: int = MACHINES_DRAWN) -> tuple[pl.DataFrame, int]:
+    """Device memory kept as series of several machines or hosts ('dcgm[Hostname=node-2]',
+    'nvidia-smi[node2.csv]'), long format (t_us, series, value_bytes), one series per source and
+    GPU; the ``limit`` with the highest peaks, and how many there were in all."""
+    tagged = samples.filter((pl.col("metric") == "device_used_bytes")
+                            & pl.col("source").str.contains("^(?:" + "|".join(DEVICE_SOURCES) + r")\["))
+    empty = pl.DataFrame(schema={"t_us": pl.Int64, "series": pl.Utf8, "value_bytes": pl.Float64})
+    if not tagged.height:
+        return empty, 0
+    named = tagged.select("t_us", series=pl.concat_str(
+        "source", pl.when(pl.col("gpu").is_not_null()).then(pl.format(" GPU {}", "gpu")).otherwise(pl.lit(""))),
+        value_bytes="value")
+    peaks = named.group_by("series").agg(pl.col("value_bytes").max()).sort("value_bytes", "series", descending=[True, False])
+    keep = peaks["series"].head(limit)
+    return named.filter(pl.col("series").is_in(keep.implode())).sort("series", "t_us"), peaks.height
+
+
 def stacked_parts(acc: Accounting) -> list[tuple[str, float]]:
     """vLLM's accounted parts as non-overlapping segments, bottom first, for a stacked view."""
     p = acc.parts

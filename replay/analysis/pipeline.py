@@ -20,9 +20,10 @@ from replay.analysis.memory import (
     gap_frame,
     kv_in_use,
     layers_frame,
+    machines_frame,
 )
 from replay.analysis.outages import Outage, outages
-from replay.bundle import DEVICE_SOURCES, Bundle
+from replay.bundle import Bundle
 from replay.units import GiB
 
 OOM_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed")
@@ -50,6 +51,9 @@ class Analysis:
     findings: list[Finding]
     layers: pl.DataFrame = field(default_factory=pl.DataFrame)  # measured actual layers (memory.layers_frame)
     outages: list[Outage] = field(default_factory=list)
+    machines: pl.DataFrame = field(default_factory=pl.DataFrame)  # device memory of several machines, none
+    # chosen (memory.machines_frame), and how many such series there were
+    machines_total: int = 0
 
     @property
     def end_us(self) -> int:
@@ -78,7 +82,9 @@ class Analysis:
             "accounted_gib": gb(self.acc.accounted_bytes), "budget_gib": gb(self.acc.budget_bytes),
             "total_gib": gb(self.acc.total_bytes), "kv_pool_gib": gb(self.acc.kv_pool_bytes),
             "parts_gib": {k: gb(v) for k, v in self.acc.parts.items()},
-            "peak_actual_gib": gb(peak), "max_gap_gib": gb(self.div.max_gap_bytes),
+            "peak_actual_gib": gb(peak), "machine_series": self.machines_total,  # (device memory of several
+            # machines, none chosen: why the peak is unknown)
+            "max_gap_gib": gb(self.div.max_gap_bytes),
             "baseline_gap_gib": gb(self.div.baseline_bytes), "threshold_gib": gb(self.div.threshold_bytes),
             "onset_s": s(self.div.onset_us), "first_crossing_s": s(self.div.first_crossing_us),
             "oom_s": s(self.oom_us),
@@ -122,18 +128,16 @@ def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
     return list(out.values())
 
 
-def _machines_unchosen(samples: pl.DataFrame) -> list[Finding]:
-    """Device memory held only as series of several machines or hosts ('dcgm[Hostname=node-2]',
-    'nvidia-smi[node2.csv]'): none is the bundle's, so no actual memory is known until one is chosen."""
-    tagged = sorted(set(samples.filter(pl.col("metric") == "device_used_bytes")
-                        .filter(pl.col("source").str.contains("^(?:" + "|".join(DEVICE_SOURCES) + r")\["))["source"]))
-    if not tagged:
-        return []
+def _machines_unchosen(machines: pl.DataFrame, total: int) -> list[Finding]:
+    """Device memory held only as series of several machines or hosts ('dcgm[Hostname=node-2] GPU 0',
+    'nvidia-smi[node2.csv] GPU 0'; ``machines_frame``'s): none is the bundle's, so no actual memory is
+    known until one is chosen."""
+    shown = list(dict.fromkeys(machines["series"]))
     return [Finding("evidence:machines", "Device memory of several machines, none chosen",
-                    f"the bundle holds device memory only as {len(tagged)} series of separate machines or hosts "
-                    f"({', '.join(tagged[:4])}{', …' if len(tagged) > 4 else ''}); record again with --host NODE (the "
+                    f"the bundle holds device memory only as {total} series of separate machines or hosts "
+                    f"({', '.join(shown[:4])}{', …' if total > 4 else ''}); record again with --host NODE (the "
                     "node vLLM ran on), or with that machine's GPU file first", "high",
-                    [{"source": t} for t in tagged[:10]])]
+                    [{"source": t} for t in shown[:10]])]
 
 
 def analyze_bundle(b: Bundle) -> Analysis:
@@ -188,11 +192,13 @@ def analyze_bundle(b: Bundle) -> Analysis:
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
     findings += _vllm_memory_errors(b.events)
-    if src is None:
-        findings += _machines_unchosen(b.samples)
+    machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
+    if machines_total:
+        findings += _machines_unchosen(machines, machines_total)
     for e in b.events:  # GPU errors from the kernel log end engines without any CUDA OOM
         if e.get("kind") == "gpu_xid":
             findings.append(Finding(f"gpu:xid{e.get('xid')}", f"GPU error Xid {e.get('xid')}: {e.get('meaning')}",
                                     f"NVIDIA driver error on PCI {e.get('pci')}: {e.get('message') or ''}".strip(),
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
-    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings, layers_frame(b.samples), outages(b.events))
+    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings, layers_frame(b.samples), outages(b.events),
+                    machines=machines, machines_total=machines_total)

@@ -75,6 +75,19 @@ def timeline_figure(a: Analysis) -> go.Figure:
                                      name=f"measured: {layer[0]}{suffix}", mode="lines",
                                      line={"dash": ["dot", "dashdot", "longdash", "dash"][j % 4], "width": 1.5},
                                      hovertemplate=f"{src}: %{{y:.2f}} GiB<extra></extra>"), row=1, col=1)
+    # device memory of several machines, none of them chosen as the bundle's: each drawn, none called actual
+    for j, ((series,), mp) in enumerate(a.machines.partition_by("series", as_dict=True, maintain_order=True).items()
+                                        if a.machines_total else []):
+        md = minmax(mp, "t_us", "value_bytes", keep=keep)
+        fig.add_trace(go.Scatter(x=(md["t_us"] / 1e6).to_list(), y=(md["value_bytes"] / GiB).to_list(),
+                                 name=f"device used, {series}", mode="lines", legendgroup="machines",
+                                 line={"width": 1.5, "dash": ["solid", "dot", "dash", "dashdot"][j % 4]},
+                                 hovertemplate=f"{series}: %{{y:.2f}} GiB<extra></extra>"), row=1, col=1)
+    drawn = a.machines["series"].n_unique() if a.machines_total else 0
+    if a.machines_total > drawn:
+        fig.add_annotation(x=0, y=1.0, xref="x domain", yref="y domain", showarrow=False, xanchor="left",
+                           text=f"{drawn} of {a.machines_total} machines' series drawn "
+                                "(highest peaks); record with --host NODE to choose vLLM's", row=1, col=1)
     kvu = a.kv.filter(pl.col("kv_used_bytes").is_not_null()) if a.kv.height else a.kv
     names = [n for n, _ in parts]
     if kvu.height and "KV pool" in names:

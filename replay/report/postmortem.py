@@ -36,6 +36,8 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L += ["## Summary", ""]
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
     actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
+              else f"unknown (the evidence holds device memory of several machines, {s['machine_series']} series, and "
+                   "none was chosen: record with --host NODE)" if s["machine_series"]
               else "unknown (no memory measurement in the evidence)")
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
              f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "

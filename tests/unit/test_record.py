@@ -530,6 +530,19 @@ def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
     assert [(g["index"], g["host"], g["uuid"]) for g in bb.meta.gpus] == [(2, "node-2", b["UUID"])]
     assert actual_frame(s)[0]["actual_bytes"].min() == 30000 * 2**20
     assert "evidence:machines" not in {f.id for f in analyze_bundle(bb).findings}
+    # the report draws each host's series (none called actual) while none is chosen, and only vLLM's once one is
+    from replay.report.html import timeline_figure
+    drawn = [t.name for t in timeline_figure(analyze_bundle(read_bundle(tmp_path / "all"))).data]
+    assert "device used, dcgm[Hostname=node-1] GPU 2" in drawn and "device used, dcgm[Hostname=node-2] GPU 2" in drawn
+    assert not any(n.startswith("actual") for n in drawn)
+    from replay.report.html import write_report
+    from replay.report.postmortem import render_postmortem
+    write_report(tmp_path / "all", [], tmp_path / "r.html")
+    assert "unknown: device memory of several machines (2 series), none chosen; record with --host NODE" in (
+        tmp_path / "r.html").read_text()
+    assert "peak actual memory was unknown (the evidence holds device memory of several machines, 2 series" in (
+        render_postmortem(tmp_path / "all"))
+    assert not any(n.startswith("device used, ") for n in (t.name for t in timeline_figure(analyze_bundle(bb)).data))
     # a scrape of one exporter (one host) is unchanged: GPU and host from its labels
     one = tmp_path / "one.prom"
     one.write_text("# scraped_at 2025-05-01T10:00:00Z\n" + "DCGM_FI_DEV_FB_USED{"
@@ -583,6 +596,30 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
                 record([d / f], d / f"b_{f}", RecordOptions(host=host))
             except ReplayError:
                 pass
+
+
+def test_many_hosts_draw_the_highest_peaks_and_say_how_many(tmp_path: Path) -> None:
+    """GIVEN a cluster-wide DCGM export of 12 hosts (the real label set, hosts renamed) and no --host
+    WHEN analysed and drawn THEN the timeline draws the 8 series with the highest peaks and says '8 of
+    12', and the finding counts all 12."""
+    from replay.analysis.memory import MACHINES_DRAWN, machines_frame
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.report.html import timeline_figure
+    a = _dcgm_labels()
+    res = [{"metric": {**a, "Hostname": f"node-{h:02d}", "__name__": "DCGM_FI_DEV_FB_USED"},
+            "values": [[1_700_000_000 + 15 * k, str(1000 * h + k)] for k in range(3)]} for h in range(12)]
+    f = tmp_path / "cluster.json"
+    f.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": res}}))
+    record([f], tmp_path / "b", RecordOptions())
+    an = analyze_bundle(read_bundle(tmp_path / "b"))
+    assert an.machines_total == 12 and MACHINES_DRAWN == 8
+    assert sorted(set(an.machines["series"])) == [f"dcgm[Hostname=node-{h:02d}] GPU 2" for h in range(4, 12)]
+    assert "12 series" in {x.id: x for x in an.findings}["evidence:machines"].detail
+    fig = timeline_figure(an)
+    assert sum((t.name or "").startswith("device used, ") for t in fig.data) == 8
+    assert any("8 of 12 machines' series drawn" in (x.text or "") for x in fig.layout.annotations)
+    frame, total = machines_frame(read_bundle(tmp_path / "b").samples, limit=3)
+    assert total == 12 and frame.height == 9 and frame["value_bytes"].max() == (11_000 + 2) * 2**20
 
 
 def test_grafana_csv_series_keep_their_gpu_and_engine(tmp_path: Path) -> None:

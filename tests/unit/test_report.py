@@ -146,3 +146,7 @@ def test_postmortem_says_unknown_not_none(tmp_path: Path) -> None:
     record([DATA / "kernel_memcg_oom_xid79_dmesg_T.txt"], tmp_path / "b", RecordOptions())
     text = render_postmortem(tmp_path / "b")
     assert "None" not in text and "accounted for an unknown amount" in text and "Xid 79" in text
+    write_report(tmp_path / "b", [], tmp_path / "r.html")  # and the report's summary gives no unit to 'unknown'
+    html = re.sub(r"<[^>]+>", " ", (tmp_path / "r.html").read_text().split("<h2>Summary</h2>")[1].split("</table>")[0])
+    assert "not measured (no memory source in the evidence)" in html
+    assert not re.search(r"(?:unknown|measured|—)\s+GiB", html), html
