@@ -578,7 +578,7 @@ _LABELS = st.dictionaries(st.sampled_from(["Hostname", "hostname", "instance", "
 @settings(max_examples=120, deadline=None)
 @example([({"Hostname": "\t", "hostname": "\r"}, "DCGM_FI_DEV_FB_USED", [])], None)  # (a CR in a quoted header: csv.Error)
 @example([({"gpu": "\u00b2"}, "DCGM_FI_DEV_FB_USED", [])], None)  # ('²'.isdigit() is true; int('²') fails)
-@given(st.lists(st.tuples(_LABELS, st.sampled_from(["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_TOTAL", "vllm:kv_cache_usage_perc", "x"]),
+@given(st.lists(st.tuples(_LABELS, st.sampled_from(["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_TOTAL", "vllm:kv_cache_usage_perc", "vllm_num_requests_running", "vllm.", "x"]),
                           st.lists(st.tuples(st.one_of(st.floats(), st.text(max_size=4)), st.text(max_size=5)), max_size=3)),
                 max_size=4), st.one_of(st.none(), st.text(max_size=6)))
 def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, host: str | None) -> None:
