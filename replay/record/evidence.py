@@ -1,5 +1,5 @@
 """Parsers for the evidence besides vLLM's own logs: Prometheus (text or OpenMetrics scrapes,
-query_range JSON, Grafana CSV), DCGM (exporter scrapes, `dcgmi dmon`), nvidia-smi (query-gpu CSV,
+`promtool tsdb dump` output, query_range JSON, Grafana CSV), DCGM (exporter scrapes, `dcgmi dmon`), nvidia-smi (query-gpu CSV,
 query-compute-apps, the default table, -q, dmon, pmon), Kubernetes (events, pod status, describe)
 and kernel logs (OOM killer, Xid).
 
@@ -184,6 +184,23 @@ def vllm_metric_values(text: str) -> list[tuple[str, float]]:
 _SAMPLE_LINE = re.compile(r"^[a-zA-Z_:][\w:]*(\{.*\})?\s+\S+(\s+-?\d+(?:\.\d+)?)?(\s+#\s+\{.*\}\s+\S+(\s+\S+)?)?\s*$")
 
 
+# a line of `promtool tsdb dump`: the metric's name is one of its labels, and labels sort before it
+# where they begin with a capital ('{Hostname="n1", __name__="DCGM_FI_DEV_FB_USED", gpu="0"} 1234 1700000000000')
+_DUMP_LINE = re.compile(r'^\{((?:[^"{}]|"(?:[^"\\]|\\.)*")*)\}(.*)$')
+_DUMP_NAME = re.compile(r'(?:^|,)\s*__name__\s*=\s*"([a-zA-Z_:][\w:]*)"\s*(?=,|$)')
+
+
+def dump_line(line: str) -> str:
+    """A line of `promtool tsdb dump` as the text format writes it ('name{labels} value ms'); any
+    other line as it is."""
+    m = _DUMP_LINE.match(line.strip()) if line.startswith("{") else None
+    name = _DUMP_NAME.search(m.group(1)) if m else None
+    if m is None or name is None:
+        return line
+    labels = (m.group(1)[:name.start()] + m.group(1)[name.end():]).strip().strip(",").strip()
+    return f"{name.group(1)}{{{labels}}}{m.group(2)}"
+
+
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
                      want: list[str] | None = None, host: str | None = None) -> Parsed:
     """One scrape (or several in one file, each after its own '# scraped_at' line, as a loop of
@@ -224,23 +241,34 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
             p.notes.append(NEVER_EXISTED_METRICS[name])
     lines = text.splitlines()
     clean, bad = [], []
-    for i, ln in enumerate(lines, start=line0 + 1):
+    numbered: list[tuple[int, str]] = []  # the sample lines, to read one by one if the whole will not read
+    for i, orig in enumerate(lines, start=line0 + 1):
+        ln = dump_line(orig)
         s = ln.strip()
         if not s or s.startswith("#"):
             p.parsed += 1
             clean.append(ln)
             continue
         if not _SAMPLE_LINE.match(s):
-            bad.append((i, "not a Prometheus exposition sample line", ln))
+            bad.append((i, "not a Prometheus exposition sample line", orig))
             continue
         clean.append(ln)
+        numbered.append((i, ln))
         p.parsed += 1
     p.quarantine += bad
+    read = openmetrics_families if openmetrics else text_string_to_metric_families
     try:
-        families = list((openmetrics_families if openmetrics else text_string_to_metric_families)("\n".join(clean) + "\n"))
-    except (ValueError, TypeError, IndexError) as e:
-        p.quarantine.append((None, f"exposition could not be parsed: {e}", ""))
-        return p
+        families = list(read("\n".join(clean) + "\n"))
+    except (ValueError, TypeError, IndexError):
+        # a line the parser refuses (a native histogram's '{count:…}' value, a broken escape) would lose
+        # the whole scrape: read each sample line alone and set aside only those it refuses
+        families = []
+        for i, ln in numbered:
+            try:
+                families += read(ln + ("\n# EOF\n" if openmetrics else "\n"))
+            except (ValueError, TypeError, IndexError) as e:
+                p.quarantine.append((i, f"not a sample the exposition parser can read: {e}", lines[i - line0 - 1]))
+                p.parsed -= 1
     is_dcgm = False
     vllm_series: list[tuple[int, str, dict[str, str]]] = []  # (sample index, name, labels), to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()

@@ -447,6 +447,8 @@ def detect_kind(text: str) -> str | None:
     s = head.lstrip()
     if s.startswith("{") and '"resultType"' in head:
         return "prometheus-query-range"
+    if re.match(r'\{[^\n]*\b__name__\s*=\s*"', s):
+        return "prometheus-text"  # (`promtool tsdb dump`: the name among the labels)
     if s.startswith(("{", "[", "---", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
             "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
             or "involvedObject" in head or "regarding" in head):

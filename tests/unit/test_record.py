@@ -315,6 +315,28 @@ def test_fuzz_exposition_never_crashes(text: str) -> None:
     parse_exposition(Path("x.prom"), text, at="2025-01-01T00:00:00Z")
 
 
+def _exposition_lines() -> list[str]:
+    """Lines of the real scrapes in tests/data, `promtool tsdb dump` lines, and fragments of both."""
+    real = [ln for f in ("vllm_v0_metrics_excerpt.prom", "scrape_a100_mps_vllm_pod.prom")
+            for ln in (DATA / f).read_text().splitlines()[:40]]
+    dump = ['{__name__="vllm:num_requests_running", engine="0"} 3 1732100000000',
+            '{Hostname="n1", __name__="DCGM_FI_DEV_FB_USED", gpu="0"} 70000 1732100000000',
+            '{__name__="h", code="200"} {count:1, sum:2, [-0.05,0.05]:3} 1732100000000', '{__name__="x"}', "{", "}",
+            '{__name__=""} 1', 'vllm:x{a="}"} 1', 'vllm:x{a="\\"} 1', "# EOF", "vllm:x NaN", "vllm:x +Inf 1e30"]
+    return real + dump
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_exposition_lines()), min_size=1, max_size=12))
+def test_fuzz_exposition_lines_each_parsed_or_quarantined(lines: list[str]) -> None:
+    """Real scrape lines, tsdb dump lines and fragments in any order: never a traceback, and every
+    line is counted parsed or quarantined with its number: a line the parser refuses is set apart alone
+    (it lost the whole scrape, quarantined as one entry without a line)."""
+    p = parse_exposition(Path("x.prom"), "\n".join(lines) + "\n", at="2025-01-01T00:00:00Z")
+    assert p.parsed + sum(1 for q in p.quarantine if q[0] is not None) == len(lines)
+    assert all(q[0] is not None for q in p.quarantine if "repeated samples" not in q[1]), p.quarantine
+
+
 def test_nvidia_smi_headerless_needs_columns(tmp_path: Path) -> None:
     f = DATA / "a100_query_gpu_timestamped_noheader.csv"
     out = tmp_path / "b"
@@ -401,6 +423,47 @@ def test_vllm_metrics_renamed_on_their_way_are_read_as_vllms(tmp_path: Path) -> 
     for r in reps:
         assert sum("vLLM's metrics are renamed here" in n for n in r.notes) == 1, r.notes
     assert any("never existed" in n for n in reps[2].notes)
+
+
+def test_promtool_tsdb_dump(tmp_path: Path) -> None:
+    """GIVEN `promtool tsdb dump` output (the metric's name is the label __name__, sorted after labels
+    that begin with a capital, as DCGM's do; value; time in ms): lines of its real shape (prometheus
+    PR 532) for a vLLM gauge and DCGM framebuffer use, a native histogram it cannot read WHEN recorded
+    THEN it is read as a scrape whose samples carry their own times, the DCGM GPU keeps its host and
+    name, and the histogram line is quarantined with its line number (all were one unknown file)."""
+    labels = 'engine="0", instance="10.0.0.5:8000", job="vllm", model_name="m"'
+    f = tmp_path / "dump.txt"
+    f.write_text(f'{{__name__="go_memstats_mallocs_total",a="a",instance="localhost:9090",job="demo"}} 834864 1550327094776\n'
+                 f'{{__name__="vllm:num_requests_running", {labels}}} 3 1732100000000\n'
+                 f'{{__name__="vllm:num_requests_running", {labels}}} 5 1732100015000\n'
+                 '{DCGM_FI_DRIVER_VERSION="535.129.03", Hostname="node-1", UUID="GPU-1", __name__="DCGM_FI_DEV_FB_USED", '
+                 'gpu="0", modelName="NVIDIA H100 80GB HBM3"} 70000 1732100000000\n'
+                 '{__name__="http_request_durations", code="200"} {count:822093, sum:4.9e+06, [-0.05,0.05]:3409} 1732100000000\n')
+    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert reps[0].kind == "dcgm" and reps[0].quarantined == 1
+    assert b.meta.t0_utc == "2024-11-20T10:53:20Z"  # (from the times in ms; other metrics are not kept)
+    run = b.samples.filter(pl.col("metric") == "requests_running").sort("t_us")
+    assert run["value"].to_list() == [3.0, 5.0] and run["t_us"].diff()[1] == 15_000_000
+    assert b.samples.filter(pl.col("source") == "dcgm")["value"].to_list() == [70000 * 2**20]
+    assert [(g["index"], g["host"], g["name"]) for g in b.meta.gpus] == [(0, "node-1", "NVIDIA H100 80GB HBM3")]
+    assert '"line": 5' in (tmp_path / "b" / "quarantine.jsonl").read_text()
+
+
+def test_one_unreadable_sample_does_not_lose_the_scrape(tmp_path: Path) -> None:
+    """GIVEN a real scrape with one sample line the exposition parser refuses (a value that is not a
+    number) WHEN recorded THEN that line is quarantined with its number and the rest is read (the
+    whole scrape was one quarantine entry, every sample lost)."""
+    real = (DATA / "vllm_v0_metrics_excerpt.prom").read_text().splitlines()
+    f = tmp_path / "s.prom"
+    f.write_text("\n".join(["# scraped_at 2025-03-01T12:00:00Z", *real[:3],
+                            'vllm:num_requests_waiting{model_name="m"} {broken}', *real[3:]]) + "\n")
+    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert set(b.samples["metric"]) == {"requests_running", "requests_waiting", "kv_usage_ratio"}
+    assert b.samples.height == sum(1 for ln in real if ln.startswith("vllm:"))
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [(e["line"], "{broken}" in e["raw"]) for e in q] == [(5, True)] and reps[0].quarantined == 1
 
 
 def test_query_range_json(tmp_path: Path) -> None:
