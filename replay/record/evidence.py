@@ -406,6 +406,39 @@ def vllm_series_tags(series: list[tuple[str, dict[str, str]]]) -> list[str]:
     return out
 
 
+def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag: str, points: Any, us_per_unit: int,
+                   others: bool = False, gaps: bool = False) -> bool:
+    """The samples of one exported series of ``name``: (time, value) pairs, times in units of
+    ``us_per_unit`` µs, under the bundle's metric for DCGM's or vLLM's name (``tag`` tells several
+    series of one vLLM metric apart), under its own with ``others``; a null value is a gap with
+    ``gaps``, and a point that is no number is quarantined. Returns whether it was read as vLLM's."""
+    if name in NEVER_EXISTED_METRICS:
+        p.notes.append(NEVER_EXISTED_METRICS[name])
+        return False
+    own = vllm_name(name)
+    if name in DCGM_METRICS:
+        (metric, scale), source, gpu = DCGM_METRICS[name], "dcgm", dcgm_gpu(labels)
+    elif own in VLLM_METRICS:
+        (metric, scale), source, gpu = VLLM_METRICS[own], "vllm-metrics" + tag, None
+    elif others:
+        metric, scale, source, gpu = name or what, 1.0, "prometheus", None
+    else:
+        return False  # (a panel's other series: not the recorder's)
+    for point in points if isinstance(points, list) else []:
+        try:
+            t, v = point
+            if v is None and gaps:
+                continue
+            sample = (int(float(t) * us_per_unit), gpu, source, metric, float(v) * scale)
+        except (TypeError, ValueError, OverflowError):  # (not a pair; a time of inf or 1e300)
+            p.quarantine.append((None, f"{what} ({name}): bad point {point!r}", ""))
+            continue
+        if source == "dcgm":
+            p.dcgm_labels.append((len(p.samples), labels))
+        p.samples.append(sample)
+    return own in VLLM_METRICS
+
+
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
@@ -422,26 +455,8 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
         labels = series.get("metric") or {}
         name = labels.get("__name__", "")
         vals = series.get("values") or ([series["value"]] if "value" in series else [])
-        if name in NEVER_EXISTED_METRICS:
-            p.notes.append(NEVER_EXISTED_METRICS[name])
-            continue
-        if name in DCGM_METRICS:
-            metric, scale = DCGM_METRICS[name]
-            source, gpu = "dcgm", dcgm_gpu(labels)
-        elif (own := vllm_name(name)) in VLLM_METRICS:
-            (metric, scale), source, gpu = VLLM_METRICS[own], "vllm-metrics" + tags[i], None
+        if _series_points(p, f"series {i}", name, labels, tags[i], vals, 1_000_000, others=True):
             read_as_vllm.add(name)
-        else:
-            metric, scale, source, gpu = name or f"series{i}", 1.0, "prometheus", None
-        for ts, v in vals:
-            try:
-                point = (int(float(ts) * 1_000_000), gpu, source, metric, float(v) * scale)
-            except (TypeError, ValueError, OverflowError):  # (a time of inf or 1e300)
-                p.quarantine.append((None, f"series {i} ({name}): bad point {ts!r}, {v!r}", ""))
-                continue
-            if source == "dcgm":
-                p.dcgm_labels.append((len(p.samples), labels))
-            p.samples.append(point)
         p.parsed += 1
     if obj.get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
@@ -505,6 +520,72 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
             if src == "dcgm":
                 p.dcgm_labels.append((len(p.samples), labels))
             p.samples.append((t, gpu, src, metric, v))
+    return dcgm_hosts(p, path, host)
+
+
+def _frames(obj: Any) -> list[dict[str, Any]]:
+    """The data frames of a Grafana JSON export, whichever wrapping it has: a list of frames (the
+    panel inspector's 'DataFrame JSON'), panel data ('series'), a query response ('results' by refId,
+    each with 'frames'), or one frame."""
+    if isinstance(obj, list):
+        return [f for f in obj if isinstance(f, dict)]
+    if not isinstance(obj, dict):
+        return []
+    if isinstance(obj.get("results"), dict):
+        return [f for r in obj["results"].values() if isinstance(r, dict) for f in r.get("frames") or [] if isinstance(f, dict)]
+    for key in ("series", "frames", "dataFrames", "data"):
+        if isinstance(obj.get(key), list):
+            return [f for f in obj[key] if isinstance(f, dict)]
+    return [obj]
+
+
+def _frame_fields(frame: dict[str, Any]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """(field, its values) of a frame: values inline (panel data) or in 'data.values' (frame JSON)."""
+    fields = frame["schema"].get("fields") if isinstance(frame.get("schema"), dict) else frame.get("fields")
+    if not isinstance(fields, list):
+        return []
+    columns = (frame.get("data") or {}).get("values") if isinstance(frame.get("data"), dict) else None
+    out = []
+    for i, f in enumerate(fields):
+        if not isinstance(f, dict):
+            continue
+        vals = f.get("values") if "values" in f else (columns[i] if isinstance(columns, list) and i < len(columns) else None)
+        out.append((f, vals if isinstance(vals, list) else []))
+    return out
+
+
+def parse_grafana_frames(path: Path, obj: Any, host: str | None = None) -> Parsed:
+    """Grafana's JSON of a panel's data (panel inspector: 'DataFrame JSON', 'Panel data', or the query
+    response): per frame a time field (epoch ms) and value fields, named by their '__name__' label, or
+    their own name or legend where that is a metric's name."""
+    p = Parsed(kind="grafana-json")
+    frames = _frames(obj)
+    p.lines = len(frames)
+    named: list[tuple[str, dict[str, str]]] = []
+    columns: list[tuple[int, list[Any], list[Any]]] = []  # (frame, times, values) per value field
+    for k, frame in enumerate(frames):
+        fields = _frame_fields(frame)
+        times = next((v for f, v in fields if f.get("type") == "time"), None)
+        if times is None:
+            p.quarantine.append((None, f"frame {k}: no time field", json.dumps(frame)[:300]))
+            continue
+        p.parsed += 1
+        for f, vals in fields:
+            if f.get("type") == "time":
+                continue
+            labels = {str(a): str(b) for a, b in f["labels"].items()} if isinstance(f.get("labels"), dict) else {}
+            config: dict[str, Any] = f["config"] if isinstance(f.get("config"), dict) else {}
+            legend = _series_name(str(config.get("displayNameFromDS") or config.get("displayName") or ""))
+            schema: dict[str, Any] = frame["schema"] if isinstance(frame.get("schema"), dict) else {}
+            candidates = [labels.get("__name__", ""), str(f.get("name") or ""), legend[0], str(schema.get("name") or frame.get("name") or "")]
+            name = next((c for c in candidates if vllm_name(c) or c in DCGM_METRICS or c in NEVER_EXISTED_METRICS), candidates[1] or candidates[0])
+            named.append((name, {**legend[1], **{a: b for a, b in labels.items() if a != "__name__"}}))
+            columns.append((k, times, vals))
+    read_as_vllm: set[str] = set()
+    for (name, labels), tag, (k, times, vals) in zip(named, vllm_series_tags(named), columns, strict=True):
+        if _series_points(p, f"frame {k}", name, labels, tag, list(zip(times, vals, strict=False)), 1000, gaps=True):
+            read_as_vllm.add(name)
+    p.notes += renamed_note(path, read_as_vllm)
     return dcgm_hosts(p, path, host)
 
 

@@ -33,7 +33,7 @@ from replay.record.vllm_log import LogParse, fact_time_us, physical_lines
 from replay.units import GiB, is_uint
 from replay.versioning import version_key
 
-KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "nvidia-smi",
+KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "grafana-json", "nvidia-smi",
          "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
          "kernel-log")
 
@@ -447,6 +447,8 @@ def detect_kind(text: str) -> str | None:
     s = head.lstrip()
     if s.startswith("{") and '"resultType"' in head:
         return "prometheus-query-range"
+    if s.startswith(("{", "[")) and re.search(r'"fields"\s*:', head) and re.search(r'"type"\s*:\s*"time"', head):
+        return "grafana-json"  # (a panel's data frames)
     if re.match(r'\{[^\n]*\b__name__\s*=\s*"', s):
         return "prometheus-text"  # (`promtool tsdb dump`: the name among the labels)
     if s.startswith(("{", "[", "---", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
@@ -576,6 +578,11 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         elif kind == "grafana-csv":
             result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host)
+        elif kind == "grafana-json":
+            try:
+                result = ev.parse_grafana_frames(path, json.loads(text), opts.host)
+            except json.JSONDecodeError as e:
+                raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         elif kind == "nvidia-smi":
             result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-table":

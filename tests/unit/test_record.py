@@ -472,6 +472,11 @@ def test_query_range_json(tmp_path: Path) -> None:
     obj = json.loads((DATA / "query_range_matrix_example.json").read_text())
     n = sum(len(s["values"]) for s in obj["data"]["result"])
     assert reps[0].kind == "prometheus-query-range" and read_bundle(out).samples.height == n
+    # points that are not (time, value) pairs are quarantined, the rest kept (one was an internal error)
+    obj["data"]["result"][0]["values"][1:1] = [[1435781431], "x", None]
+    (tmp_path / "bad.json").write_text(json.dumps(obj))
+    reps, _ = record([tmp_path / "bad.json"], tmp_path / "b2", RecordOptions())
+    assert read_bundle(tmp_path / "b2").samples.height == n and reps[0].quarantined == 3
 
 
 def test_series_of_several_engines_or_replicas_stay_apart(tmp_path: Path) -> None:
@@ -645,8 +650,8 @@ _LABELS = st.dictionaries(st.sampled_from(["Hostname", "hostname", "instance", "
                           st.lists(st.tuples(st.one_of(st.floats(), st.text(max_size=4)), st.text(max_size=5)), max_size=3)),
                 max_size=4), st.one_of(st.none(), st.text(max_size=6)))
 def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, host: str | None) -> None:
-    """Any labels, names and points in a query_range export or a Grafana CSV, with or without --host:
-    recorded or refused with a clear error, never a traceback."""
+    """Any labels, names and points in a query_range export, a Grafana CSV or Grafana's data frames,
+    with or without --host: recorded or refused with a clear error, never a traceback."""
     with tempfile.TemporaryDirectory() as td:
         d = Path(td)
         res = [{"metric": {**labels, "__name__": n}, "values": [[t, v] for t, v in vals]} for labels, n, vals in series]
@@ -654,7 +659,11 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
         head = ['"' + (n + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}").replace('"', '""') + '"'
                 for labels, n, _ in series]
         (d / "g.csv").write_text(",".join(['"Time"', *head]) + "\n2025-01-01 10:00:00," + ",".join("1" for _ in series) + "\n")
-        for f in ("q.json", "g.csv"):
+        frames = [{"schema": {"fields": [{"name": "Time", "type": "time"}, {"name": "Value", "type": "number", "labels": {
+            **labels, "__name__": n}}]}, "data": {"values": [[t for t, _ in vals], [v for _, v in vals]]}}
+            for labels, n, vals in series]
+        (d / "f.json").write_text(json.dumps(frames if frames else [{"fields": [{"type": "time"}]}]))
+        for f in ("q.json", "g.csv", "f.json"):
             try:
                 record([d / f], d / f"b_{f}", RecordOptions(host=host))
             except ReplayError:
@@ -683,6 +692,42 @@ def test_many_hosts_draw_the_highest_peaks_and_say_how_many(tmp_path: Path) -> N
     assert any("8 of 12 machines' series drawn" in (x.text or "") for x in fig.layout.annotations)
     frame, total = machines_frame(read_bundle(tmp_path / "b").samples, limit=3)
     assert total == 12 and frame.height == 9 and frame["value_bytes"].max() == (11_000 + 2) * 2**20
+
+
+def test_grafana_json_data_frames(tmp_path: Path) -> None:
+    """GIVEN a panel's data as Grafana's JSON, in each wrapping its panel inspector or API gives:
+    'DataFrame JSON' (schema + data.values; the Prometheus data source names the value field 'Value'
+    and keeps '__name__' among its labels), a query response ('results' by refId) whose only name is
+    the legend, and 'Panel data' (values inline) WHEN recorded THEN each is read on the timeline at its
+    epoch ms, GPUs and engines kept apart, gaps (null) skipped, a frame without a time field
+    quarantined (all were read as a vLLM log and lost)."""
+    t = [1732100000000, 1732100015000, 1732100030000]
+    kv = {"schema": {"refId": "A", "fields": [
+        {"name": "Time", "type": "time", "typeInfo": {"frame": "time.Time"}, "config": {"interval": 15000}},
+        {"name": "Value", "type": "number", "typeInfo": {"frame": "float64"},
+         "labels": {"__name__": "vllm:kv_cache_usage_perc", "engine": "0", "model_name": "m"},
+         "config": {"displayNameFromDS": "vllm:kv_cache_usage_perc{engine=\"0\", model_name=\"m\"}"}}]},
+        "data": {"values": [t, [0.25, None, 0.75]]}}
+    (tmp_path / "frames.json").write_text(json.dumps([kv, {"schema": {"fields": [{"name": "x", "type": "number"}]},
+                                                           "data": {"values": [[1]]}}]))
+    fb = [{"schema": {"refId": "A", "fields": [
+        {"name": "Time", "type": "time"},
+        {"name": "Value", "type": "number", "config": {"displayNameFromDS": f'DCGM_FI_DEV_FB_USED{{Hostname="node-1", gpu="{g}"}}'}}]},
+        "data": {"values": [t, [1000 + g, 2000 + g, 3000 + g]]}} for g in (0, 1)]
+    (tmp_path / "response.json").write_text(json.dumps({"results": {"A": {"status": 200, "frames": fb}}}))
+    (tmp_path / "panel.json").write_text(json.dumps({"state": "Done", "series": [{"refId": "B", "fields": [
+        {"name": "Time", "type": "time", "values": t},
+        {"name": "vllm:num_requests_waiting", "type": "number", "values": [1, 2, 3], "labels": {"model_name": "m"}}]}]}))
+    reps, _ = record([tmp_path / f for f in ("frames.json", "response.json", "panel.json")], tmp_path / "b", RecordOptions())
+    assert [(r.kind, r.quarantined) for r in reps] == [("grafana-json", 1), ("grafana-json", 0), ("grafana-json", 0)]
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc == "2024-11-20T10:53:20Z"
+    s = b.samples.sort("t_us")
+    assert s.filter(pl.col("metric") == "kv_usage_ratio").select("t_us", "value").rows() == [(0, 0.25), (30_000_000, 0.75)]
+    used = s.filter(pl.col("metric") == "device_used_bytes")
+    assert sorted(used.filter(pl.col("t_us") == 0).select("gpu", "value").rows()) == [(0, 1000 * 2**20), (1, 1001 * 2**20)]
+    assert [g["host"] for g in b.meta.gpus] == ["node-1", "node-1"]
+    assert s.filter(pl.col("metric") == "requests_waiting")["value"].to_list() == [1.0, 2.0, 3.0]
 
 
 def test_grafana_csv_series_keep_their_gpu_and_engine(tmp_path: Path) -> None:
