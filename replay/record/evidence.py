@@ -442,23 +442,27 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
-    data = obj.get("data") or {}
-    results = data.get("result") or []
-    metrics = [(r.get("metric") or {}) if isinstance(r, dict) else {} for r in results]
+    data = obj.get("data") if isinstance(obj, dict) else None
+    results = data.get("result") if isinstance(data, dict) else None
+    results = results if isinstance(results, list) else []
+    metrics = [{str(k): str(v) for k, v in r["metric"].items()} if isinstance(r, dict) and isinstance(r.get("metric"), dict)
+               else {} for r in results]
     tags = vllm_series_tags([(m.get("__name__", ""), m) for m in metrics])  # (several series of one vLLM metric)
     p.lines = len(results)
     for name in want or []:
         if name in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[name])
     read_as_vllm: set[str] = set()
-    for i, series in enumerate(results):
-        labels = series.get("metric") or {}
+    for i, (series, labels) in enumerate(zip(results, metrics, strict=True)):
+        if not isinstance(series, dict):
+            p.quarantine.append((None, f"series {i}: not a series (an object with 'metric' and 'values')", str(series)[:300]))
+            continue
         name = labels.get("__name__", "")
         vals = series.get("values") or ([series["value"]] if "value" in series else [])
         if _series_points(p, f"series {i}", name, labels, tags[i], vals, 1_000_000, others=True):
             read_as_vllm.add(name)
         p.parsed += 1
-    if obj.get("status") not in (None, "success"):
+    if isinstance(obj, dict) and obj.get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
     p.notes += renamed_note(path, read_as_vllm)
     return dcgm_hosts(p, path, host)
@@ -1008,6 +1012,11 @@ def _k8s_documents(text: str) -> list[Any]:
         docs.append(obj)
 
 
+def _obj(x: Any) -> dict[str, Any]:
+    """``x`` where it is an object (a mapping), else an empty one: a field of the wrong type reads as absent."""
+    return x if isinstance(x, dict) else {}
+
+
 def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
     """A core/v1 Event, or an events.k8s.io/v1 one ('note', 'regarding', 'series'), as a bundle event."""
     t = None
@@ -1015,12 +1024,13 @@ def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
         if ev.get(k):
             t = parse_time(str(ev[k]))
             break
-    if t is None and (ev.get("series") or {}).get("lastObservedTime"):
-        t = parse_time(str(ev["series"]["lastObservedTime"]))
-    if t is None and ev.get("metadata", {}).get("creationTimestamp"):
-        t = parse_time(str(ev["metadata"]["creationTimestamp"]))
-    inv = ev.get("involvedObject") or ev.get("regarding") or {}
-    count = ev.get("count") or ev.get("deprecatedCount") or (ev.get("series") or {}).get("count")
+    series, meta = _obj(ev.get("series")), _obj(ev.get("metadata"))
+    if t is None and series.get("lastObservedTime"):
+        t = parse_time(str(series["lastObservedTime"]))
+    if t is None and meta.get("creationTimestamp"):
+        t = parse_time(str(meta["creationTimestamp"]))
+    inv = _obj(ev.get("involvedObject") or ev.get("regarding"))
+    count = ev.get("count") or ev.get("deprecatedCount") or series.get("count")
     return {"t": t, "kind": "k8s_event", "line": None,
             "data": {"reason": ev.get("reason"), "type": ev.get("type"), "message": ev.get("message") or ev.get("note"),
                      "object": f"{inv.get('kind')}/{inv.get('name')}", "count": count}}
@@ -1054,7 +1064,7 @@ def parse_k8s(path: Path, text: str) -> Parsed:
     statuses = _walk_container_statuses(obj)
     p.kind = "k8s-pod" if not events else p.kind
     for st in statuses:
-        term = (st.get("lastState") or {}).get("terminated") or {}
+        term = _obj(_obj(st.get("lastState")).get("terminated"))
         if term:
             reason = term.get("reason")
             code = term.get("exitCode")

@@ -670,6 +670,37 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
                 pass
 
 
+_JSON_KEYS = st.sampled_from(["status", "data", "result", "resultType", "metric", "values", "value", "__name__", "gpu",
+                              "kind", "items", "containerStatuses", "lastState", "terminated", "reason", "exitCode",
+                              "finishedAt", "restartCount", "involvedObject", "regarding", "lastTimestamp", "series",
+                              "count", "metadata", "creationTimestamp", "state", "fields", "schema", "x"])
+_JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
+                               st.sampled_from(["Event", "OOMKilled", "matrix", "vllm:kv_cache_usage_perc", "time",
+                                                "DCGM_FI_DEV_FB_USED", "2025-01-01T00:00:00Z", 137])),
+                     lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(_JSON_KEYS, c, max_size=5)), max_leaves=30)
+
+
+@settings(max_examples=150, deadline=None)
+@example({"status": "success", "data": {"resultType": "matrix", "result": []}}, {"data": [None]})  # (data a list)
+@example({"kind": "Event"}, {"involvedObject": [None]})  # (an event's object a list)
+@example({"kind": "Event"}, {"series": None, "metadata": 1})
+@given(st.sampled_from([{"status": "success", "data": {"resultType": "matrix", "result": []}}, {"kind": "Event"},
+                        {"kind": "Pod", "status": {"containerStatuses": []}}, {"kind": "EventList", "items": [{"kind": "Event"}]},
+                        {"schema": {"fields": [{"name": "Time", "type": "time"}]}}]),
+       st.dictionaries(_JSON_KEYS, _JSON, max_size=4))
+def test_fuzz_json_evidence_of_any_shape_never_a_traceback(seed: dict, extra: dict) -> None:
+    """Query_range exports, Kubernetes objects and Grafana frames whose fields hold values of any
+    JSON type (a list where an object belongs, null, a number): recorded or refused with a clear
+    error, never a traceback (a list under 'data' or 'involvedObject' was an internal error)."""
+    with tempfile.TemporaryDirectory() as td:
+        f = Path(td) / "e.json"
+        f.write_text(json.dumps({**seed, **extra}))
+        try:
+            record([f], Path(td) / "b", RecordOptions(at="2025-01-01T00:00:00Z"))
+        except ReplayError:
+            pass
+
+
 def test_many_hosts_draw_the_highest_peaks_and_say_how_many(tmp_path: Path) -> None:
     """GIVEN a cluster-wide DCGM export of 12 hosts (the real label set, hosts renamed) and no --host
     WHEN analysed and drawn THEN the timeline draws the 8 series with the highest peaks and says '8 of
