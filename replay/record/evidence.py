@@ -1,7 +1,7 @@
 """Parsers for the evidence besides vLLM's own logs: Prometheus (text or OpenMetrics scrapes,
-`promtool tsdb dump` output, query_range JSON, Grafana CSV), DCGM (exporter scrapes, `dcgmi dmon`), nvidia-smi (query-gpu CSV,
-query-compute-apps, the default table, -q, dmon, pmon), Kubernetes (events, pod status, describe)
-and kernel logs (OOM killer, Xid).
+`promtool tsdb dump` output, query_range JSON, Grafana CSV and data frames), DCGM (exporter scrapes,
+`dcgmi dmon`), nvidia-smi (query-gpu CSV, query-compute-apps, the default table, -q, dmon, pmon),
+Kubernetes (events, pod status, describe) and kernel logs (OOM killer, Xid).
 
 Every parser returns ``Parsed``: samples and events with absolute UTC epoch µs (or ``None`` when
 the evidence does not say), plus quarantined lines with reasons. Metric names are mapped to the
@@ -493,7 +493,7 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
     read_as_vllm: set[str] = set()
     named = [_series_name(h) for h in header[1:]]
     for h, (key, labels), tag in zip(header[1:], named, vllm_series_tags(named), strict=True):
-        own = vllm_name(key) if key not in NEVER_EXISTED_METRICS else None
+        own = vllm_name(key)
         m = VLLM_METRICS.get(own or "") or DCGM_METRICS.get(key)
         src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if own in VLLM_METRICS else "grafana"
         series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
