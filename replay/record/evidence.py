@@ -162,13 +162,13 @@ def scrape_time(path: Path, text: str, at: str | None, tz_offset_s: int) -> tupl
 def vllm_metric_values(text: str) -> list[tuple[str, float]]:
     """The vLLM metrics a live sampler needs, from a /metrics body, without parsing the rest: a line
     scan keyed on VLLM_METRICS names (a vLLM exposition is hundreds of histogram lines; the sampler
-    reads it several times a second and must stay cheap). Same mapping as ``parse_exposition``."""
+    reads it several times a second and must stay cheap). Same mapping as ``parse_exposition``, renamed
+    names too (an OpenTelemetry collector's or a federating Prometheus' endpoint)."""
     out: list[tuple[str, float]] = []
     for line in text.splitlines():
-        if not line.startswith("vllm:"):
+        if not line.startswith("vllm"):
             continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        m = VLLM_METRICS.get(name)
+        m = VLLM_METRICS.get(vllm_name(line.split("{", 1)[0].split(" ", 1)[0]) or "")
         if m is None:
             continue
         parts = line.rsplit("}", 1)[-1].split()
