@@ -119,7 +119,7 @@ def synth(
 
 @app.command()
 def record(
-    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip; container, compose, shipper or journald envelopes), Prometheus/DCGM scrapes or exports, Grafana CSV, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
+    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip; container, compose, shipper or journald envelopes), Prometheus/DCGM scrapes or exports (query_range JSON, promtool tsdb dump), Grafana CSV or JSON, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
