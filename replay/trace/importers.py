@@ -484,6 +484,7 @@ def _scan_jsonl(path: Path, label: Path) -> tuple[pl.LazyFrame, list[str]]:
         raise ReplayError(f"{where(label, 1)}: each line must be a JSON object")
     try:
         lf = pl.scan_ndjson(path, row_index_name="src_row", infer_schema_length=1000)
+        lf.collect_schema()
         lf.head(1).collect()
     except pl.exceptions.PolarsError as e:
         bad = _find_bad_json_line(path, label)
@@ -491,14 +492,30 @@ def _scan_jsonl(path: Path, label: Path) -> tuple[pl.LazyFrame, list[str]]:
     return lf, list(first.keys())
 
 
+def _json_type(v: Any) -> str:
+    """What polars tells apart in a JSON field: numbers, strings and booleans share a column (as strings)."""
+    return "an object" if isinstance(v, dict) else "a list" if isinstance(v, list) else "a plain value"
+
+
 def _find_bad_json_line(path: Path, label: Path) -> str | None:
+    """The first line that is not JSON, or whose field holds another JSON type than on an earlier line
+    (an object where numbers were): one column of a table holds one type."""
+    first: dict[str, tuple[str, int]] = {}
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for i, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as e:
-                    return f"{where(label, i)}: not JSON ({e.msg})" + _cut_short(fh, line, label, i)
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                return f"{where(label, i)}: not JSON ({e.msg})" + _cut_short(fh, line, label, i)
+            for k, v in obj.items() if isinstance(obj, dict) else []:
+                if v is None:
+                    continue
+                kind, (was, at) = _json_type(v), first.setdefault(k, (_json_type(v), i))
+                if kind != was:
+                    return (f"{where(label, i)}: {k!r} is {kind} here but {was} on line {at}: a field holds one type "
+                            "in every line; fix or drop one of the two")
     return None
 
 
@@ -510,19 +527,29 @@ def _cut_short(fh: Any, line: str, label: Path, no: int) -> str:
             f"all but that line (head -n {no - 1} {label} > complete.jsonl)")
 
 
-def _jint(col: str) -> pl.Expr:
-    return pl.col(col).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
+def _jcast(col: str, schema: pl.Schema, dtype: type[pl.DataType]) -> pl.Expr:
+    """A JSON column as ``dtype`` where its values are scalars; null where they are objects or lists
+    (polars would cast their fields, or refuse): such a row's required value is then unparseable and
+    the row is quarantined."""
+    if schema[col].is_nested():
+        return pl.lit(None, dtype=dtype)
+    return pl.col(col).cast(dtype, strict=False)
+
+
+def _jint(col: str, schema: pl.Schema) -> pl.Expr:
+    return _jcast(col, schema, pl.Float64).cast(pl.Int64, strict=False)
 
 
 def import_mooncake(path: Path, label: Path) -> _Plan:
     lf, cols = _scan_jsonl(path, label)
     _require(cols, ["timestamp", "input_length", "output_length"], label, "mooncake")
+    schema = lf.collect_schema()
     fields = _common_fields(src_ts=pl.col("timestamp"))
     if "hash_ids" in cols:
         fields["prefix_blocks"] = pl.col("hash_ids")
     extra = [c for c in cols if c not in ("timestamp", "input_length", "output_length", "hash_ids")]
-    abs_us = (pl.col("timestamp").cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64)
-    return _Plan(lf, abs_us, {"input_tokens": _jint("input_length"), "output_tokens": _jint("output_length")},
+    abs_us = (_jcast("timestamp", schema, pl.Float64) * 1000).round(0).cast(pl.Int64)
+    return _Plan(lf, abs_us, {"input_tokens": _jint("input_length", schema), "output_tokens": _jint("output_length", schema)},
                  fields, extra, {"src_unit": "ms", "src_origin": "relative", "tz_assumed": None,
                                  "clock": "unknown", "quantum_ms": None},
                  {"block_size": 512, "hash_scope": "global"}, 1)
@@ -532,17 +559,20 @@ def import_bailian(path: Path, label: Path) -> _Plan:
     lf, cols = (_scan_csv(path, label) if path.suffix == ".csv" else _scan_jsonl(path, label))
     _require(cols, ["timestamp", "input_length", "output_length"], label, "bailian")
     is_csv = path.suffix == ".csv"
-    num = _int if is_csv else _jint
+    schema = lf.collect_schema()
+
+    def num(col: str) -> _Col:
+        return _int(col) if is_csv else _jint(col, schema)
     fields = _common_fields(src_ts=pl.col("timestamp"))
     if "chat_id" in cols:
-        fields["id"] = pl.col("chat_id").cast(pl.Utf8)
+        fields["id"] = _jcast("chat_id", schema, pl.Utf8)
     if "hash_ids" in cols and not is_csv:
         fields["prefix_blocks"] = pl.col("hash_ids")
     if "parent_chat_id" in cols:
-        fields["session_id"] = pl.col("parent_chat_id").cast(pl.Utf8).replace("-1", None)
+        fields["session_id"] = _jcast("parent_chat_id", schema, pl.Utf8).replace("-1", None)
     mapped = {"timestamp", "input_length", "output_length", "hash_ids", "chat_id"}
     extra = [c for c in cols if c not in mapped]
-    abs_us = (pl.col("timestamp").cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64)
+    abs_us = (_jcast("timestamp", schema, pl.Float64) * 1_000_000).round(0).cast(pl.Int64)
     return _Plan(lf, abs_us, {"input_tokens": num("input_length"), "output_tokens": num("output_length")},
                  fields, extra, {"src_unit": "s", "src_origin": "relative", "tz_assumed": None,
                                  "clock": "unknown", "quantum_ms": None},
@@ -579,18 +609,19 @@ def import_splitwise(path: Path, label: Path) -> _Plan:
 def import_vllm_bench(path: Path, label: Path) -> _Plan:
     lf, cols = _scan_jsonl(path, label)
     _require(cols, ["prompt"], label, "vllm-bench")
+    schema = lf.collect_schema()
     has_t = "timestamp" in cols
-    abs_us = (pl.col("timestamp").cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64) if has_t else pl.lit(0, dtype=pl.Int64)
-    out_expr = _jint("output_tokens") if "output_tokens" in cols else pl.lit(None, dtype=pl.Int64)
+    abs_us = (_jcast("timestamp", schema, pl.Float64) * 1_000_000).round(0).cast(pl.Int64) if has_t else pl.lit(0, dtype=pl.Int64)
+    out_expr = _jint("output_tokens", schema) if "output_tokens" in cols else pl.lit(None, dtype=pl.Int64)
     fields = _common_fields(
-        src_ts=pl.col("timestamp").cast(pl.Utf8) if has_t else pl.lit(None, dtype=pl.Utf8),
+        src_ts=_jcast("timestamp", schema, pl.Utf8) if has_t else pl.lit(None, dtype=pl.Utf8),
         input_tokens=pl.lit(None, dtype=pl.Int64),
         output_tokens=out_expr,
         **({} if "output_tokens" in cols else {"output_kind": pl.lit("unknown")}),
         prompt=pl.col("prompt"),
     )
     extra = [c for c in cols if c not in ("prompt", "output_tokens", "timestamp")]
-    return _Plan(lf, abs_us, {"prompt_chars": pl.col("prompt").cast(pl.Utf8).str.len_chars()},
+    return _Plan(lf, abs_us, {"prompt_chars": _jcast("prompt", schema, pl.Utf8).str.len_chars()},
                  fields, extra, {"src_unit": "s" if has_t else None, "src_origin": "relative" if has_t else "none",
                                  "tz_assumed": None, "clock": "unknown", "quantum_ms": None},
                  {"block_size": None}, 1)

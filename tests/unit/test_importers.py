@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from replay.errors import ReplayError
@@ -371,3 +371,55 @@ def test_jsonl_cut_short_says_so(tmp_path: Path) -> None:
     bad.write_text("".join(lines[:5]) + "garbage{\n" + "".join(lines[5:]))
     with pytest.raises(ReplayError, match=r"bad.jsonl:6: not JSON \([^)]*\)$"):
         import_trace("mooncake", bad, tmp_path / "o.jsonl")
+
+
+def test_jsonl_fields_that_are_objects_or_lists(tmp_path: Path) -> None:
+    """GIVEN real Mooncake lines whose required field holds an object on every line, and vLLM-bench
+    lines whose prompt is an object WHEN imported THEN every row is quarantined as unparseable, with
+    the reasons beside the output (polars cast the object's fields instead, and the import died with
+    a Rust panic); and where one line's field is an object while the others' are numbers, the error
+    names that line and the line it disagrees with (it named neither)."""
+    src = shared("traces/mooncake/conversation_trace.jsonl")
+    rows = [json.loads(ln) for ln in src.read_text().splitlines()[:30]]
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text("".join(json.dumps({**r, "input_length": {"tokens": r["input_length"]}}) + "\n" for r in rows))
+    with pytest.raises(ReplayError, match=r"every row was quarantined \(30\)"):
+        import_trace("mooncake", nested, tmp_path / "o.jsonl")
+    q = [json.loads(ln) for ln in (tmp_path / "o.jsonl.rejected.jsonl").read_text().splitlines()]
+    assert len(q) == 30 and all(e["reason"] == "input_tokens unparseable" for e in q)
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"prompt": {"text": "hi"}, "output_tokens": r["output_length"]}) + "\n" for r in rows))
+    with pytest.raises(ReplayError, match="every row was quarantined"):
+        import_trace("vllm-bench", bench, tmp_path / "b.jsonl")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({**r, "input_length": {"tokens": 5}} if i == 6 else r) + "\n" for i, r in enumerate(rows)))
+    with pytest.raises(ReplayError, match=r"mixed.jsonl:7: 'input_length' is an object here but a plain value on line 1"):
+        import_trace("mooncake", mixed, tmp_path / "m.jsonl")
+
+
+_JSONL_KEYS = {"mooncake": ["timestamp", "input_length", "output_length", "hash_ids"],
+               "bailian": ["timestamp", "input_length", "output_length", "hash_ids", "chat_id", "parent_chat_id"],
+               "vllm-bench": ["prompt", "output_tokens", "timestamp"]}
+_JSON_VALUE = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=4)),
+                           lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=3), c, max_size=2)),
+                           max_leaves=6)
+
+
+@settings(max_examples=120, deadline=None)
+@example("bailian", [{"chat_id": 0, "parent_chat_id": 1, "output_length": {"": None}, "timestamp": 19419,
+                      "input_length": {"": None}, "hash_ids": 0}])  # (a Rust panic: polars cast the object's fields)
+@given(st.sampled_from(list(_JSONL_KEYS)),
+       st.lists(st.fixed_dictionaries({k: st.one_of(st.integers(0, 10**6), _JSON_VALUE)
+                                       for k in sorted({k for ks in _JSONL_KEYS.values() for k in ks})}), min_size=1, max_size=5))
+def test_fuzz_jsonl_importers_any_json_values(fmt: str, rows: list) -> None:
+    """JSON lines whose fields hold any JSON value (objects, lists, huge numbers, null): imported with
+    every row counted as emitted or quarantined, or refused with a clear error; never a traceback."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as td:
+        src = Path(td) / "t.jsonl"
+        src.write_text("".join(json.dumps({k: v for k, v in r.items() if k in _JSONL_KEYS[fmt]}) + "\n" for r in rows))
+        try:
+            res = import_trace(fmt, src, Path(td) / "o.jsonl")
+        except ReplayError:
+            return
+        assert res.rows_read == len(rows) and res.rows_emitted + res.quarantined == res.rows_read
