@@ -413,8 +413,10 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         sys.exit(130)
-    except Exception as e:  # a bug, not bad input: say so in one line (REPLAY_DEBUG=1 for the traceback)
-        if os.environ.get("REPLAY_DEBUG"):
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # a bug, not bad input (a library's panic is a BaseException): say so in one
+        if os.environ.get("REPLAY_DEBUG"):  # line (REPLAY_DEBUG=1 for the traceback)
             raise
         err.print(f"[red]internal error:[/] {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for the traceback)")
         sys.exit(70)

@@ -423,3 +423,23 @@ def test_fuzz_jsonl_importers_any_json_values(fmt: str, rows: list) -> None:
         except ReplayError:
             return
         assert res.rows_read == len(rows) and res.rows_emitted + res.quarantined == res.rows_read
+
+
+def test_a_library_panic_is_an_internal_error_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A Rust library's panic (pyo3's PanicException derives from BaseException, not Exception) ends
+    the CLI with exit 70 and one line naming it, as any other bug does: it printed a traceback."""
+    import replay.cli as cli
+
+    class PanicException(BaseException):  # (pyo3_runtime's name)
+        pass
+
+    def app() -> None:
+        raise PanicException("assertion failed: values.dtype() == &self.in_dtype")
+
+    monkeypatch.setattr(cli, "app", app)
+    monkeypatch.delenv("REPLAY_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 70
+    assert "internal error: PanicException: assertion failed" in " ".join(capsys.readouterr().err.split())
