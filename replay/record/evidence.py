@@ -70,7 +70,7 @@ def vllm_name(name: str) -> str | None:
 
 
 def renamed_note(path: Path, names: set[str]) -> list[str]:
-    """A note for a file whose vLLM metrics ``names`` (as the file has them) were renamed on their way."""
+    """A note for a file whose vLLM metrics (``names``, as the file has them) were renamed on their way."""
     odd = sorted(n for n in names if not n.startswith("vllm:"))
     if not odd:
         return []
@@ -100,6 +100,7 @@ class Parsed:
     naive_local_times: bool = False
     dcgm_labels: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (sample index, labels) of
     # the DCGM samples, until ``dcgm_hosts`` has told their hosts apart
+    vllm_names: set[str] = field(default_factory=set)  # the names read as vLLM's metrics, as the file has them
 
 
 def _utc(dt: datetime, tz_offset_s: int = 0) -> int:
@@ -222,6 +223,7 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         whole.quarantine += one.quarantine
         whole.parsed += one.parsed
         whole.gpus.update(one.gpus)
+        whole.vllm_names |= one.vllm_names
         whole.notes += [n for n in one.notes if n not in whole.notes and "scrape time from" not in n]
     whole.notes.append(f"{path.name}: {len(marks)} scrapes, each at the time of its '# scraped_at' line")
     return dcgm_hosts(whole, path, host)
@@ -272,7 +274,6 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     is_dcgm = False
     vllm_series: list[tuple[int, str, dict[str, str]]] = []  # (sample index, name, labels), to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    read_as_vllm: set[str] = set()
     repeats = 0
     for fam in families:
         for smp in fam.samples:
@@ -298,17 +299,16 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                 p.notes.append(NEVER_EXISTED_METRICS[name])
             elif (own := vllm_name(name)) == CACHE_CONFIG:
                 p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
-                read_as_vllm.add(name)
+                p.vllm_names.add(name)
             elif own is not None:
                 metric, scale = VLLM_METRICS[own]
                 vllm_series.append((len(p.samples), name, labels))
-                read_as_vllm.add(name)
+                p.vllm_names.add(name)
                 p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
     for (k, _, _), tag in zip(vllm_series, vllm_series_tags([(n, labels) for _, n, labels in vllm_series]), strict=True):
         if tag:
             st, sg, _, sm, sv = p.samples[k]
             p.samples[k] = (st, sg, "vllm-metrics" + tag, sm, sv)
-    p.notes += renamed_note(path, read_as_vllm)
     if is_dcgm:
         p.kind = "dcgm"
     elif any(s[2].startswith("vllm-metrics") for s in p.samples):
@@ -407,23 +407,24 @@ def vllm_series_tags(series: list[tuple[str, dict[str, str]]]) -> list[str]:
 
 
 def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag: str, points: Any, us_per_unit: int,
-                   others: bool = False, gaps: bool = False) -> bool:
+                   others: bool = False, gaps: bool = False) -> None:
     """The samples of one exported series of ``name``: (time, value) pairs, times in units of
     ``us_per_unit`` µs, under the bundle's metric for DCGM's or vLLM's name (``tag`` tells several
     series of one vLLM metric apart), under its own with ``others``; a null value is a gap with
-    ``gaps``, and a point that is no number is quarantined. Returns whether it was read as vLLM's."""
+    ``gaps``, and a point that is no number is quarantined."""
     if name in NEVER_EXISTED_METRICS:
         p.notes.append(NEVER_EXISTED_METRICS[name])
-        return False
+        return
     own = vllm_name(name)
     if name in DCGM_METRICS:
         (metric, scale), source, gpu = DCGM_METRICS[name], "dcgm", dcgm_gpu(labels)
     elif own in VLLM_METRICS:
         (metric, scale), source, gpu = VLLM_METRICS[own], "vllm-metrics" + tag, None
+        p.vllm_names.add(name)
     elif others:
         metric, scale, source, gpu = name or what, 1.0, "prometheus", None
     else:
-        return False  # (a panel's other series: not the recorder's)
+        return  # (a panel's other series: not the recorder's)
     for point in points if isinstance(points, list) else []:
         try:
             t, v = point
@@ -436,7 +437,6 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
         if source == "dcgm":
             p.dcgm_labels.append((len(p.samples), labels))
         p.samples.append(sample)
-    return own in VLLM_METRICS
 
 
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
@@ -452,19 +452,16 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
     for name in want or []:
         if name in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[name])
-    read_as_vllm: set[str] = set()
     for i, (series, labels) in enumerate(zip(results, metrics, strict=True)):
         if not isinstance(series, dict):
             p.quarantine.append((None, f"series {i}: not a series (an object with 'metric' and 'values')", str(series)[:300]))
             continue
         name = labels.get("__name__", "")
         vals = series.get("values") or ([series["value"]] if "value" in series else [])
-        if _series_points(p, f"series {i}", name, labels, tags[i], vals, 1_000_000, others=True):
-            read_as_vllm.add(name)
+        _series_points(p, f"series {i}", name, labels, tags[i], vals, 1_000_000, others=True)
         p.parsed += 1
     if isinstance(obj, dict) and obj.get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
-    p.notes += renamed_note(path, read_as_vllm)
     return dcgm_hosts(p, path, host)
 
 
@@ -490,7 +487,6 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
         return p
     header = [h.strip().strip('"') for h in rows[0]]
     series = []
-    read_as_vllm: set[str] = set()
     named = [_series_name(h) for h in header[1:]]
     for h, (key, labels), tag in zip(header[1:], named, vllm_series_tags(named), strict=True):
         own = vllm_name(key)
@@ -498,10 +494,9 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
         src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if own in VLLM_METRICS else "grafana"
         series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
         if own in VLLM_METRICS:
-            read_as_vllm.add(key)
+            p.vllm_names.add(key)
         if key in NEVER_EXISTED_METRICS:
             p.notes.append(NEVER_EXISTED_METRICS[key])
-    p.notes += renamed_note(path, read_as_vllm)
     p.parsed = 1
     for i, row in enumerate(rows[1:], start=2):
         if not row:
@@ -585,11 +580,8 @@ def parse_grafana_frames(path: Path, obj: Any, host: str | None = None) -> Parse
             name = next((c for c in candidates if vllm_name(c) or c in DCGM_METRICS or c in NEVER_EXISTED_METRICS), candidates[1] or candidates[0])
             named.append((name, {**legend[1], **{a: b for a, b in labels.items() if a != "__name__"}}))
             columns.append((k, times, vals))
-    read_as_vllm: set[str] = set()
     for (name, labels), tag, (k, times, vals) in zip(named, vllm_series_tags(named), columns, strict=True):
-        if _series_points(p, f"frame {k}", name, labels, tag, list(zip(times, vals, strict=False)), 1000, gaps=True):
-            read_as_vllm.add(name)
-    p.notes += renamed_note(path, read_as_vllm)
+        _series_points(p, f"frame {k}", name, labels, tag, list(zip(times, vals, strict=False)), 1000, gaps=True)
     return dcgm_hosts(p, path, host)
 
 

@@ -603,6 +603,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_describe(path, text, opts.at, opts.tz_offset_s)
         if isinstance(result, ev.Parsed):
             _set_aside_impossible_times(result)
+            result.notes += ev.renamed_note(path, result.vllm_names)
             rep.kind = result.kind
             rep.notes += result.notes
         parsed_items.append((path, kind, result, rep))
