@@ -366,7 +366,7 @@ def _unotel(df: pl.DataFrame) -> pl.DataFrame:
 
 def _undocker(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with the lines Docker's json-file driver wrote as their text ('log', its line ends
-    taken off) and its time ('time', where it is an ISO time), as ``vllm_log._docker`` reads them.
+    taken off) and its time ('time', where it is an ISO time), as ``vllm_log._shipped`` reads them.
     A line that reads otherwise there (not strict JSON, a lone surrogate) is left as it is: it takes
     the line-by-line parser."""
     at = df["raw"].str.contains(_DOCKER).arg_true()

@@ -42,7 +42,11 @@ AFTER_TS_BODY = r"(?:" + CRI_FLAG + r"|[\w.-]+ [\w.@/()-]+(?:\[\d+\])?: )"
 AFTER_TS = re.compile("^" + AFTER_TS_BODY)
 SYSLOG_BSD_PREFIX = r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? [\w.-]+ [\w.@/()-]+(?:\[\d+\])?: "
 SYSLOG_BSD = re.compile("^" + SYSLOG_BSD_PREFIX)
-DOCKER_JSON = re.compile(r'^\{\s*"log"\s*:')
+# the keys a log shipper's JSON record gives the line under (Docker's json-file and Fluent Bit: log; Loki
+# and logcli: line; Vector, Filebeat and Elastic: message; `journalctl -o json`: MESSAGE; Google Cloud
+# Logging: textPayload), and its ISO time under
+SHIPPED_TEXT = ("log", "line", "message", "MESSAGE", "textPayload")
+SHIPPED_TIME = ("time", "timestamp", "@timestamp")
 # vLLM's own JSON logging (OTelJSONFormatter: timestamp, severity_text, body, logger, exception)
 OTEL_JSON = re.compile(r'^\{\s*"timestamp"\s*:')
 OTEL_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO": "INFO", "ERROR": "ERROR"}
@@ -242,16 +246,24 @@ class _Line:
     counted: bool = False  # whether its physical line is counted by this part (a line's first part counts it)
 
 
-def _docker(raw: str) -> tuple[str, str | None] | None:
-    """A Docker json-file line ('{"log": "...\\n", "stream": ..., "time": ...}'): its text and time."""
+def _shipped(raw: str) -> tuple[str, str | None] | None:
+    """A log shipper's JSON record (Docker's json-file line '{"log": "...\\n", "stream": ..., "time":
+    ...}', logcli's '{"labels": ..., "line": ..., "timestamp": ...}', a journald record): its text
+    and its time (ISO, or journald's µs since 1970)."""
     try:
         obj = json.loads(raw)
     except ValueError:
         return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("log"), str):
+    if not isinstance(obj, dict):
         return None
-    t = obj.get("time")
-    return obj["log"].rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
+    text = next((obj[k] for k in SHIPPED_TEXT if isinstance(obj.get(k), str)), None)
+    if text is None:
+        return None
+    t = next((obj[k] for k in SHIPPED_TIME if isinstance(obj.get(k), str)), None)
+    us = obj.get("__REALTIME_TIMESTAMP")
+    if t is None and isinstance(us, str) and us.isascii() and us.isdigit() and len(us) <= 17:
+        t = datetime.fromtimestamp(int(us) / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return text.rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
 
 
 def _otel(raw: str) -> tuple[str, str] | None:
@@ -279,8 +291,8 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
     codes, with the shipper's ISO time where it gave one with a zone, and the year of a shipper's time
     that has none."""
     iso = None
-    if DOCKER_JSON.match(raw):
-        doc = _docker(raw)
+    if raw.startswith("{"):  # (vLLM's own JSON records name none of the shippers' keys: read below)
+        doc = _shipped(raw)
         if doc is not None:
             raw, iso = doc
     if OTEL_JSON.match(raw):

@@ -6,6 +6,7 @@ import gzip
 import json
 import re
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -1929,3 +1930,33 @@ def test_unknown_file_is_quarantined_line_by_line_in_pieces(tmp_path: Path) -> N
     assert (reps[0].kind, reps[0].lines, reps[0].quarantined) == ("unknown", 30000, 30000)
     q = [json.loads(x) for x in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
     assert [x["line"] for x in q] == list(range(1, 30001)) and [x["raw"] for x in q[:2]] == lines[:2]
+
+
+@pytest.mark.parametrize("shape", ["logcli", "journald", "vector", "docker-reordered"])
+def test_log_shippers_json_records(shape: str, tmp_path: Path) -> None:
+    """GIVEN a real vLLM log as log shippers export it, one JSON record a line: Loki's logcli
+    ('--output=jsonl': labels, line, timestamp), `journalctl -o json` (MESSAGE, __REALTIME_TIMESTAMP
+    in µs), Vector or Filebeat (message, @timestamp), Docker's json-file with its keys in another
+    order WHEN recorded THEN the facts are the plain log's, at the record's exact time (all but
+    Docker's own key order lost their times and went to quarantine)."""
+    src = DATA / "v017_v1_stats_kv_ramp.log"
+    lines = [ln for ln in src.read_text().splitlines() if ln and not ln.startswith("#")]
+    t0 = 1773761890  # 2026-03-17T15:38:10Z
+    def record_of(i: int, ln: str) -> dict:
+        t = t0 + 10 * i
+        iso = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.250000000Z")  # (Loki's ns)
+        return {"logcli": {"labels": {"app": "vllm", "pod": "vllm-0"}, "line": ln, "timestamp": iso},
+                "journald": {"__CURSOR": f"s=1;i={i}", "__REALTIME_TIMESTAMP": str(t * 10**6 + 250000), "PRIORITY": "6",
+                             "_HOSTNAME": "gpu-node-1", "SYSLOG_IDENTIFIER": "vllm", "MESSAGE": ln, "_PID": "11574"},
+                "vector": {"@timestamp": iso, "host": "gpu-node-1", "message": ln, "source_type": "kubernetes_logs"},
+                "docker-reordered": {"stream": "stderr", "time": iso, "log": ln + "\n"}}[shape]
+    shipped = tmp_path / "shipped.json.log"
+    shipped.write_text("".join(json.dumps(record_of(i, ln)) + "\n" for i, ln in enumerate(lines)))
+    plain = _inspect(tmp_path / "p", src.name, year=2026)
+    reps, _ = record([shipped], tmp_path / "s", RecordOptions())
+    got = inspect_bundle(read_bundle(tmp_path / "s"))
+    assert reps[0].quarantined == 0 and got["stats_lines"] == plain["stats_lines"] == len(lines)
+    assert (got["kv_usage_pct"], got["running"], got["waiting"]) == (plain["kv_usage_pct"], plain["running"], plain["waiting"])
+    s = read_bundle(tmp_path / "s")
+    assert s.meta.t0_utc == "2026-03-17T15:38:10.250000Z"
+    assert s.samples.filter(pl.col("metric") == "kv_usage_ratio")["t_us"].to_list() == [10_000_000 * i for i in range(len(lines))]
