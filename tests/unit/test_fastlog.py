@@ -323,7 +323,11 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
                                              RAY_FOLDED, KV)), _coloured(STATS_V1.format(s=2, r=1, n=1)),
            *(json.dumps({"log": x.format(s=3, r=4, n=1) + "\n", "stream": "stderr", "time": "2026-05-19T10:13:03.5Z"},
                         separators=(",", ":")) for x in (STATS_V1, ADDED, ACCESS)),
-           *(_otel(x.format(s=3, r=4, n=1), "2026-05-19T10:13:03.5Z") for x in (STATS_V1, ADDED, WARN_PLAIN))]
+           *(_otel(x.format(s=3, r=4, n=1), "2026-05-19T10:13:03.5Z") for x in (STATS_V1, ADDED, WARN_PLAIN)),
+           *(json.dumps(rec) for x in (STATS_V1, ADDED) for rec in (  # (log shippers' records: logcli, journald, Vector)
+               {"labels": {"pod": "v"}, "line": x.format(s=4, r=5, n=1), "timestamp": "2026-05-19T10:13:04.5Z"},
+               {"__REALTIME_TIMESTAMP": "1779185584500000", "MESSAGE": x.format(s=4, r=5, n=1)},
+               {"@timestamp": "2026-05-19T10:13:04.5Z", "message": x.format(s=4, r=5, n=1)}))]
 
 
 @settings(max_examples=120, deadline=None)
