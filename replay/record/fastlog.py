@@ -45,6 +45,9 @@ from replay.record.vllm_log import (
     R_RECEIVED,
     R_TOKEN_IDS,
     RAY_FOLD_MARK,
+    REALTIME_US,
+    SHIPPED_TEXT,
+    SHIPPED_TIME,
     SLURM_LABEL,
     SYSLOG_BSD_PREFIX,
     LogFact,
@@ -335,7 +338,6 @@ def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
                            raw=pl.col("raw").str.slice(pl.zeros(df.height, pl.UInt32, eager=True).scatter(at, cut)))
 
 
-_DOCKER = r'^\{\s*"log"\s*:\s*"'  # how Docker's json-file driver opens every line it writes ('{"log":"')
 
 
 _OTEL = r'^\{\s*"timestamp"\s*:\s*"'  # vLLM's JSON logging (its OTel formatter) opens a record so
@@ -364,19 +366,47 @@ def _unotel(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(raw=df["raw"].scatter(at, text), iso=df["iso"].scatter(at, t))
 
 
-def _undocker(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with the lines Docker's json-file driver wrote as their text ('log', its line ends
-    taken off) and its time ('time', where it is an ISO time), as ``vllm_log._shipped`` reads them.
-    A line that reads otherwise there (not strict JSON, a lone surrogate) is left as it is: it takes
-    the line-by-line parser."""
-    at = df["raw"].str.contains(_DOCKER).arg_true()
+def _key_at(rows: pl.Series, key: str) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """For JSON records: how often ``key`` names a field anywhere in each (quotes inside strings are
+    escaped, so only fields count), its top-level value as text, and whether that value is a string."""
+    k = re.escape(key)
+    return (rows.str.count_matches(f'"{k}"\\s*:'), rows.str.json_path_match(f"$['{key}']"),
+            rows.str.contains(f'"{k}"\\s*:\\s*"'))
+
+
+def _unship(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the records of log shippers (Docker's json-file, logcli, journald, Vector: one JSON
+    object a line) as their text, its line ends taken off, and their time in ``iso``, as
+    ``vllm_log._shipped`` reads them. Only records that name one text field and at most one time
+    field, each once and as a string (journald's µs digits included), an ISO time where a time, are
+    read here: any other takes the line-by-line parser, which picks among several by its order."""
+    at = df["raw"].str.starts_with("{").arg_true()
     if not at.len():
         return df
     rows = df["raw"].gather(at)
-    log, t = rows.str.json_path_match("$.log"), rows.str.json_path_match("$.time")
-    ok = log.is_not_null() & (t.is_null() | t.str.contains("^" + ISO_TIME + "$"))
-    at, log, t = at.filter(ok), log.filter(ok), t.filter(ok)
-    return df.with_columns(raw=df["raw"].scatter(at, log.str.strip_chars_end("\n")), iso=df["iso"].scatter(at, t))
+    none = pl.Series([None] * len(rows), dtype=pl.Utf8)
+    n_text, n_time, text, t = pl.zeros(len(rows), pl.UInt32, eager=True), pl.zeros(len(rows), pl.UInt32, eager=True), none, none
+    ok = pl.Series([True] * len(rows))
+    for key in SHIPPED_TEXT:
+        n, v, is_str = _key_at(rows, key)
+        n_text = n_text + n
+        ok = ok & ((n == 0) | (v.is_not_null() & is_str))
+        text = pl.select(pl.coalesce(text, v)).to_series()
+    for key in (*SHIPPED_TIME, "__REALTIME_TIMESTAMP"):
+        n, v, is_str = _key_at(rows, key)
+        n_time = n_time + n
+        ok = ok & ((n == 0) | (v.is_not_null() & is_str))
+        if key == "__REALTIME_TIMESTAMP":
+            ok = ok & ((n == 0) | v.str.contains(REALTIME_US.pattern).fill_null(False))
+            v = pl.select(pl.from_epoch(v.cast(pl.Int64, strict=False), "us").dt.strftime("%Y-%m-%dT%H:%M:%S.%6fZ")).to_series()
+        else:
+            ok = ok & ((n == 0) | v.str.contains("^" + ISO_TIME + "$").fill_null(False))
+        t = pl.select(pl.coalesce(t, v)).to_series()
+    ok = (ok & (n_text == 1) & (n_time <= 1)).fill_null(False)
+    at, text, t = at.filter(ok), text.filter(ok), t.filter(ok)
+    if not at.len():
+        return df
+    return df.with_columns(raw=df["raw"].scatter(at, text.str.strip_chars_end("\n")), iso=df["iso"].scatter(at, t))
 
 
 def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.DataFrame:
@@ -414,7 +444,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
     if json_lines:  # Docker's json-file log, vLLM's JSON logging (inside Docker's or not): the text inside
-        df = _unotel(_undocker(df))  # first (CRs and colour codes may come out of their escapes)
+        df = _unotel(_unship(df))  # first (CRs and colour codes may come out of their escapes)
     # then, as the reference takes them out, every CR (a CRLF's, a progress bar's inside a line) and the
     # colour codes (vLLM colours its prefix on a terminal)
     if has_cr or json_lines:

@@ -17,7 +17,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from replay.units import parse_size_bytes
@@ -47,6 +47,8 @@ SYSLOG_BSD = re.compile("^" + SYSLOG_BSD_PREFIX)
 # Logging: textPayload), and its ISO time under
 SHIPPED_TEXT = ("log", "line", "message", "MESSAGE", "textPayload")
 SHIPPED_TIME = ("time", "timestamp", "@timestamp")
+REALTIME_US = re.compile(r"^[0-9]{1,17}$")  # journald's time: µs since 1970, as a string of digits
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # vLLM's own JSON logging (OTelJSONFormatter: timestamp, severity_text, body, logger, exception)
 OTEL_JSON = re.compile(r'^\{\s*"timestamp"\s*:')
 OTEL_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO": "INFO", "ERROR": "ERROR"}
@@ -261,8 +263,8 @@ def _shipped(raw: str) -> tuple[str, str | None] | None:
         return None
     t = next((obj[k] for k in SHIPPED_TIME if isinstance(obj.get(k), str)), None)
     us = obj.get("__REALTIME_TIMESTAMP")
-    if t is None and isinstance(us, str) and us.isascii() and us.isdigit() and len(us) <= 17:
-        t = datetime.fromtimestamp(int(us) / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if t is None and isinstance(us, str) and REALTIME_US.match(us):
+        t = (EPOCH + timedelta(microseconds=int(us))).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return text.rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
 
 

@@ -9,6 +9,7 @@ import json
 import random
 import re
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +371,37 @@ def test_docker_json_file_logs_take_the_fast_lane(spaced: bool, tmp_path: Path) 
     assert rq["ts"][0].startswith("2026-05-19T")  # (Docker's time where it gave one, vLLM's own where not)
     assert rq["t_exact"].to_list() == [fact_time_us(x, 2026) if x.startswith("2026") else None for x in rq["ts"]]
     assert rq["t_exact"].null_count() > 0
+
+
+@pytest.mark.parametrize("shape", ["logcli", "journald", "vector"])
+def test_log_shippers_json_records_take_the_fast_lane(shape: str, tmp_path: Path) -> None:
+    """Logs exported by log shippers, one JSON record a line (logcli: line, timestamp; journald:
+    MESSAGE, __REALTIME_TIMESTAMP in µs; Vector: message, @timestamp) go through the vectorised lane
+    with the reference's facts and the records' exact times; a record with two text fields, a time
+    that is a number, or a second time field reads as the reference reads it."""
+    lines = []
+    for i in range(3000):
+        sec = 1779185580 + i
+        iso = datetime.fromtimestamp(sec, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.123456789Z")
+        text = [STATS_V1, ADDED, ACCESS][i % 3].format(s=i % 60, r=i, n=1)
+        rec: dict[str, Any] = {"logcli": {"labels": {"app": "vllm"}, "line": text, "timestamp": iso},
+                               "journald": {"__REALTIME_TIMESTAMP": str(sec * 10**6 + 123456), "_PID": "7", "MESSAGE": text},
+                               "vector": {"@timestamp": iso, "message": text + "\n", "host": "n1"}}[shape]
+        if i % 101 == 7:
+            rec = {**rec, "log": text}  # (two text fields: the reference's order decides)
+        if i % 103 == 9:
+            rec = {**rec, "time": sec}  # (a time that is a number: the reference ignores it)
+        if i % 107 == 11:
+            rec = {**rec, "timestamp": iso, "@timestamp": iso}
+        lines.append(json.dumps(rec))
+    log = tmp_path / "shipped.log"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10)
+    assert ff.lines >= 2750  # (a record the reference must read, and the line before it, take the long way)
+    got = _canon(res, ff)
+    assert got == _canon(_reference(log)) and len(got[0]) > 900 and len(got[1]) > 900
+    rq = ff.requests_frame().select("ts", "t_exact").collect()
+    assert rq["ts"][0].startswith("2026-05-19T10:13:01.123456") and rq["t_exact"].null_count() == 0
 
 
 def test_vllm_json_logging_takes_the_fast_lane(tmp_path: Path) -> None:
