@@ -374,38 +374,56 @@ def _key_at(rows: pl.Series, key: str) -> tuple[pl.Series, pl.Series, pl.Series]
             rows.str.contains(f'"{k}"\\s*:\\s*"'))
 
 
-def _unship(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with the records of log shippers (Docker's json-file, logcli, journald, Vector: one JSON
-    object a line) as their text, its line ends taken off, and their time in ``iso``, as
-    ``vllm_log._shipped`` reads them. Only records that name one text field and at most one time
-    field, each once and as a string (journald's µs digits included), an ISO time where a time, are
-    read here: any other takes the line-by-line parser, which picks among several by its order."""
-    at = df["raw"].str.starts_with("{").arg_true()
-    if not at.len():
-        return df
-    rows = df["raw"].gather(at)
+_DOCKER = r'^\{\s*"log"\s*:\s*"'  # how Docker's json-file driver opens every line it writes ('{"log":"')
+# the other shippers' field names: a Docker line naming none of them is read by its two fields alone
+_NOT_DOCKER = [f'"{k}"' for k in (*SHIPPED_TEXT, *SHIPPED_TIME, "__REALTIME_TIMESTAMP") if k not in ("log", "time")]
+
+
+def _docker_lines(rows: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """Of Docker's json-file lines, which read here, their text ('log') and time ('time', where ISO)."""
+    log, t = rows.str.json_path_match("$.log"), rows.str.json_path_match("$.time")
+    return (log.is_not_null() & (t.is_null() | t.str.contains("^" + ISO_TIME + "$"))).fill_null(False), log, t
+
+
+def _shipped_lines(rows: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """Of other shippers' records, which read here (one text field and at most one time field, each
+    named once and a string; an ISO time, or journald's µs digits), their text and time."""
     none = pl.Series([None] * len(rows), dtype=pl.Utf8)
     n_text, n_time, text, t = pl.zeros(len(rows), pl.UInt32, eager=True), pl.zeros(len(rows), pl.UInt32, eager=True), none, none
     ok = pl.Series([True] * len(rows))
-    for key in SHIPPED_TEXT:
+    for key in (*SHIPPED_TEXT, *SHIPPED_TIME, "__REALTIME_TIMESTAMP"):
         n, v, is_str = _key_at(rows, key)
-        n_text = n_text + n
         ok = ok & ((n == 0) | (v.is_not_null() & is_str))
-        text = pl.select(pl.coalesce(text, v)).to_series()
-    for key in (*SHIPPED_TIME, "__REALTIME_TIMESTAMP"):
-        n, v, is_str = _key_at(rows, key)
-        n_time = n_time + n
-        ok = ok & ((n == 0) | (v.is_not_null() & is_str))
+        if key in SHIPPED_TEXT:
+            n_text, text = n_text + n, pl.select(pl.coalesce(text, v)).to_series()
+            continue
         if key == "__REALTIME_TIMESTAMP":
             ok = ok & ((n == 0) | v.str.contains(REALTIME_US.pattern).fill_null(False))
             v = pl.select(pl.from_epoch(v.cast(pl.Int64, strict=False), "us").dt.strftime("%Y-%m-%dT%H:%M:%S.%6fZ")).to_series()
         else:
             ok = ok & ((n == 0) | v.str.contains("^" + ISO_TIME + "$").fill_null(False))
-        t = pl.select(pl.coalesce(t, v)).to_series()
-    ok = (ok & (n_text == 1) & (n_time <= 1)).fill_null(False)
-    at, text, t = at.filter(ok), text.filter(ok), t.filter(ok)
+        n_time, t = n_time + n, pl.select(pl.coalesce(t, v)).to_series()
+    return (ok & (n_text == 1) & (n_time <= 1)).fill_null(False), text, t
+
+
+def _unship(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the records of log shippers (Docker's json-file, logcli, journald, Vector: one JSON
+    object a line) as their text, its line ends taken off, and their time in ``iso``, as
+    ``vllm_log._shipped`` reads them. Docker's lines take a cheap path (two fields); the others are
+    read here where they name one text field and at most one time field, each once: any other
+    record takes the line-by-line parser, which picks among several by its order."""
+    at = df["raw"].str.starts_with("{").arg_true()
     if not at.len():
         return df
+    rows = df["raw"].gather(at)
+    docker = (rows.str.contains(_DOCKER) & ~rows.str.contains_any(_NOT_DOCKER)).fill_null(False)
+    parts = [(at.filter(docker), *_docker_lines(rows.filter(docker)))] if docker.any() else []
+    if not docker.all():
+        parts.append((at.filter(~docker), *_shipped_lines(rows.filter(~docker))))
+    at = pl.concat([a.filter(ok) for a, ok, _, _ in parts])
+    if not at.len():
+        return df
+    text, t = pl.concat([x.filter(ok) for _, ok, x, _ in parts]), pl.concat([y.filter(ok) for _, ok, _, y in parts])
     return df.with_columns(raw=df["raw"].scatter(at, text.str.strip_chars_end("\n")), iso=df["iso"].scatter(at, t))
 
 

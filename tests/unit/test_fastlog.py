@@ -328,7 +328,9 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            *(json.dumps(rec) for x in (STATS_V1, ADDED) for rec in (  # (log shippers' records: logcli, journald, Vector)
                {"labels": {"pod": "v"}, "line": x.format(s=4, r=5, n=1), "timestamp": "2026-05-19T10:13:04.5Z"},
                {"__REALTIME_TIMESTAMP": "1779185584500000", "MESSAGE": x.format(s=4, r=5, n=1)},
-               {"@timestamp": "2026-05-19T10:13:04.5Z", "message": x.format(s=4, r=5, n=1)}))]
+               {"@timestamp": "2026-05-19T10:13:04.5Z", "message": x.format(s=4, r=5, n=1)},
+               {"log": x.format(s=5, r=6, n=1) + "\n", "@timestamp": "2026-05-19T10:13:05.5Z"},  # (Docker's field
+               {"log": x.format(s=5, r=6, n=1), "time": "2026-05-19T10:13:05.5Z", "message": "m"}))]  # first: not Docker's)
 
 
 @settings(max_examples=120, deadline=None)
@@ -373,12 +375,13 @@ def test_docker_json_file_logs_take_the_fast_lane(spaced: bool, tmp_path: Path) 
     assert rq["t_exact"].null_count() > 0
 
 
-@pytest.mark.parametrize("shape", ["logcli", "journald", "vector"])
+@pytest.mark.parametrize("shape", ["logcli", "journald", "vector", "log-and-@timestamp"])
 def test_log_shippers_json_records_take_the_fast_lane(shape: str, tmp_path: Path) -> None:
     """Logs exported by log shippers, one JSON record a line (logcli: line, timestamp; journald:
-    MESSAGE, __REALTIME_TIMESTAMP in µs; Vector: message, @timestamp) go through the vectorised lane
-    with the reference's facts and the records' exact times; a record with two text fields, a time
-    that is a number, or a second time field reads as the reference reads it."""
+    MESSAGE, __REALTIME_TIMESTAMP in µs; Vector: message, @timestamp; Docker's 'log' first with
+    another shipper's time) go through the vectorised lane with the reference's facts and the
+    records' exact times; a record with two text fields, a time that is a number, or a second time
+    field reads as the reference reads it."""
     lines = []
     for i in range(3000):
         sec = 1779185580 + i
@@ -386,7 +389,8 @@ def test_log_shippers_json_records_take_the_fast_lane(shape: str, tmp_path: Path
         text = [STATS_V1, ADDED, ACCESS][i % 3].format(s=i % 60, r=i, n=1)
         rec: dict[str, Any] = {"logcli": {"labels": {"app": "vllm"}, "line": text, "timestamp": iso},
                                "journald": {"__REALTIME_TIMESTAMP": str(sec * 10**6 + 123456), "_PID": "7", "MESSAGE": text},
-                               "vector": {"@timestamp": iso, "message": text + "\n", "host": "n1"}}[shape]
+                               "vector": {"@timestamp": iso, "message": text + "\n", "host": "n1"},
+                               "log-and-@timestamp": {"log": text + "\n", "@timestamp": iso}}[shape]
         if i % 101 == 7:
             rec = {**rec, "log": text}  # (two text fields: the reference's order decides)
         if i % 103 == 9:
