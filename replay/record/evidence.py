@@ -330,6 +330,11 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     return p
 
 
+def _obj(x: Any) -> dict[str, Any]:
+    """``x`` where it is an object (a mapping), else an empty one: a field of the wrong type reads as absent."""
+    return x if isinstance(x, dict) else {}
+
+
 def dcgm_gpu(labels: dict[str, str]) -> int | None:
     """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none."""
     g = (labels.get("gpu") or labels.get("GPU") or "").strip()
@@ -442,11 +447,9 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
-    data = obj.get("data") if isinstance(obj, dict) else None
-    results = data.get("result") if isinstance(data, dict) else None
+    results = _obj(_obj(obj).get("data")).get("result")
     results = results if isinstance(results, list) else []
-    metrics = [{str(k): str(v) for k, v in r["metric"].items()} if isinstance(r, dict) and isinstance(r.get("metric"), dict)
-               else {} for r in results]
+    metrics = [{str(k): str(v) for k, v in _obj(_obj(r).get("metric")).items()} for r in results]
     tags = vllm_series_tags([(m.get("__name__", ""), m) for m in metrics])  # (several series of one vLLM metric)
     p.lines = len(results)
     for name in want or []:
@@ -460,7 +463,7 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
         vals = series.get("values") or ([series["value"]] if "value" in series else [])
         _series_points(p, f"series {i}", name, labels, tags[i], vals, 1_000_000, others=True)
         p.parsed += 1
-    if isinstance(obj, dict) and obj.get("status") not in (None, "success"):
+    if _obj(obj).get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
     return dcgm_hosts(p, path, host)
 
@@ -543,7 +546,7 @@ def _frame_fields(frame: dict[str, Any]) -> list[tuple[dict[str, Any], list[Any]
     fields = frame["schema"].get("fields") if isinstance(frame.get("schema"), dict) else frame.get("fields")
     if not isinstance(fields, list):
         return []
-    columns = (frame.get("data") or {}).get("values") if isinstance(frame.get("data"), dict) else None
+    columns = _obj(frame.get("data")).get("values")
     out = []
     for i, f in enumerate(fields):
         if not isinstance(f, dict):
@@ -572,10 +575,10 @@ def parse_grafana_frames(path: Path, obj: Any, host: str | None = None) -> Parse
         for f, vals in fields:
             if f.get("type") == "time":
                 continue
-            labels = {str(a): str(b) for a, b in f["labels"].items()} if isinstance(f.get("labels"), dict) else {}
-            config: dict[str, Any] = f["config"] if isinstance(f.get("config"), dict) else {}
+            labels = {str(a): str(b) for a, b in _obj(f.get("labels")).items()}
+            config = _obj(f.get("config"))
             legend = _series_name(str(config.get("displayNameFromDS") or config.get("displayName") or ""))
-            schema: dict[str, Any] = frame["schema"] if isinstance(frame.get("schema"), dict) else {}
+            schema = _obj(frame.get("schema"))
             candidates = [labels.get("__name__", ""), str(f.get("name") or ""), legend[0], str(schema.get("name") or frame.get("name") or "")]
             name = next((c for c in candidates if vllm_name(c) or c in DCGM_METRICS or c in NEVER_EXISTED_METRICS), candidates[1] or candidates[0])
             named.append((name, {**legend[1], **{a: b for a, b in labels.items() if a != "__name__"}}))
@@ -1002,11 +1005,6 @@ def _k8s_documents(text: str) -> list[Any]:
             return docs
         obj, i = dec.raw_decode(text, i)
         docs.append(obj)
-
-
-def _obj(x: Any) -> dict[str, Any]:
-    """``x`` where it is an object (a mapping), else an empty one: a field of the wrong type reads as absent."""
-    return x if isinstance(x, dict) else {}
 
 
 def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
