@@ -335,6 +335,11 @@ def _obj(x: Any) -> dict[str, Any]:
     return x if isinstance(x, dict) else {}
 
 
+def _list(x: Any) -> list[Any]:
+    """``x`` where it is a list, else an empty one (as ``_obj`` for objects)."""
+    return x if isinstance(x, list) else []
+
+
 def dcgm_gpu(labels: dict[str, str]) -> int | None:
     """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none."""
     g = (labels.get("gpu") or labels.get("GPU") or "").strip()
@@ -447,8 +452,7 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
-    results = _obj(_obj(obj).get("data")).get("result")
-    results = results if isinstance(results, list) else []
+    results = _list(_obj(_obj(obj).get("data")).get("result"))
     metrics = [{str(k): str(v) for k, v in _obj(_obj(r).get("metric")).items()} for r in results]
     tags = vllm_series_tags([(m.get("__name__", ""), m) for m in metrics])  # (several series of one vLLM metric)
     p.lines = len(results)
@@ -534,7 +538,7 @@ def _frames(obj: Any) -> list[dict[str, Any]]:
     if not isinstance(obj, dict):
         return []
     if isinstance(obj.get("results"), dict):
-        return [f for r in obj["results"].values() if isinstance(r, dict) for f in r.get("frames") or [] if isinstance(f, dict)]
+        return [f for r in obj["results"].values() for f in _list(_obj(r).get("frames")) if isinstance(f, dict)]
     for key in ("series", "frames", "dataFrames", "data"):
         if isinstance(obj.get(key), list):
             return [f for f in obj[key] if isinstance(f, dict)]

@@ -674,7 +674,7 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
 _JSON_KEYS = st.sampled_from(["status", "data", "result", "resultType", "metric", "values", "value", "__name__", "gpu",
                               "kind", "items", "containerStatuses", "lastState", "terminated", "reason", "exitCode",
                               "finishedAt", "restartCount", "involvedObject", "regarding", "lastTimestamp", "series",
-                              "count", "metadata", "creationTimestamp", "state", "fields", "schema", "x"])
+                              "count", "metadata", "creationTimestamp", "state", "fields", "schema", "results", "frames", "x"])
 _JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
                                st.sampled_from(["Event", "OOMKilled", "matrix", "vllm:kv_cache_usage_perc", "time",
                                                 "DCGM_FI_DEV_FB_USED", "2025-01-01T00:00:00Z", 137])),
@@ -685,6 +685,7 @@ _JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.float
 @example({"status": "success", "data": {"resultType": "matrix", "result": []}}, {"data": [None]})  # (data a list)
 @example({"kind": "Event"}, {"involvedObject": [None]})  # (an event's object a list)
 @example({"kind": "Event"}, {"series": None, "metadata": 1})
+@example({"schema": {"fields": [{"name": "Time", "type": "time"}]}}, {"x": [], "results": {"A": {"frames": 5}}})  # (TypeError)
 @given(st.sampled_from([{"status": "success", "data": {"resultType": "matrix", "result": []}}, {"kind": "Event"},
                         {"kind": "Pod", "status": {"containerStatuses": []}}, {"kind": "EventList", "items": [{"kind": "Event"}]},
                         {"schema": {"fields": [{"name": "Time", "type": "time"}]}}]),
