@@ -442,6 +442,14 @@ def _set_aside_impossible_times(r: ev.Parsed) -> None:
     r.events = [e for e in r.events if not bad(e.get("t"))]
 
 
+def _json(path: Path, text: str) -> Any:
+    """A JSON file's value, or an error naming its line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
 def detect_kind(text: str) -> str | None:
     head = text[:20000]
     s = head.lstrip()
@@ -572,17 +580,11 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics,
                                           host=opts.host)
         elif kind == "prometheus-query-range":
-            try:
-                result = ev.parse_query_range(path, json.loads(text), want=opts.metrics, host=opts.host)
-            except json.JSONDecodeError as e:
-                raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+            result = ev.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host)
         elif kind == "grafana-csv":
             result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host)
         elif kind == "grafana-json":
-            try:
-                result = ev.parse_grafana_frames(path, json.loads(text), opts.host)
-            except json.JSONDecodeError as e:
-                raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+            result = ev.parse_grafana_frames(path, _json(path, text), opts.host)
         elif kind == "nvidia-smi":
             result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-table":
