@@ -70,12 +70,15 @@ RAY_FOLD_MARK = "x across cluster]"  # (a literal every such line holds: the che
 # not prefix): the time, its tags ('[Error] ', '(Process) ', '- '), and where vLLM's own head with its
 # call site (so distinctive that what stands before it is taken for the shipper's) follows within 80
 # characters, the text up to it. The time is exact where it has a zone, else it gives only the year.
+# Google Cloud Logging's Logs Explorer puts the entry's severity first ('INFO 2025-11-19T20:16:36.0966Z
+# [resource.labels.containerName: vllm] (EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 …').
+CLOUD_SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY")
 SHIPPER_TIME = r"(?P<sdate>\d{4}-\d\d-\d\d)[T ](?P<stime>\d\d:\d\d:\d\d)(?:[.,](?P<sfrac>\d+))?(?P<szone>Z|[+-]\d\d:?\d\d)?"
 VLLM_HEAD = (r"(?:\(" + PROC_BODY + r"\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
              r"\[?[\w./-]+\.py:\d+\]|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
 SHIPPER_TAG = r"(?:\[[^\]]{1,40}\]|\((?![^)]*pid=)[^)]{1,40}\)|[-|:])"
 TAGS_BEFORE_HEAD = re.compile(r"^(?:" + SHIPPER_TAG + r"\s+)+(?=" + VLLM_HEAD + ")")  # (after a container time)
-SHIPPED = re.compile("^" + SHIPPER_TIME + r"\s+(?:" + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
+SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + ") )?" + SHIPPER_TIME + r"\s+(?:" + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
 GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\(" + PROC_BODY + r"\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
@@ -327,7 +330,7 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
         m = TAGS_BEFORE_HEAD.match(s)
         if m:
             s = s[m.end():]
-    elif s[:4].isdigit():
+    elif s[:4].isdigit() or s.startswith(CLOUD_SEVERITIES) and s[s.find(" ") + 1:][:4].isdigit():
         m = SHIPPED.match(s)
         if m:
             s = s[m.end():]
