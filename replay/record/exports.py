@@ -4,8 +4,10 @@ A vLLM server on GKE or EKS logs to the cloud's logging service, and the copy of
 engineer has is often that service's export: Google Cloud Logging's ``gcloud logging read
 --format=json`` (or the Logs Explorer's JSON download), an array of LogEntry objects, newest first
 unless ``--order=asc``; AWS CloudWatch Logs' ``aws logs filter-log-events`` or ``get-log-events``, an
-object whose ``events`` give each line's ``message`` and its time in ms. Read as a text log, the
-JSON's own lines went to quarantine and every line lost its exact time.
+object whose ``events`` give each line's ``message`` and its time in ms; Azure Monitor Logs (AKS's
+ContainerLogV2 or ContainerLog table), as ``az monitor log-analytics query`` prints it (a JSON array
+of rows) or as the portal exports it to CSV (``TimeGenerated [UTC]``, ``LogMessage``). Read as a text
+log, the export's own lines went to quarantine and every line lost its exact time.
 
 This module streams such a document's entries (an entry at a time, never the whole file) into the
 one-record-a-line form the vLLM log parser reads fast (Docker's ``{"log", "time"}``), an entry a line,
@@ -18,6 +20,7 @@ passed on as it stands (the parser quarantines it, or finds a fact in it); where
 
 from __future__ import annotations
 
+import csv
 import json
 import mmap
 import re
@@ -35,9 +38,15 @@ from replay.record.vllm_log import CONTAINER_TS, LogParse
 
 PIECE_BYTES = 1 << 20
 # where each service puts an entry's text: GCP's textPayload, or the message of a structured
-# (jsonPayload) entry; CloudWatch's message
-TEXT_KEYS = ("textPayload", "message", "log")
+# (jsonPayload) entry; CloudWatch's message; Azure Monitor's LogMessage (ContainerLogV2) or LogEntry
+# (ContainerLog); and its time: GCP's RFC 3339 string, CloudWatch's ms, Azure's TimeGenerated
+TEXT_KEYS = ("textPayload", "message", "log", "LogMessage", "LogEntry")
 PAYLOAD_TEXT_KEYS = ("message", "log", "msg")
+TIME_KEYS = ("timestamp", "TimeGenerated")
+WHAT = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs export",
+        "azure": "an Azure Monitor Logs export", "azure-csv": "an Azure Monitor Logs CSV export"}
+# the Azure portal's CSV export writes its UTC times as '2/25/2025, 9:19:25.391 AM'
+AZURE_PORTAL_TIME = ("%m/%d/%Y, %I:%M:%S.%f %p", "%m/%d/%Y, %I:%M:%S %p")
 _AWS_EVENTS = re.compile(r'[{,]\s*"events"\s*:\s*\[')
 _SPACE = re.compile(r"[ \t\r\n\ufeff]*")
 _BETWEEN = re.compile(r"[ \t\r\n,]*")  # (between entries)
@@ -53,6 +62,11 @@ def export_kind(head: str) -> str | None:
     if (s.startswith("{") and _AWS_EVENTS.search(head) and '"message"' in head
             and any(k in head for k in ('"ingestionTime"', '"logStreamName"', '"eventId"'))):
         return "aws"
+    if re.match(r"\[\s*\{", s) and '"TimeGenerated"' in head and ('"LogMessage"' in head or '"LogEntry"' in head):
+        return "azure"
+    first = s.split("\n", 1)[0]
+    if "TimeGenerated" in first and ("LogMessage" in first or "LogEntry" in first) and "," in first:
+        return "azure-csv"
     return None
 
 
@@ -84,7 +98,7 @@ def _record(entry: Any) -> tuple[str, str | None]:
     """The line to write for an entry, and its time: a shipper record where it has text, else the
     entry itself on one line."""
     text = entry_text(entry)
-    t = _iso(entry.get("timestamp")) if isinstance(entry, dict) else None
+    t = _iso(next((entry[k] for k in TIME_KEYS if k in entry), None)) if isinstance(entry, dict) else None
     if text is None:
         return json.dumps(entry, ensure_ascii=False), t
     log = json.dumps(text, ensure_ascii=False)  # (a time that passed CONTAINER_TS needs no escaping)
@@ -104,14 +118,16 @@ class Converted:
     broken_at: int | None = None  # the line where the JSON breaks off
     broken: str | None = None
     tail: list[tuple[int, str]] = field(default_factory=list)  # the lines from there on (not blank)
+    untimed_zone: bool = False  # (Azure's CSV in another time zone than UTC: its times are not read)
 
     def notes(self, name: str, kind: str) -> list[str]:
-        what = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs export"}[kind]
-        out = [f"{name}: read as {what}: {self.entries} entries, {self.timed} of them at their own exact time"]
+        out = [f"{name}: read as {WHAT[kind]}: {self.entries} entries, {self.timed} of them at their own exact time"]
+        if self.untimed_zone:
+            out.append(f"{name}: its TimeGenerated column is not in UTC: the lines' own logged times are used")
         if self.newest_first:
             out.append(f"{name}: its entries run newest first (gcloud's default order): read oldest first")
         if self.broken_at is not None:
-            out.append(f"{name}:{self.broken_at}: the JSON breaks off ({self.broken})"
+            out.append(f"{name}:{self.broken_at}: the {'CSV' if kind == 'azure-csv' else 'JSON'} breaks off ({self.broken})"
                        + (": the lines from there on are quarantined" if self.tail else ""))
         return out
 
@@ -186,8 +202,48 @@ class _Entry:
     text: str | None = None  # a line read as text, after the JSON breaks off
 
 
+def _portal_time(v: str) -> str | None:
+    """An Azure portal CSV time (UTC) as ISO; ISO as given."""
+    for fmt in AZURE_PORTAL_TIME:
+        try:
+            return datetime.strptime(v.strip(), fmt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        except ValueError:
+            continue
+    return v.strip() if CONTAINER_TS.match(v.strip() + " ") else None
+
+
+def _csv_entries(s: _Stream, res: Converted) -> Iterator[_Entry]:
+    """The rows of an Azure portal CSV export as entries (a quoted message may span lines: a row is
+    named by its first line); if the CSV breaks off, each line from there on."""
+    lines = s.rest()
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_ENTRY_CHARS))  # (a logged prompt can be long)
+    reader = csv.reader(text + "\n" for _, text in lines)
+    try:
+        header = next(reader, [])
+        tcol = next((i for i, c in enumerate(header) if c.startswith("TimeGenerated")), None)
+        mcol = next((i for i, c in enumerate(header) if c in ("LogMessage", "LogEntry")), None)
+        utc = tcol is not None and header[tcol] in ("TimeGenerated", "TimeGenerated [UTC]")
+        if tcol is None or mcol is None:
+            res.broken_at, res.broken = 1, "no TimeGenerated and LogMessage or LogEntry columns"
+            return
+        before = reader.line_num
+        for row in reader:
+            at, before = before + 1, reader.line_num
+            if not any(row):
+                continue
+            res.untimed_zone = res.untimed_zone or not utc
+            yield _Entry(at, {"LogMessage": row[mcol] if mcol < len(row) else None,
+                              "TimeGenerated": _portal_time(row[tcol]) if tcol < len(row) and utc else None})
+    except csv.Error as e:
+        res.broken_at, res.broken = reader.line_num, str(e)
+        yield from (_Entry(no, text=t) for no, t in lines)
+
+
 def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
     """The entries in order; if the JSON breaks off (noted in ``res``), each line from there on."""
+    if kind == "azure-csv":
+        yield from _csv_entries(s, res)
+        return
     dec = json.JSONDecoder()
     if kind == "aws":  # the events array inside the top-level object
         while not _AWS_EVENTS.search(s.buf, s.pos) and s.more():
@@ -224,7 +280,7 @@ def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
 
 
 def convert(path: Path, kind: str, out: Path, progress: Callable[[int], None] | None = None) -> Converted:
-    """Write the export ``path`` (``kind`` 'gcp' or 'aws') as a log of shipper records to ``out``, an
+    """Write the export ``path`` (``kind``: a key of WHAT) as a log of shipper records to ``out``, an
     entry a line, oldest first; ``Converted.lines`` holds each one's line in the export."""
     res = Converted()
     back = ahead = 0

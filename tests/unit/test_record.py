@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import re
 import tempfile
@@ -1970,9 +1972,27 @@ def test_log_shippers_json_records(shape: str, tmp_path: Path) -> None:
 
 def _export(lines: list[str], shape: str) -> str:
     """Real log lines as a cloud logging service exports them: Google Cloud Logging's `gcloud logging
-    read --format=json` (LogEntry objects, the line in textPayload, newest first unless --order=asc)
-    or AWS CloudWatch Logs' `aws logs filter-log-events` (events with message and a time in ms)."""
+    read --format=json` (LogEntry objects, the line in textPayload, newest first unless --order=asc),
+    AWS CloudWatch Logs' `aws logs filter-log-events` (events with message and a time in ms), Azure
+    Monitor Logs' ContainerLogV2 rows as `az monitor log-analytics query` prints them or as the portal
+    exports them to CSV (its times as '5/19/2025, 10:00:00.123 AM', UTC)."""
     t0 = 1747648800  # 2025-05-19T10:00:00Z
+    if shape.startswith("azure"):
+        rows = [{"TableName": "PrimaryResult", "TimeGenerated": datetime.fromtimestamp(t0 + i, tz=timezone.utc),
+                 "Computer": "aks-gpupool-12345678-vmss000000", "ContainerName": "vllm", "PodName": "vllm-0",
+                 "PodNamespace": "default", "LogMessage": ln, "LogSource": "stderr" if "ERROR" in ln else "stdout"}
+                for i, ln in enumerate(lines)]
+        if shape == "azure-cli":
+            return json.dumps([{**r, "TimeGenerated": r["TimeGenerated"].strftime("%Y-%m-%dT%H:%M:%S.123Z")} for r in rows],
+                              indent=2)
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["TimeGenerated [UTC]", *list(rows[0])[2:]])
+        for r in rows:
+            d = r["TimeGenerated"]
+            w.writerow([f"{d.month}/{d.day}/{d.year}, {d.hour % 12 or 12}:{d:%M:%S}.123 {'AM' if d.hour < 12 else 'PM'}",
+                        *list(r.values())[2:]])
+        return out.getvalue()
     if shape == "aws":
         events = [{"logStreamName": "vllm/vllm/0a1b", "timestamp": (t0 + i) * 1000 + 123, "message": ln,
                    "ingestionTime": (t0 + i) * 1000 + 180, "eventId": str(37000000 + i)} for i, ln in enumerate(lines)]
@@ -1989,9 +2009,10 @@ def _export(lines: list[str], shape: str) -> str:
     return json.dumps(entries[::-1] if shape == "gcp-newest-first" else entries, indent=2)
 
 
-@pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws"])
+@pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws", "azure-cli", "azure-portal-csv"])
 def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
-    """GIVEN real vLLM logs as Google Cloud Logging (either order) or AWS CloudWatch Logs export them
+    """GIVEN real vLLM logs as Google Cloud Logging (either order), AWS CloudWatch Logs or Azure
+    Monitor Logs (JSON or the portal's CSV) export them
     WHEN recorded THEN they hold the plain log's facts, requests and quarantined lines, at the
     entries' exact times, and every fact and quarantined line names the line of the export where its
     entry begins. (Read as text, the JSON's own lines went to quarantine and every line lost its time
@@ -2014,16 +2035,18 @@ def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_p
                     "weights_gib", "activation_peak_gib"):
             assert got[key] == want[key], (n, key)
         e, b = read_bundle(tmp_path / n / "e"), read_bundle(tmp_path / n / "b")
-        assert reps[0].kind == "cloud-log" and reps[0].lines == len(export.read_text().split("\n"))
+        text = export.read_text()
+        assert reps[0].kind == "cloud-log" and reps[0].lines == text.count("\n") + (not text.endswith("\n"))
         assert reps[0].parsed + reps[0].quarantined == reps[0].lines
         # each fact and quarantined line at its entry's line, whose text is that line's, at the entry's time
         rows = export.read_text().split("\n")
         rows = rows[:next((i for i, ln in enumerate(rows) if '"searchedLogStreams"' in ln), len(rows))]  # (AWS's)
-        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")]
+        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")] if shape != "azure-portal-csv" \
+            else list(range(2, len(lines) + 2))  # (a row a line after the header: no line of these has a line break)
         order = range(len(lines) - 1, -1, -1) if shape == "gcp-newest-first" else range(len(lines))
         text_at = {o: lines[k] for o, k in zip(opens, order, strict=True)}
         t0_us = int(datetime.fromisoformat(e.meta.t0_utc.replace("Z", "+00:00")).timestamp() * 10**6)
-        frac_us = 123000 if shape == "aws" else 123456
+        frac_us = 123456 if shape.startswith("gcp") else 123000
         time_at = {o: (1747648800 + k) * 10**6 + frac_us for o, k in zip(opens, order, strict=True)}
         q = [json.loads(x) for x in (tmp_path / n / "e" / "quarantine.jsonl").read_text().splitlines()] \
             if (tmp_path / n / "e" / "quarantine.jsonl").exists() else []
@@ -2118,3 +2141,29 @@ def test_fuzz_cloud_logging_exports_never_a_traceback(kind: str, entries: list, 
         except ReplayError:
             return
         assert reps[0].lines == text.count("\n") + (not text.endswith("\n"))
+
+
+@settings(max_examples=100, deadline=None)
+@example([["5/19/2025, 10:00:00.123 AM", "a" * 5000], ["5/19/2025, 10:00:00.123 AM", "x\x00y"]], 1.0)  # (a NUL: csv.Error)
+@example([["13/45/2025, 99:00:00 AM", '"']], 0.7)  # (an impossible time; a quote left open)
+@given(st.lists(st.lists(st.one_of(st.text(max_size=12), st.sampled_from(["5/19/2025, 10:00:00.123 AM", "\n", '"', ","])),
+                         max_size=4), max_size=6), st.floats(0, 1))
+def test_fuzz_azure_csv_exports_never_a_traceback(rows: list, cut: float) -> None:
+    """An Azure portal CSV export whose rows hold anything (line breaks, quotes, NUL, too few or too
+    many fields, impossible times), cut short anywhere: recorded with every line counted, or refused
+    with a clear error (NUL bytes at its start: binary), never a traceback."""
+    with tempfile.TemporaryDirectory() as td:
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["TimeGenerated [UTC]", "LogMessage"])
+        for r in rows:
+            w.writerow(r)
+        text = out.getvalue()
+        text = text[:max(40, int(len(text) * cut))]
+        f = Path(td) / "export.csv"
+        f.write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            reps, _ = record([f], Path(td) / "b", RecordOptions())
+        except ReplayError:
+            return
+        assert reps[0].kind == "cloud-log" and reps[0].lines == text.count("\n") + (not text.endswith("\n"))
