@@ -6,8 +6,10 @@ engineer has is often that service's export: Google Cloud Logging's ``gcloud log
 unless ``--order=asc``; AWS CloudWatch Logs' ``aws logs filter-log-events`` or ``get-log-events``, an
 object whose ``events`` give each line's ``message`` and its time in ms; Azure Monitor Logs (AKS's
 ContainerLogV2 or ContainerLog table), as ``az monitor log-analytics query`` prints it (a JSON array
-of rows) or as the portal exports it to CSV (``TimeGenerated [UTC]``, ``LogMessage``). Read as a text
-log, the export's own lines went to quarantine and every line lost its exact time.
+of rows) or as the portal exports it to CSV (``TimeGenerated [UTC]``, ``LogMessage``); and any CSV
+export of a log with a time and a message column (Splunk's ``_time``, ``_raw``; Kibana's
+``@timestamp``, ``message``). Read as a text log, the export's own lines went to quarantine and every
+line lost its exact time.
 
 This module streams such a document's entries (an entry at a time, never the whole file) into the
 one-record-a-line form the vLLM log parser reads fast (Docker's ``{"log", "time"}``), an entry a line,
@@ -44,7 +46,11 @@ TEXT_KEYS = ("textPayload", "message", "log", "LogMessage", "LogEntry")
 PAYLOAD_TEXT_KEYS = ("message", "log", "msg")
 TIME_KEYS = ("timestamp", "TimeGenerated")
 WHAT = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs export",
-        "azure": "an Azure Monitor Logs export", "azure-csv": "an Azure Monitor Logs CSV export"}
+        "azure": "an Azure Monitor Logs export", "csv": "a CSV export of a log"}
+# a CSV export of a log (the Azure portal's, Kibana's Discover, Splunk's, Datadog's, a Loki logs panel's):
+# its time and message columns, by name, most telling first
+TIME_COLUMNS = ("timegenerated [utc]", "timegenerated", "@timestamp", "timestamp", "_time", "date", "time")
+MESSAGE_COLUMNS = ("logmessage", "logentry", "message", "_raw", "line", "log", "content")
 # the Azure portal's CSV export writes its UTC times as '2/25/2025, 9:19:25.391 AM'
 AZURE_PORTAL_TIME = ("%m/%d/%Y, %I:%M:%S.%f %p", "%m/%d/%Y, %I:%M:%S %p")
 _AWS_EVENTS = re.compile(r'[{,]\s*"events"\s*:\s*\[')
@@ -64,10 +70,21 @@ def export_kind(head: str) -> str | None:
         return "aws"
     if re.match(r"\[\s*\{", s) and '"TimeGenerated"' in head and ('"LogMessage"' in head or '"LogEntry"' in head):
         return "azure"
-    first = s.split("\n", 1)[0]
-    if "TimeGenerated" in first and ("LogMessage" in first or "LogEntry" in first) and "," in first:
-        return "azure-csv"
+    if _csv_columns(s.split("\n", 1)[0]) is not None:
+        return "csv"
     return None
+
+
+def _csv_columns(header: str | list[str]) -> tuple[int, int] | None:
+    """The time and message columns of a CSV log export's header (a line, or its fields), or None."""
+    if isinstance(header, str):
+        if "," not in header:
+            return None
+        header = next(csv.reader([header]), [])
+    names = [c.strip().lower() for c in header]
+    t = next((names.index(c) for c in TIME_COLUMNS if c in names), None)
+    m = next((names.index(c) for c in MESSAGE_COLUMNS if c in names), None)
+    return None if t is None or m is None else (t, m)
 
 
 def _iso(t: Any) -> str | None:
@@ -118,16 +135,17 @@ class Converted:
     broken_at: int | None = None  # the line where the JSON breaks off
     broken: str | None = None
     tail: list[tuple[int, str]] = field(default_factory=list)  # the lines from there on (not blank)
-    untimed_zone: bool = False  # (Azure's CSV in another time zone than UTC: its times are not read)
+    untimed: int = 0  # CSV rows whose time is not exact (no zone): their lines' own logged times stand
 
     def notes(self, name: str, kind: str) -> list[str]:
         out = [f"{name}: read as {WHAT[kind]}: {self.entries} entries, {self.timed} of them at their own exact time"]
-        if self.untimed_zone:
-            out.append(f"{name}: its TimeGenerated column is not in UTC: the lines' own logged times are used")
+        if self.untimed:
+            out.append(f"{name}: {self.untimed} rows have no exact time (no time zone stated): their lines' own "
+                       "logged times are used")
         if self.newest_first:
             out.append(f"{name}: its entries run newest first (gcloud's default order): read oldest first")
         if self.broken_at is not None:
-            out.append(f"{name}:{self.broken_at}: the {'CSV' if kind == 'azure-csv' else 'JSON'} breaks off ({self.broken})"
+            out.append(f"{name}:{self.broken_at}: the {'CSV' if kind == 'csv' else 'JSON'} breaks off ({self.broken})"
                        + (": the lines from there on are quarantined" if self.tail else ""))
         return out
 
@@ -202,38 +220,42 @@ class _Entry:
     text: str | None = None  # a line read as text, after the JSON breaks off
 
 
-def _portal_time(v: str) -> str | None:
-    """An Azure portal CSV time (UTC) as ISO; ISO as given."""
-    for fmt in AZURE_PORTAL_TIME:
-        try:
-            return datetime.strptime(v.strip(), fmt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        except ValueError:
-            continue
-    return v.strip() if CONTAINER_TS.match(v.strip() + " ") else None
+def _csv_time(v: str, utc: bool) -> str | None:
+    """A CSV export's time as exact ISO: ISO with a zone as given (Splunk's, Datadog's, Kibana's
+    @timestamp), the Azure portal's under a '[UTC]' header; None for a time without a zone."""
+    v = v.strip()
+    if utc:
+        for fmt in AZURE_PORTAL_TIME:
+            try:
+                return datetime.strptime(v, fmt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            except ValueError:
+                continue
+    m = CONTAINER_TS.match(v + " ")
+    return v if m and (m["zone"] or utc) else None
 
 
 def _csv_entries(s: _Stream, res: Converted) -> Iterator[_Entry]:
-    """The rows of an Azure portal CSV export as entries (a quoted message may span lines: a row is
-    named by its first line); if the CSV breaks off, each line from there on."""
+    """The rows of a CSV export of a log as entries (a quoted message may span lines: a row is named
+    by its first line); if the CSV breaks off, each line from there on."""
     lines = s.rest()
     csv.field_size_limit(max(csv.field_size_limit(), MAX_ENTRY_CHARS))  # (a logged prompt can be long)
     reader = csv.reader(text + "\n" for _, text in lines)
     try:
         header = next(reader, [])
-        tcol = next((i for i, c in enumerate(header) if c.startswith("TimeGenerated")), None)
-        mcol = next((i for i, c in enumerate(header) if c in ("LogMessage", "LogEntry")), None)
-        utc = tcol is not None and header[tcol] in ("TimeGenerated", "TimeGenerated [UTC]")
-        if tcol is None or mcol is None:
-            res.broken_at, res.broken = 1, "no TimeGenerated and LogMessage or LogEntry columns"
+        cols = _csv_columns(header)
+        if cols is None:
+            res.broken_at, res.broken = 1, f"no time and message columns among {', '.join(header) or 'none'}"
             return
+        tcol, mcol = cols
+        utc = header[tcol].strip().lower() in ("timegenerated [utc]", "timegenerated")  # (Azure's: UTC)
         before = reader.line_num
         for row in reader:
             at, before = before + 1, reader.line_num
             if not any(row):
                 continue
-            res.untimed_zone = res.untimed_zone or not utc
-            yield _Entry(at, {"LogMessage": row[mcol] if mcol < len(row) else None,
-                              "TimeGenerated": _portal_time(row[tcol]) if tcol < len(row) and utc else None})
+            t = _csv_time(row[tcol], utc) if tcol < len(row) else None
+            res.untimed += t is None
+            yield _Entry(at, {"LogMessage": row[mcol] if mcol < len(row) else None, "TimeGenerated": t})
     except csv.Error as e:
         res.broken_at, res.broken = reader.line_num, str(e)
         yield from (_Entry(no, text=t) for no, t in lines)
@@ -241,7 +263,7 @@ def _csv_entries(s: _Stream, res: Converted) -> Iterator[_Entry]:
 
 def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
     """The entries in order; if the JSON breaks off (noted in ``res``), each line from there on."""
-    if kind == "azure-csv":
+    if kind == "csv":
         yield from _csv_entries(s, res)
         return
     dec = json.JSONDecoder()

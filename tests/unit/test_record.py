@@ -1993,6 +1993,14 @@ def _export(lines: list[str], shape: str) -> str:
             w.writerow([f"{d.month}/{d.day}/{d.year}, {d.hour % 12 or 12}:{d:%M:%S}.123 {'AM' if d.hour < 12 else 'PM'}",
                         *list(r.values())[2:]])
         return out.getvalue()
+    if shape == "splunk-csv":  # (Splunk's export of a search: _time with its zone, the line in _raw)
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(["_time", "host", "source", "sourcetype", "_raw"])
+        for i, ln in enumerate(lines):
+            t = datetime.fromtimestamp(t0 + i, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.123+00:00")
+            w.writerow([t, "gpu-node-1", "/var/log/containers/vllm-0_default_vllm.log", "kube:container:vllm", ln])
+        return out.getvalue()
     if shape == "aws":
         events = [{"logStreamName": "vllm/vllm/0a1b", "timestamp": (t0 + i) * 1000 + 123, "message": ln,
                    "ingestionTime": (t0 + i) * 1000 + 180, "eventId": str(37000000 + i)} for i, ln in enumerate(lines)]
@@ -2009,10 +2017,11 @@ def _export(lines: list[str], shape: str) -> str:
     return json.dumps(entries[::-1] if shape == "gcp-newest-first" else entries, indent=2)
 
 
-@pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws", "azure-cli", "azure-portal-csv"])
+@pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws", "azure-cli", "azure-portal-csv",
+                                   "splunk-csv"])
 def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
-    """GIVEN real vLLM logs as Google Cloud Logging (either order), AWS CloudWatch Logs or Azure
-    Monitor Logs (JSON or the portal's CSV) export them
+    """GIVEN real vLLM logs as Google Cloud Logging (either order), AWS CloudWatch Logs, Azure
+    Monitor Logs (JSON or the portal's CSV) or Splunk (CSV) export them
     WHEN recorded THEN they hold the plain log's facts, requests and quarantined lines, at the
     entries' exact times, and every fact and quarantined line names the line of the export where its
     entry begins. (Read as text, the JSON's own lines went to quarantine and every line lost its time
@@ -2041,7 +2050,7 @@ def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_p
         # each fact and quarantined line at its entry's line, whose text is that line's, at the entry's time
         rows = export.read_text().split("\n")
         rows = rows[:next((i for i, ln in enumerate(rows) if '"searchedLogStreams"' in ln), len(rows))]  # (AWS's)
-        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")] if shape != "azure-portal-csv" \
+        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")] if not shape.endswith("csv") \
             else list(range(2, len(lines) + 2))  # (a row a line after the header: no line of these has a line break)
         order = range(len(lines) - 1, -1, -1) if shape == "gcp-newest-first" else range(len(lines))
         text_at = {o: lines[k] for o, k in zip(opens, order, strict=True)}
@@ -2167,3 +2176,23 @@ def test_fuzz_azure_csv_exports_never_a_traceback(rows: list, cut: float) -> Non
         except ReplayError:
             return
         assert reps[0].kind == "cloud-log" and reps[0].lines == text.count("\n") + (not text.endswith("\n"))
+
+
+def test_csv_log_export_without_a_zone_keeps_the_logged_times(tmp_path: Path) -> None:
+    """GIVEN a CSV export of a log whose time column states no zone (a Grafana logs panel's 'Time' in
+    the browser's local time) WHEN recorded THEN its lines are read with their own logged times, and
+    a note says how many rows had no exact time (a local time taken for UTC would shift the timeline)."""
+    lines = [ln for ln in (DATA / "v017_v1_stats_kv_ramp.log").read_text().split("\n") if "KV cache usage" in ln]
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["Time", "Line", "tsNs"])
+    for i, ln in enumerate(lines):
+        w.writerow([f"2026-03-17 17:38:{10 + i:02d}.000", ln, str(1773761890 + i) + "000000000"])
+    f = tmp_path / "panel.csv"
+    f.write_text(out.getvalue())
+    reps, _ = record([f], tmp_path / "e", RecordOptions(year=2026))
+    record([DATA / "v017_v1_stats_kv_ramp.log"], tmp_path / "p", RecordOptions(year=2026))
+    e, p = read_bundle(tmp_path / "e"), read_bundle(tmp_path / "p")
+    assert reps[0].kind == "cloud-log" and any(f"{len(lines)} rows have no exact time" in n for n in reps[0].notes)
+    assert e.meta.t0_utc == p.meta.t0_utc and e.samples.sort("t_us", "metric")["t_us"].to_list() == \
+        p.samples.sort("t_us", "metric")["t_us"].to_list() != []
