@@ -1032,8 +1032,8 @@ def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
 
 def parse_k8s(path: Path, text: str) -> Parsed:
     """``kubectl get events`` (a list, a single event, or the stream ``-w -o json`` writes; core/v1
-    and events.k8s.io/v1) and ``kubectl get pod`` (lastState: OOMKilled/exit 137 vs a CUDA OOM), JSON
-    or YAML."""
+    and events.k8s.io/v1; or as Google Cloud Logging exports GKE's, each in an entry's jsonPayload)
+    and ``kubectl get pod`` (lastState: OOMKilled/exit 137 vs a CUDA OOM), JSON or YAML."""
     p = Parsed(kind="k8s")
     p.lines = text.count("\n") + 1
     try:
@@ -1047,6 +1047,10 @@ def parse_k8s(path: Path, text: str) -> Parsed:
     for d in docs:  # lists of objects (EventList, PodList, List) stand for their items
         items = d.get("items") if isinstance(d, dict) and isinstance(d.get("items"), list) else None
         objs += items if items is not None else (d if isinstance(d, list) else [d])
+    # Google Cloud Logging's entries stand for the object they carry (GKE keeps a cluster's events
+    # there: the API server forgets them after an hour)
+    objs = [o["jsonPayload"] if isinstance(o, dict) and isinstance(o.get("jsonPayload"), dict)
+            and ("logName" in o or "insertId" in o) else o for o in objs]
     events = [o for o in objs if isinstance(o, dict) and o.get("kind") == "Event"]
     obj: Any = [o for o in objs if not (isinstance(o, dict) and o.get("kind") == "Event")]
     if events:

@@ -676,7 +676,8 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
 _JSON_KEYS = st.sampled_from(["status", "data", "result", "resultType", "metric", "values", "value", "__name__", "gpu",
                               "kind", "items", "containerStatuses", "lastState", "terminated", "reason", "exitCode",
                               "finishedAt", "restartCount", "involvedObject", "regarding", "lastTimestamp", "series",
-                              "count", "metadata", "creationTimestamp", "state", "fields", "schema", "results", "frames", "x"])
+                              "count", "metadata", "creationTimestamp", "state", "fields", "schema", "results", "frames",
+                              "jsonPayload", "logName", "x"])
 _JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6),
                                st.sampled_from(["Event", "OOMKilled", "matrix", "vllm:kv_cache_usage_perc", "time",
                                                 "DCGM_FI_DEV_FB_USED", "2025-01-01T00:00:00Z", 137])),
@@ -687,6 +688,7 @@ _JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.float
 @example({"status": "success", "data": {"resultType": "matrix", "result": []}}, {"data": [None]})  # (data a list)
 @example({"kind": "Event"}, {"involvedObject": [None]})  # (an event's object a list)
 @example({"kind": "Event"}, {"series": None, "metadata": 1})
+@example({"kind": "EventList", "items": [{"kind": "Event"}]}, {"items": [{"logName": 1, "jsonPayload": {"kind": "Event", "count": []}}]})
 @example({"schema": {"fields": [{"name": "Time", "type": "time"}]}}, {"x": [], "results": {"A": {"frames": 5}}})  # (TypeError)
 @given(st.sampled_from([{"status": "success", "data": {"resultType": "matrix", "result": []}}, {"kind": "Event"},
                         {"kind": "Pod", "status": {"containerStatuses": []}}, {"kind": "EventList", "items": [{"kind": "Event"}]},
@@ -1790,6 +1792,28 @@ def test_k8s_events_in_every_shape_kubectl_writes(tmp_path: Path) -> None:
     evs = [e for e in read_bundle(tmp_path / "b-events.yaml").events if e["kind"] == "k8s_event"]
     assert evs[1]["message"].startswith("0/4 nodes") and evs[1]["object"] == "Pod/vllm-1" and evs[1]["count"] == 5
 
+
+
+def test_gke_events_from_cloud_logging(tmp_path: Path) -> None:
+    """GIVEN a GKE cluster's events as Google Cloud Logging exports them (`gcloud logging read
+    'logName:"logs/events"' --format=json`: each Event in an entry's jsonPayload, newest first; the
+    API server itself forgets events after an hour, so a postmortem has only these) WHEN recorded
+    THEN they are the events at their times, as `kubectl get events -o json` gives them (they were
+    quarantined as a Kubernetes object without events)."""
+    a = _event("OOMKilling", "Memory cgroup out of memory: Killed process 4242 (python3)", "2025-05-01T10:05:00Z")
+    b = _event("BackOff", "Back-off restarting failed container vllm", "2025-05-01T10:06:00Z")
+    entries = [{"insertId": f"{i:x}", "jsonPayload": ev, "logName": "projects/p/logs/events",
+                "receiveTimestamp": ev["lastTimestamp"], "resource": {"labels": {"cluster_name": "c"}, "type": "k8s_cluster"},
+                "severity": "WARNING", "timestamp": ev["lastTimestamp"]} for i, ev in enumerate([b, a])]
+    (tmp_path / "gke-events.json").write_text(json.dumps(entries, indent=2))
+    (tmp_path / "events.json").write_text(json.dumps({"kind": "EventList", "items": [a, b]}))
+    got = []
+    for name in ("gke-events.json", "events.json"):
+        reps, _ = record([tmp_path / name], tmp_path / f"b-{name}", RecordOptions())
+        b_ = read_bundle(tmp_path / f"b-{name}")
+        assert reps[0].kind == "k8s-events" and reps[0].quarantined == 0, name
+        got.append(sorted((b_.meta.t0_utc, e["t_us"], e["reason"], e["message"]) for e in b_.events if e["kind"] == "k8s_event"))
+    assert got[0] == got[1] and len(got[0]) == 2
 
 # `kubectl get events` as printed: plain (and `kubectl events`), -A, -o wide, and kubectl before 1.17
 EVENTS_TABLES = {
