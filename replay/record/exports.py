@@ -8,7 +8,7 @@ object whose ``events`` give each line's ``message`` and its time in ms; Azure M
 ContainerLogV2 or ContainerLog table), as ``az monitor log-analytics query`` prints it (a JSON array
 of rows) or as the portal exports it to CSV (``TimeGenerated [UTC]``, ``LogMessage``); and any CSV
 export of a log with a time and a message column (Splunk's ``_time``, ``_raw``; Kibana's
-``@timestamp``, ``message``). Read as a text log, the export's own lines went to quarantine and every
+``@timestamp``, ``message``); Grafana's logs download as JSON (``line``, ``date``). Read as a text log, the export's own lines went to quarantine and every
 line lost its exact time.
 
 This module streams such a document's entries (an entry at a time, never the whole file) into the
@@ -42,11 +42,12 @@ PIECE_BYTES = 1 << 20
 # where each service puts an entry's text: GCP's textPayload, or the message of a structured
 # (jsonPayload) entry; CloudWatch's message; Azure Monitor's LogMessage (ContainerLogV2) or LogEntry
 # (ContainerLog); and its time: GCP's RFC 3339 string, CloudWatch's ms, Azure's TimeGenerated
-TEXT_KEYS = ("textPayload", "message", "log", "LogMessage", "LogEntry")
+TEXT_KEYS = ("textPayload", "message", "log", "LogMessage", "LogEntry", "line")
 PAYLOAD_TEXT_KEYS = ("message", "log", "msg")
-TIME_KEYS = ("timestamp", "TimeGenerated")
+TIME_KEYS = ("timestamp", "TimeGenerated", "date")  # (Grafana's 'timestamp' is ns as a string: its 'date' is read)
 WHAT = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs export",
-        "azure": "an Azure Monitor Logs export", "csv": "a CSV export of a log"}
+        "azure": "an Azure Monitor Logs export", "grafana": "a Grafana logs download (JSON)",
+        "csv": "a CSV export of a log"}
 # a CSV export of a log (the Azure portal's, Kibana's Discover, Splunk's, Datadog's, a Loki logs panel's):
 # its time and message columns, by name, most telling first
 TIME_COLUMNS = ("timegenerated [utc]", "timegenerated", "@timestamp", "timestamp", "_time", "date", "time")
@@ -70,6 +71,8 @@ def export_kind(head: str) -> str | None:
         return "aws"
     if re.match(r"\[\s*\{", s) and '"TimeGenerated"' in head and ('"LogMessage"' in head or '"LogEntry"' in head):
         return "azure"
+    if re.match(r'\[\s*\{\s*"line"\s*:', s) and '"date"' in head:  # (Grafana's logRowsToReadableJson)
+        return "grafana"
     if _csv_columns(s.split("\n", 1)[0]) is not None:
         return "csv"
     return None
@@ -115,7 +118,7 @@ def _record(entry: Any) -> tuple[str, str | None]:
     """The line to write for an entry, and its time: a shipper record where it has text, else the
     entry itself on one line."""
     text = entry_text(entry)
-    t = _iso(next((entry[k] for k in TIME_KEYS if k in entry), None)) if isinstance(entry, dict) else None
+    t = next((iso for k in TIME_KEYS if (iso := _iso(entry.get(k))) is not None), None) if isinstance(entry, dict) else None
     if text is None:
         return json.dumps(entry, ensure_ascii=False), t
     log = json.dumps(text, ensure_ascii=False)  # (a time that passed CONTAINER_TS needs no escaping)

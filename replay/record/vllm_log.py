@@ -71,14 +71,16 @@ RAY_FOLD_MARK = "x across cluster]"  # (a literal every such line holds: the che
 # call site (so distinctive that what stands before it is taken for the shipper's) follows within 80
 # characters, the text up to it. The time is exact where it has a zone, else it gives only the year.
 # Google Cloud Logging's Logs Explorer puts the entry's severity first ('INFO 2025-11-19T20:16:36.0966Z
-# [resource.labels.containerName: vllm] (EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 …').
+# [resource.labels.containerName: vllm] (EngineCore_DP0 pid=270) ERROR 11-19 12:16:36 …'), Grafana's
+# logs download as text its time in ms and a tab ('1763583396096\t2025-11-19T20:16:36.096Z\t…'; older
+# Grafana wrote only its local time, '2025-11-19 20:16:36.096\t…').
 CLOUD_SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY")
 SHIPPER_TIME = r"(?P<sdate>\d{4}-\d\d-\d\d)[T ](?P<stime>\d\d:\d\d:\d\d)(?:[.,](?P<sfrac>\d+))?(?P<szone>Z|[+-]\d\d:?\d\d)?"
 VLLM_HEAD = (r"(?:\(" + PROC_BODY + r"\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
              r"\[?[\w./-]+\.py:\d+\]|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
 SHIPPER_TAG = r"(?:\[[^\]]{1,40}\]|\((?![^)]*pid=)[^)]{1,40}\)|[-|:])"
 TAGS_BEFORE_HEAD = re.compile(r"^(?:" + SHIPPER_TAG + r"\s+)+(?=" + VLLM_HEAD + ")")  # (after a container time)
-SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + ") )?" + SHIPPER_TIME + r"\s+(?:" + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
+SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" + SHIPPER_TIME + r"\s+(?:" + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
 # `stern` (and kubetail) put the pod and container in front of each line ('vllm-0-7d9f8c6b5-x2k4p vllm
 # (APIServer pid=1) INFO …', with --timestamps an ISO time after them): two lowercase DNS names, taken
 # off only where vLLM's own head or a container time follows

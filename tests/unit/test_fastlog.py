@@ -318,6 +318,7 @@ def test_coloured_logs_take_the_fast_lane(tmp_path: Path) -> None:
 
 _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-09T14:01:52.1Z ", "[pod/a/b] ",
            "vllm-0-7d9f8 vllm ", "INFO 2026-06-09T14:01:52.1Z [resource.labels.containerName: vllm] ",  # (stern; GKE)
+           "1781013712100\t2026-06-09T14:01:52.1Z\t",  # (Grafana's logs download)
            "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "', " ",
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,
            "Finished request c-1.", "(APIServer pid=3646) INFO 05-19 10:13:02 [async_llm.py:587] Finished request cmpl-2-0.",

