@@ -36,7 +36,7 @@ from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "grafana-json", "nvidia-smi",
          "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
-         "kernel-log", "cloud-log")
+         "kernel-log", "cloud-log", "gpustat")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -476,6 +476,9 @@ def detect_kind(text: str) -> str | None:
         return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
     if ev.kernel_log_head(head):
         return "kernel-log"
+    if re.search(r"^(?:\x1b\[[0-9;]*m)*\[\d+\](?:\x1b\[[0-9;]*m)* .*\|.*\d+(?:\x1b\[[0-9;]*m)* / (?:\x1b\[[0-9;]*m)*\d+(?:\x1b\[[0-9;]*m)* MB",
+                 head, re.M) or ('"query_time"' in head and '"gpus"' in head and '"memory.used"' in head):
+        return "gpustat"
     if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
         return "nvidia-smi-table"
     if re.search(r"^\s*FB Memory Usage\s*$", head, re.M):
@@ -607,6 +610,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
         elif kind == "nvidia-smi-dmon":
             result = ev.parse_dmon(path, text, opts.tz_offset_s)
+        elif kind == "gpustat":
+            result = ev.parse_gpustat(path, text, opts.tz_offset_s)
         elif kind == "dcgmi-dmon":
             result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
         elif kind == "k8s":
