@@ -26,6 +26,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from replay.errors import ReplayError
+from replay.record.vllm_log import ANSI
 from replay.units import MiB, is_uint, parse_size_bytes
 
 # vLLM metric name (any version) -> (bundle metric, scale)
@@ -930,7 +931,7 @@ _GPUSTAT_HEAD = re.compile(r"^(?P<host>\S+)\s+(?P<t>(?:Mon|Tue|Wed|Thu|Fri|Sat|S
                            r"\d\d:\d\d:\d\d \d{4})(?:\s+\S+)?\s*$")
 _GPUSTAT_GPU = re.compile(r"^\[(?P<idx>\d+)\]\s+(?P<name>[^|]*?)\s*\|[^|]*\|\s*(?P<used>\d+)\s*/\s*(?P<total>\d+)\s*MB\s*"
                           r"(?:\|(?P<procs>.*))?$")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # (gpustat colours its output on a terminal, --color)
+_SPACE = re.compile(r"\s*")
 _GPUSTAT_PROC = re.compile(r"(?:^|\s)(?:[^\s/(]+?:)?[^\s/(]*/(?P<pid>\d+)\((?P<mem>\d+)M\)")  # ('user:cmd/pid(mem)', -cup)
 
 
@@ -941,10 +942,10 @@ def parse_gpustat(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     p = Parsed(kind="gpustat")
     p.lines = text.count("\n") + (not text.endswith("\n"))
     if text.lstrip().startswith("{"):
-        return _gpustat_json(path, text, tz_offset_s, p)
+        return _gpustat_json(text, tz_offset_s, p)
     t: int | None = None
     for i, ln in enumerate(text.splitlines(), start=1):
-        s = _ANSI.sub("", ln).rstrip()
+        s = ANSI.sub("", ln).rstrip()  # (gpustat colours its output on a terminal, --color)
         if not s.strip():
             p.parsed += 1
             continue
@@ -971,7 +972,7 @@ def parse_gpustat(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     return p
 
 
-def _gpustat_json(path: Path, text: str, tz_offset_s: int, p: Parsed) -> Parsed:
+def _gpustat_json(text: str, tz_offset_s: int, p: Parsed) -> Parsed:
     """``gpustat --json`` documents, one after another (``-i``)."""
     dec, pos = json.JSONDecoder(), 0
     while True:
@@ -1011,8 +1012,6 @@ def _gpustat_json(path: Path, text: str, tz_offset_s: int, p: Parsed) -> Parsed:
                 if is_uint(str(pid)) and isinstance(mem, (int, float)) and not isinstance(mem, bool):
                     p.samples.append((t, gi, "nvml", f"process_used_bytes:{pid}", float(mem * MiB)))
 
-
-_SPACE = re.compile(r"\s*")
 
 
 def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: float = 1.0, tz_offset_s: int = 0) -> Parsed:

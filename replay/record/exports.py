@@ -1,15 +1,17 @@
-"""Cloud logging exports: the log lines a JSON document of log entries holds, each with its time.
+"""Log exports: the log lines an export of log entries holds, each with its time and its line.
 
-A vLLM server on GKE or EKS logs to the cloud's logging service, and the copy of its log an on-call
-engineer has is often that service's export: Google Cloud Logging's ``gcloud logging read
---format=json`` (or the Logs Explorer's JSON download), an array of LogEntry objects, newest first
-unless ``--order=asc``; AWS CloudWatch Logs' ``aws logs filter-log-events`` or ``get-log-events``, an
-object whose ``events`` give each line's ``message`` and its time in ms; Azure Monitor Logs (AKS's
-ContainerLogV2 or ContainerLog table), as ``az monitor log-analytics query`` prints it (a JSON array
-of rows) or as the portal exports it to CSV (``TimeGenerated [UTC]``, ``LogMessage``); and any CSV
-export of a log with a time and a message column (Splunk's ``_time``, ``_raw``; Kibana's
-``@timestamp``, ``message``); Grafana's logs download as JSON (``line``, ``date``). Read as a text log, the export's own lines went to quarantine and every
-line lost its exact time.
+A vLLM server on GKE, EKS or AKS logs to the cloud's logging service, and the copy of its log an
+on-call engineer has is often that service's export:
+- Google Cloud Logging's ``gcloud logging read --format=json`` (or the Logs Explorer's JSON
+  download): an array of LogEntry objects, newest first unless ``--order=asc``;
+- AWS CloudWatch Logs' ``aws logs filter-log-events`` or ``get-log-events``: an object whose
+  ``events`` give each line's ``message`` and its time in ms;
+- Azure Monitor Logs (AKS's ContainerLogV2 or ContainerLog table), as ``az monitor log-analytics
+  query`` prints it (a JSON array of rows) or as the portal exports it to CSV (``TimeGenerated
+  [UTC]``, ``LogMessage``);
+- Grafana's logs download as JSON (``line``, ``date``), and any CSV export of a log with a time and a
+  message column (Splunk's ``_time``, ``_raw``; Kibana's ``@timestamp``, ``message``).
+Read as a text log, the export's own lines went to quarantine and every line lost its exact time.
 
 This module streams such a document's entries (an entry at a time, never the whole file) into the
 one-record-a-line form the vLLM log parser reads fast (Docker's ``{"log", "time"}``), an entry a line,
@@ -36,7 +38,7 @@ from typing import Any
 import polars as pl
 
 from replay.record.fastlog import FastFacts, text_pieces
-from replay.record.vllm_log import CONTAINER_TS, LogParse
+from replay.record.vllm_log import ISO_TIME, LogParse
 
 PIECE_BYTES = 1 << 20
 # where each service puts an entry's text: GCP's textPayload, or the message of a structured
@@ -54,13 +56,14 @@ TIME_COLUMNS = ("timegenerated [utc]", "timegenerated", "@timestamp", "timestamp
 MESSAGE_COLUMNS = ("logmessage", "logentry", "message", "_raw", "line", "log", "content")
 # the Azure portal's CSV export writes its UTC times as '2/25/2025, 9:19:25.391 AM'
 AZURE_PORTAL_TIME = ("%m/%d/%Y, %I:%M:%S.%f %p", "%m/%d/%Y, %I:%M:%S %p")
+_ISO = re.compile(ISO_TIME)
 _AWS_EVENTS = re.compile(r'[{,]\s*"events"\s*:\s*\[')
 _SPACE = re.compile(r"[ \t\r\n\ufeff]*")
 _BETWEEN = re.compile(r"[ \t\r\n,]*")  # (between entries)
 
 
 def export_kind(head: str) -> str | None:
-    """'gcp' or 'aws' where ``head`` (the start of a file) opens such an export, else None. A Cloud
+    """The kind of export (a key of WHAT) ``head`` (the start of a file) opens, else None. A Cloud
     Logging export of Kubernetes events (their involvedObject inside) is left to the events reader."""
     s = head.lstrip()
     if (s.startswith("[") and re.match(r"\[\s*\{", s) and ('"textPayload"' in head or '"jsonPayload"' in head)
@@ -93,7 +96,7 @@ def _csv_columns(header: str | list[str]) -> tuple[int, int] | None:
 def _iso(t: Any) -> str | None:
     """An entry's time as ISO UTC: GCP's RFC 3339 string as given, CloudWatch's ms since 1970."""
     if isinstance(t, str):
-        return t if CONTAINER_TS.match(t + " ") else None
+        return t if _ISO.fullmatch(t) else None
     if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 253402300800000:  # (before year 10000)
         return datetime.fromtimestamp(t / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return None
@@ -121,7 +124,7 @@ def _record(entry: Any) -> tuple[str, str | None]:
     t = next((iso for k in TIME_KEYS if (iso := _iso(entry.get(k))) is not None), None) if isinstance(entry, dict) else None
     if text is None:
         return json.dumps(entry, ensure_ascii=False), t
-    log = json.dumps(text, ensure_ascii=False)  # (a time that passed CONTAINER_TS needs no escaping)
+    log = json.dumps(text, ensure_ascii=False)  # (a time that is ISO through and through needs no escaping)
     return ('{"log":' + log + "}" if t is None else '{"log":' + log + ',"time":"' + t + '"}'), t
 
 
@@ -233,7 +236,7 @@ def _csv_time(v: str, utc: bool) -> str | None:
                 return datetime.strptime(v, fmt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             except ValueError:
                 continue
-    m = CONTAINER_TS.match(v + " ")
+    m = _ISO.fullmatch(v)
     return v if m and (m["zone"] or utc) else None
 
 

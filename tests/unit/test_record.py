@@ -2264,3 +2264,18 @@ def test_gpustat_printed_and_json(tmp_path: Path) -> None:
         assert [(g["index"], g["name"], g["total_bytes"]) for g in b.meta.gpus] == [
             (0, "GeForce GTX TITAN 0", 12287 * MiB), (1, "GeForce GTX TITAN 1", 12189 * MiB), (2, "GeForce GTX TITAN 2", 12189 * MiB)]
     assert text.count("├─") + text.count("└─") == 4
+
+
+def test_cloud_export_entry_with_a_broken_time_keeps_its_line(tmp_path: Path) -> None:
+    """An entry whose time is not an ISO time through and through (an ISO time with text after it,
+    quotes included) is read with its line's own logged time: the time is never copied into the
+    record the parser reads (it broke that record, so the entry was quarantined)."""
+    line = [ln for ln in (DATA / "v017_v1_stats_kv_ramp.log").read_text().split("\n") if "KV cache usage" in ln][0]
+    entries = [{"insertId": "1", "logName": "projects/p/logs/stdout", "textPayload": line,
+                "timestamp": '2026-03-17T15:38:10Z "and more'}]
+    f = tmp_path / "odd.json"
+    f.write_text(json.dumps(entries, indent=2))
+    reps, _ = record([f], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    assert reps[0].quarantined == 0 and inspect_bundle(b)["stats_lines"] == 1 and b.meta.t0_utc == "2026-03-17T15:38:10Z"
+    assert any("0 of them at their own exact time" in n for n in reps[0].notes)
