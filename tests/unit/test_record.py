@@ -2000,6 +2000,11 @@ def test_log_shippers_json_records(shape: str, tmp_path: Path) -> None:
     assert s.samples.filter(pl.col("metric") == "kv_usage_ratio")["t_us"].to_list() == [10_000_000 * i for i in range(len(lines))]
 
 
+def _line_count(text: str) -> int:
+    """A file's lines: its line ends, and a last line without one."""
+    return text.count("\n") + (not text.endswith("\n"))
+
+
 def _export(lines: list[str], shape: str) -> str:
     """Real log lines as a cloud logging service exports them: Google Cloud Logging's `gcloud logging
     read --format=json` (LogEntry objects, the line in textPayload, newest first unless --order=asc),
@@ -2079,7 +2084,7 @@ def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_p
             assert got[key] == want[key], (n, key)
         e, b = read_bundle(tmp_path / n / "e"), read_bundle(tmp_path / n / "b")
         text = export.read_text()
-        assert reps[0].kind == "cloud-log" and reps[0].lines == text.count("\n") + (not text.endswith("\n"))
+        assert reps[0].kind == "cloud-log" and reps[0].lines == _line_count(text)
         assert reps[0].parsed + reps[0].quarantined == reps[0].lines
         # each fact and quarantined line at its entry's line, whose text is that line's, at the entry's time
         rows = export.read_text().split("\n")
@@ -2183,7 +2188,7 @@ def test_fuzz_cloud_logging_exports_never_a_traceback(kind: str, entries: list, 
             reps, _ = record([f], Path(td) / "b", RecordOptions(as_kind={"*": "cloud-log"}))
         except ReplayError:
             return
-        assert reps[0].lines == text.count("\n") + (not text.endswith("\n"))
+        assert reps[0].lines == _line_count(text)
 
 
 @settings(max_examples=100, deadline=None)
@@ -2209,7 +2214,7 @@ def test_fuzz_azure_csv_exports_never_a_traceback(rows: list, cut: float) -> Non
             reps, _ = record([f], Path(td) / "b", RecordOptions())
         except ReplayError:
             return
-        assert reps[0].kind == "cloud-log" and reps[0].lines == text.count("\n") + (not text.endswith("\n"))
+        assert reps[0].kind == "cloud-log" and reps[0].lines == _line_count(text)
 
 
 def test_csv_log_export_without_a_zone_keeps_the_logged_times(tmp_path: Path) -> None:
