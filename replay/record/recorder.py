@@ -30,7 +30,7 @@ from replay.record import evidence as ev
 from replay.record import fastlog
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
-from replay.record.vllm_log import LogParse, fact_time_us, physical_lines
+from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
 from replay.units import GiB, is_uint
 from replay.versioning import version_key
 
@@ -476,9 +476,9 @@ def detect_kind(text: str) -> str | None:
         return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
     if ev.kernel_log_head(head):
         return "kernel-log"
-    if re.search(r"^(?:\x1b\[[0-9;]*m)*\[\d+\](?:\x1b\[[0-9;]*m)* .*\|.*\d+(?:\x1b\[[0-9;]*m)* / (?:\x1b\[[0-9;]*m)*\d+(?:\x1b\[[0-9;]*m)* MB",
-                 head, re.M) or ('"query_time"' in head and '"gpus"' in head and '"memory.used"' in head):
-        return "gpustat"
+    if re.search(r"^\[\d+\] .*\|.*\d+ / \d+ MB", ANSI.sub("", head), re.M) or (
+            '"query_time"' in head and '"gpus"' in head and '"memory.used"' in head):
+        return "gpustat"  # (printed, its colours taken off, or --json)
     if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
         return "nvidia-smi-table"
     if re.search(r"^\s*FB Memory Usage\s*$", head, re.M):

@@ -80,7 +80,8 @@ VLLM_HEAD = (r"(?:\(" + PROC_BODY + r"\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRIT
              r"\[?[\w./-]+\.py:\d+\]|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
 SHIPPER_TAG = r"(?:\[[^\]]{1,40}\]|\((?![^)]*pid=)[^)]{1,40}\)|[-|:])"
 TAGS_BEFORE_HEAD = re.compile(r"^(?:" + SHIPPER_TAG + r"\s+)+(?=" + VLLM_HEAD + ")")  # (after a container time)
-SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" + SHIPPER_TIME + r"\s+(?:" + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
+SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" + SHIPPER_TIME + r"\s+(?:"
+                     + SHIPPER_TAG + r"\s+)*(?:(?!" + VLLM_HEAD + r").{0,80}?\s(?=" + VLLM_HEAD + "))?")
 # `stern` (and kubetail) put the pod and container in front of each line ('vllm-0-7d9f8c6b5-x2k4p vllm
 # (APIServer pid=1) INFO …', with --timestamps an ISO time after them): two lowercase DNS names, taken
 # off only where vLLM's own head or a container time follows
@@ -298,9 +299,9 @@ def _otel(raw: str) -> tuple[str, str] | None:
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
     """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
     records, stern's pod and container, Slurm's task label, docker compose's service column, kubectl's
-    prefix, container and syslog times, CRI stream flags, journald's host and process, a shipper's time and tags) and colour
-    codes, with the shipper's ISO time where it gave one with a zone, and the year of a shipper's time
-    that has none."""
+    prefix, container and syslog times, CRI stream flags, journald's host and process, a shipper's
+    time and tags) and colour codes, with the shipper's ISO time where it gave one with a zone, and the
+    year of a shipper's time that has none."""
     iso = None
     if raw.startswith("{"):  # (vLLM's own JSON records name none of the shippers' keys: read below)
         doc = _shipped(raw)
@@ -311,7 +312,7 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
         if rec is not None:
             raw, iso = rec
     s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
-    m = STERN.match(s) if s[:1].isalnum() and s[:1].islower() or s[:1].isdigit() else None
+    m = STERN.match(s) if s[:1].islower() or s[:1].isdigit() else None
     if m:
         s = s[m.end():]
     m = SLURM.match(s)

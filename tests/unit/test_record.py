@@ -2242,7 +2242,8 @@ def test_gpustat_printed_and_json(tmp_path: Path) -> None:
     headers, and the same figures as `gpustat --json -i` writes them (a document per query, its time
     local and naive) WHEN recorded with --tz THEN each GPU's used and total memory (MiB) and each
     process's memory (where its pid shows) are NVML samples at the header's time, the GPUs are named
-    with their totals, and the -f tree lines count as read (the file was of no known kind)."""
+    with their totals, and the -f tree lines count as read (the file was of no known kind); coloured
+    (--color) alike."""
     MiB = 2**20
     text = (DATA / "gpustat_cup_and_default.txt").read_text()
     docs = [{"hostname": "gpu-node-1", "driver_version": "415.27.mock", "query_time": f"2025-11-05T20:16:3{6 + k}.000000",
@@ -2255,7 +2256,11 @@ def test_gpustat_printed_and_json(tmp_path: Path) -> None:
                                                                 (9000, 12189, [(192453, 3000), (194826, 6000)]),
                                                                 (0, 12189, [])])]} for k in range(2)]
     (tmp_path / "gpustat.json").write_text("".join(json.dumps(d, indent=4) + "\n" for d in docs))
-    for name, src in (("printed", DATA / "gpustat_cup_and_default.txt"), ("json", tmp_path / "gpustat.json")):
+    # (--color, as gpustat colours index, name and memory on a terminal)
+    (tmp_path / "color.txt").write_text(re.sub(r"(\[\d+\])|(\d+)( / )(\d+)( MB)", lambda m: f"\x1b[1m{m[1]}\x1b[0m" if m[1]
+                                                else f"\x1b[33m{m[2]}\x1b[0m{m[3]}\x1b[33m{m[4]}\x1b[0m{m[5]}", text))
+    for name, src in (("printed", DATA / "gpustat_cup_and_default.txt"), ("json", tmp_path / "gpustat.json"),
+                      ("color", tmp_path / "color.txt")):
         reps, _ = record([src], tmp_path / name, RecordOptions(tz_offset_s=-5 * 3600))
         b = read_bundle(tmp_path / name)
         assert reps[0].kind == "gpustat" and reps[0].quarantined == 0 and reps[0].parsed == reps[0].lines, name
