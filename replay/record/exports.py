@@ -10,7 +10,8 @@ on-call engineer has is often that service's export:
   query`` prints it (a JSON array of rows) or as the portal exports it to CSV (``TimeGenerated
   [UTC]``, ``LogMessage``);
 - Grafana's logs download as JSON (``line``, ``date``), and any CSV export of a log with a time and a
-  message column (Splunk's ``_time``, ``_raw``; Kibana's ``@timestamp``, ``message``).
+  message column (Splunk's ``_time``, ``_raw``; Kibana's ``@timestamp``, ``message``);
+- ``journalctl -o json-pretty`` (objects over many lines: ``MESSAGE``, ``__REALTIME_TIMESTAMP``).
 Read as a text log, the export's own lines went to quarantine and every line lost its exact time.
 
 This module streams such a document's entries (an entry at a time, never the whole file) into the
@@ -31,24 +32,25 @@ import re
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from replay.record.fastlog import FastFacts, text_pieces
-from replay.record.vllm_log import ISO_TIME, LogParse
+from replay.record.vllm_log import EPOCH, ISO_TIME, REALTIME_US, LogParse
 
 PIECE_BYTES = 1 << 20
 # where each service puts an entry's text: GCP's textPayload, or the message of a structured
 # (jsonPayload) entry; CloudWatch's message; Azure Monitor's LogMessage (ContainerLogV2) or LogEntry
 # (ContainerLog); and its time: GCP's RFC 3339 string, CloudWatch's ms, Azure's TimeGenerated
-TEXT_KEYS = ("textPayload", "message", "log", "LogMessage", "LogEntry", "line")
+TEXT_KEYS = ("textPayload", "message", "log", "LogMessage", "LogEntry", "line", "MESSAGE")
 PAYLOAD_TEXT_KEYS = ("message", "log", "msg")
 TIME_KEYS = ("timestamp", "TimeGenerated", "date")  # (Grafana's 'timestamp' is ns as a string: its 'date' is read)
 WHAT = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs export",
         "azure": "an Azure Monitor Logs export", "grafana": "a Grafana logs download (JSON)",
+        "journald": "journalctl -o json-pretty output",
         "csv": "a CSV export of a log"}
 # a CSV export of a log (the Azure portal's, Kibana's Discover, Splunk's, Datadog's, a Loki logs panel's):
 # its time and message columns, by name, most telling first
@@ -76,6 +78,9 @@ def export_kind(head: str) -> str | None:
         return "azure"
     if re.match(r'\[\s*\{\s*"line"\s*:', s) and '"date"' in head:  # (Grafana's logRowsToReadableJson)
         return "grafana"
+    if re.match(r"\{\s*\n", s) and '"MESSAGE"' in head and '"__REALTIME_TIMESTAMP"' in head:
+        return "journald"  # (json-pretty: an object over many lines, one after another; `-o json`'s
+        # object a line is read as a log of shipper records)
     if _csv_columns(s.split("\n", 1)[0]) is not None:
         return "csv"
     return None
@@ -121,7 +126,12 @@ def _record(entry: Any) -> tuple[str, str | None]:
     """The line to write for an entry, and its time: a shipper record where it has text, else the
     entry itself on one line."""
     text = entry_text(entry)
-    t = next((iso for k in TIME_KEYS if (iso := _iso(entry.get(k))) is not None), None) if isinstance(entry, dict) else None
+    t = None
+    if isinstance(entry, dict):
+        us = entry.get("__REALTIME_TIMESTAMP")  # (journald's: µs since 1970, as a string of digits)
+        t = (EPOCH + timedelta(microseconds=int(us))).strftime("%Y-%m-%dT%H:%M:%S.%fZ") \
+            if isinstance(us, str) and REALTIME_US.match(us) and int(us) < 253402300800 * 10**6 \
+            else next((iso for k in TIME_KEYS if (iso := _iso(entry.get(k))) is not None), None)
     if text is None:
         return json.dumps(entry, ensure_ascii=False), t
     log = json.dumps(text, ensure_ascii=False)  # (a time that is ISO through and through needs no escaping)
@@ -273,7 +283,10 @@ def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
         yield from _csv_entries(s, res)
         return
     dec = json.JSONDecoder()
-    if kind == "aws":  # the events array inside the top-level object
+    stream = kind == "journald"  # (objects one after another, no array around them)
+    if stream:
+        pass
+    elif kind == "aws":  # the events array inside the top-level object
         while not _AWS_EVENTS.search(s.buf, s.pos) and s.more():
             pass
         m = _AWS_EVENTS.search(s.buf, s.pos)
@@ -289,10 +302,11 @@ def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
         return
     while True:
         c = s.skip(_BETWEEN)
-        if c == "]":
+        if c == "]" and not stream:
             return
         if c is None:
-            res.broken_at, res.broken = s.line, "the array is not closed"
+            if not stream:
+                res.broken_at, res.broken = s.line, "the array is not closed"
             return
         try:
             entry, end = dec.raw_decode(s.buf, s.pos)

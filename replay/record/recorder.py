@@ -36,7 +36,7 @@ from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "grafana-json", "nvidia-smi",
          "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
-         "kernel-log", "cloud-log", "gpustat")
+         "kernel-log", "log-export", "gpustat")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -457,7 +457,7 @@ def detect_kind(text: str) -> str | None:
     if s.startswith("{") and '"resultType"' in head:
         return "prometheus-query-range"
     if export_kind(head):
-        return "cloud-log"  # (a vLLM log as a cloud logging service exports it)
+        return "log-export"  # (a vLLM log as a logging service or tool exports it)
     if s.startswith(("{", "[")) and re.search(r'"fields"\s*:', head) and re.search(r'"type"\s*:\s*"time"', head):
         return "grafana-json"  # (a panel's data frames)
     if re.match(r'\{[^\n]*\b__name__\s*=\s*"', s):
@@ -566,10 +566,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             parsed_items.append((path, "empty", None, rep))
             continue
         result: Any
-        if kind in ("vllm-log", "cloud-log"):
+        if kind in ("vllm-log", "log-export"):
             hasher = hashlib.sha256() if hash_later else None
             spill, log_path, progress, conv = spill_root / str(len(parsed_items)), path, opts.progress, None
-            if kind == "cloud-log":  # its entries as log lines, then its facts at the export's lines
+            if kind == "log-export":  # its entries as log lines, then its facts at the export's lines
                 which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
                 spill.mkdir(parents=True, exist_ok=True)
                 log_path, progress = spill / "export.log", None

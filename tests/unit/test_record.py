@@ -2028,6 +2028,10 @@ def _export(lines: list[str], shape: str) -> str:
             w.writerow([f"{d.month}/{d.day}/{d.year}, {d.hour % 12 or 12}:{d:%M:%S}.123 {'AM' if d.hour < 12 else 'PM'}",
                         *list(r.values())[2:]])
         return out.getvalue()
+    if shape == "journald-pretty":  # (journalctl -o json-pretty: objects over many lines, one after another)
+        return "".join(json.dumps({"__CURSOR": f"s=1;i={i}", "__REALTIME_TIMESTAMP": str((t0 + i) * 10**6 + 123000),
+                                   "_HOSTNAME": "gpu-node-1", "SYSLOG_IDENTIFIER": "vllm", "MESSAGE": ln, "_PID": "11574"},
+                                  indent=8, separators=(",", " : ")) + "\n" for i, ln in enumerate(lines))
     if shape == "grafana-json":  # (Grafana's logs download as JSON: the line, its time in ns and as ISO)
         return json.dumps([{"line": ln, "timestamp": str(((t0 + i) * 1000 + 123) * 10**6),
                             "date": datetime.fromtimestamp(t0 + i, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.123Z"),
@@ -2057,10 +2061,11 @@ def _export(lines: list[str], shape: str) -> str:
 
 
 @pytest.mark.parametrize("shape", ["gcp-newest-first", "gcp-oldest-first", "aws", "azure-cli", "azure-portal-csv",
-                                   "splunk-csv", "grafana-json"])
+                                   "splunk-csv", "grafana-json", "journald-pretty"])
 def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_path: Path) -> None:
     """GIVEN real vLLM logs as Google Cloud Logging (either order), AWS CloudWatch Logs, Azure
-    Monitor Logs (JSON or the portal's CSV), Splunk (CSV) or Grafana (JSON) export them
+    Monitor Logs (JSON or the portal's CSV), Splunk (CSV), Grafana (JSON) or `journalctl -o
+    json-pretty` export them
     WHEN recorded THEN they hold the plain log's facts, requests and quarantined lines, at the
     entries' exact times, and every fact and quarantined line names the line of the export where its
     entry begins. (Read as text, the JSON's own lines went to quarantine and every line lost its time
@@ -2084,12 +2089,13 @@ def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_p
             assert got[key] == want[key], (n, key)
         e, b = read_bundle(tmp_path / n / "e"), read_bundle(tmp_path / n / "b")
         text = export.read_text()
-        assert reps[0].kind == "cloud-log" and reps[0].lines == _line_count(text)
+        assert reps[0].kind == "log-export" and reps[0].lines == _line_count(text)
         assert reps[0].parsed + reps[0].quarantined == reps[0].lines
         # each fact and quarantined line at its entry's line, whose text is that line's, at the entry's time
         rows = export.read_text().split("\n")
         rows = rows[:next((i for i, ln in enumerate(rows) if '"searchedLogStreams"' in ln), len(rows))]  # (AWS's)
-        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")] if not shape.endswith("csv") \
+        opens = [i for i, ln in enumerate(rows, start=1) if ln in ("  {", "        {")
+                 or shape == "journald-pretty" and ln == "{"] if not shape.endswith("csv") \
             else list(range(2, len(lines) + 2))  # (a row a line after the header: no line of these has a line break)
         order = range(len(lines) - 1, -1, -1) if shape == "gcp-newest-first" else range(len(lines))
         text_at = {o: lines[k] for o, k in zip(opens, order, strict=True)}
@@ -2151,41 +2157,46 @@ def test_cloud_logging_export_of_kubernetes_events_is_not_a_log() -> None:
     from replay.record.recorder import detect_kind
     events = json.dumps([{"insertId": "1", "logName": "projects/p/logs/events", "jsonPayload": {
         "involvedObject": {"kind": "Pod", "name": "vllm-0"}, "reason": "OOMKilling", "kind": "Event"}}], indent=2)
-    assert detect_kind(events) != "cloud-log"
-    assert detect_kind(json.dumps([{"a": 1, "textPayload": "x"}])) != "cloud-log"  # (no LogEntry keys)
-    assert detect_kind(_export(["INFO 05-19 10:00:00 [x.py:1] hello"], "gcp-oldest-first")) == "cloud-log"
-    assert detect_kind(_export(["INFO 05-19 10:00:00 [x.py:1] hello"], "aws")) == "cloud-log"
+    assert detect_kind(events) != "log-export"
+    assert detect_kind(json.dumps([{"a": 1, "textPayload": "x"}])) != "log-export"  # (no LogEntry keys)
+    assert detect_kind(_export(["INFO 05-19 10:00:00 [x.py:1] hello"], "gcp-oldest-first")) == "log-export"
+    assert detect_kind(_export(["INFO 05-19 10:00:00 [x.py:1] hello"], "aws")) == "log-export"
 
 
 _ENTRY_KEYS = st.sampled_from(["textPayload", "jsonPayload", "message", "log", "msg", "timestamp", "insertId", "logName",
-                               "severity", "ingestionTime", "eventId", "logStreamName", "x"])
+                               "severity", "ingestionTime", "eventId", "logStreamName", "MESSAGE", "__REALTIME_TIMESTAMP",
+                               "x"])
 _ENTRY_VALUES = st.one_of(_JSON, st.sampled_from([
     "INFO 05-19 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: "
     "1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: 0.0%",
-    "2025-05-19T10:00:00.123456789Z", "2025-13-99T99:00:00Z", 1747648800123, -1, 10**30, "\ud800", "line\nbreak"]))
+    "2025-05-19T10:00:00.123456789Z", "2025-13-99T99:00:00Z", 1747648800123, -1, 10**30, "\ud800", "line\nbreak",
+    "1747648800123456", "9" * 20]))
 
 
 @settings(max_examples=150, deadline=None)
 @example("aws", [{"timestamp": 10**30, "message": "x"}], 1.0, 2)  # (a time past year 9999)
 @example("gcp", [{"textPayload": "\ud800", "insertId": "1"}], 1.0, 2)  # (a lone surrogate)
 @example("gcp", [{"insertId": "1", "textPayload": "x"}], 0.5, 0)  # (cut inside the entry)
-@given(st.sampled_from(["gcp", "aws"]), st.lists(st.one_of(st.dictionaries(_ENTRY_KEYS, _ENTRY_VALUES, max_size=5), _JSON),
+@example("journald", [{"MESSAGE": "x", "__REALTIME_TIMESTAMP": "9" * 20}], 1.0, 8)  # (a time past year 9999)
+@given(st.sampled_from(["gcp", "aws", "journald"]), st.lists(st.one_of(st.dictionaries(_ENTRY_KEYS, _ENTRY_VALUES, max_size=5), _JSON),
                                                  max_size=6),
        st.floats(0, 1), st.sampled_from([None, 0, 2, 4]))
 def test_fuzz_cloud_logging_exports_never_a_traceback(kind: str, entries: list, cut: float, indent: int | None) -> None:
-    """Cloud logging exports whose entries hold anything (no text, a number for a time, a list for an
+    """Log exports (Cloud Logging, CloudWatch, journalctl's json-pretty) whose entries hold anything (no text, a number for a time, a list for an
     entry, a lone surrogate), compact or indented, and cut short anywhere: recorded, every line of the
     export counted, or refused with a clear error, never a traceback."""
     with tempfile.TemporaryDirectory() as td:
-        marks = [{"insertId": "0", "logName": "projects/p/logs/stdout", "textPayload": "x", "timestamp": "2025-05-19T10:00:00Z"}
-                 ] if kind == "gcp" else [{"eventId": "0", "ingestionTime": 1, "message": "x", "timestamp": 1747648800000}]
+        marks = {"gcp": [{"insertId": "0", "logName": "projects/p/logs/stdout", "textPayload": "x", "timestamp": "2025-05-19T10:00:00Z"}],
+                 "aws": [{"eventId": "0", "ingestionTime": 1, "message": "x", "timestamp": 1747648800000}],
+                 "journald": [{"__REALTIME_TIMESTAMP": "1747648800000000", "MESSAGE": "x"}]}[kind]
         doc: object = marks + entries if kind == "gcp" else {"events": marks + entries, "searchedLogStreams": []}
-        text = json.dumps(doc, indent=indent)
+        text = json.dumps(doc, indent=indent) if kind != "journald" else \
+            "".join(json.dumps(e, indent=indent) + "\n" for e in marks + entries)  # (objects one after another)
         text = text[:max(len(json.dumps(marks, indent=indent)) // 2, int(len(text) * cut))]
         f = Path(td) / "export.json"
         f.write_text(text, encoding="utf-8", errors="surrogatepass")
         try:
-            reps, _ = record([f], Path(td) / "b", RecordOptions(as_kind={"*": "cloud-log"}))
+            reps, _ = record([f], Path(td) / "b", RecordOptions(as_kind={"*": "log-export"}))
         except ReplayError:
             return
         assert reps[0].lines == _line_count(text)
@@ -2214,7 +2225,7 @@ def test_fuzz_azure_csv_exports_never_a_traceback(rows: list, cut: float) -> Non
             reps, _ = record([f], Path(td) / "b", RecordOptions())
         except ReplayError:
             return
-        assert reps[0].kind == "cloud-log" and reps[0].lines == _line_count(text)
+        assert reps[0].kind == "log-export" and reps[0].lines == _line_count(text)
 
 
 def test_csv_log_export_without_a_zone_keeps_the_logged_times(tmp_path: Path) -> None:
@@ -2232,7 +2243,7 @@ def test_csv_log_export_without_a_zone_keeps_the_logged_times(tmp_path: Path) ->
     reps, _ = record([f], tmp_path / "e", RecordOptions(year=2026))
     record([DATA / "v017_v1_stats_kv_ramp.log"], tmp_path / "p", RecordOptions(year=2026))
     e, p = read_bundle(tmp_path / "e"), read_bundle(tmp_path / "p")
-    assert reps[0].kind == "cloud-log" and any(f"{len(lines)} rows have no exact time" in n for n in reps[0].notes)
+    assert reps[0].kind == "log-export" and any(f"{len(lines)} rows have no exact time" in n for n in reps[0].notes)
     assert e.meta.t0_utc == p.meta.t0_utc and e.samples.sort("t_us", "metric")["t_us"].to_list() == \
         p.samples.sort("t_us", "metric")["t_us"].to_list() != []
 
