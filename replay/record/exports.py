@@ -32,14 +32,14 @@ import re
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from replay.record.fastlog import FastFacts, text_pieces
-from replay.record.vllm_log import EPOCH, ISO_TIME, REALTIME_US, LogParse
+from replay.record.vllm_log import ISO_TIME, LogParse, realtime_iso
 
 PIECE_BYTES = 1 << 20
 # where each service puts an entry's text: GCP's textPayload, or the message of a structured
@@ -127,11 +127,9 @@ def _record(entry: Any) -> tuple[str, str | None]:
     entry itself on one line."""
     text = entry_text(entry)
     t = None
-    if isinstance(entry, dict):
-        us = entry.get("__REALTIME_TIMESTAMP")  # (journald's: µs since 1970, as a string of digits)
-        t = (EPOCH + timedelta(microseconds=int(us))).strftime("%Y-%m-%dT%H:%M:%S.%fZ") \
-            if isinstance(us, str) and REALTIME_US.match(us) and int(us) < 253402300800 * 10**6 \
-            else next((iso for k in TIME_KEYS if (iso := _iso(entry.get(k))) is not None), None)
+    if isinstance(entry, dict):  # (journald's time first, then the services')
+        t = realtime_iso(entry.get("__REALTIME_TIMESTAMP")) or next(
+            (iso for k in TIME_KEYS if (iso := _iso(entry.get(k))) is not None), None)
     if text is None:
         return json.dumps(entry, ensure_ascii=False), t
     log = json.dumps(text, ensure_ascii=False)  # (a time that is ISO through and through needs no escaping)

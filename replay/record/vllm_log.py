@@ -49,6 +49,15 @@ SHIPPED_TEXT = ("log", "line", "message", "MESSAGE", "textPayload")
 SHIPPED_TIME = ("time", "timestamp", "@timestamp")
 REALTIME_US = re.compile(r"^[0-9]{1,17}$")  # journald's time: µs since 1970, as a string of digits
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def realtime_iso(us: Any) -> str | None:
+    """journald's __REALTIME_TIMESTAMP (µs since 1970, a string of at most 17 digits: before the
+    year 5140) as an ISO UTC time; None for anything else."""
+    if not isinstance(us, str) or not REALTIME_US.match(us):
+        return None
+    return (EPOCH + timedelta(microseconds=int(us))).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
 # vLLM's own JSON logging (OTelJSONFormatter: timestamp, severity_text, body, logger, exception)
 OTEL_JSON = re.compile(r'^\{\s*"timestamp"\s*:')
 OTEL_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO": "INFO", "ERROR": "ERROR"}
@@ -272,9 +281,8 @@ def _shipped(raw: str) -> tuple[str, str | None] | None:
     if text is None:
         return None
     t = next((obj[k] for k in SHIPPED_TIME if isinstance(obj.get(k), str)), None)
-    us = obj.get("__REALTIME_TIMESTAMP")
-    if t is None and isinstance(us, str) and REALTIME_US.match(us):
-        t = (EPOCH + timedelta(microseconds=int(us))).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if t is None:
+        t = realtime_iso(obj.get("__REALTIME_TIMESTAMP"))
     return text.rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
 
 
