@@ -282,9 +282,7 @@ def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
         return
     dec = json.JSONDecoder()
     stream = kind == "journald"  # (objects one after another, no array around them)
-    if stream:
-        pass
-    elif kind == "aws":  # the events array inside the top-level object
+    if kind == "aws":  # the events array inside the top-level object
         while not _AWS_EVENTS.search(s.buf, s.pos) and s.more():
             pass
         m = _AWS_EVENTS.search(s.buf, s.pos)
@@ -292,9 +290,9 @@ def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
             res.broken_at, res.broken = s.line, "no 'events' array"
             return
         s.advance(m.end())
-    elif s.skip(_SPACE) == "[":
+    elif not stream and s.skip(_SPACE) == "[":
         s.advance(s.pos + 1)
-    else:
+    elif not stream:
         res.broken_at, res.broken = s.line, "not a JSON array"
         yield from (_Entry(no, text=t) for no, t in s.rest())
         return
