@@ -53,7 +53,7 @@ def _window(text: str | None) -> tuple[int, int] | None:
 
 @app.command("import")
 def import_cmd(
-    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench.")],
+    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench, servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0).")],
     src: Annotated[Path, typer.Argument(help="The public trace file (.csv, .jsonl, optionally .gz).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write (replay-trace/1 JSONL).")] = Path("trace.jsonl"),
 ) -> None:

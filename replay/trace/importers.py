@@ -36,6 +36,8 @@ FORMATS: dict[str, str] = {
     "vidur": "Vidur processed-trace CSV (arrived_at s, num_prefill_tokens, num_decode_tokens)",
     "splitwise": "splitwise-sim CSV (request_id, arrival_timestamp s, prompt_size, token_size, ...)",
     "vllm-bench": "vLLM benchmark custom dataset JSONL (prompt, output_tokens[, timestamp])",
+    "servegen-offline": "Alibaba ServeGen offline batch-job JSONL (request_id, type, input_length, then output_length and "
+                        "duration ms, or hash_ids and img_ids); a batch is submitted at once, so every request arrives at 0",
 }
 
 
@@ -630,10 +632,41 @@ def import_vllm_bench(path: Path, label: Path) -> _Plan:
                  {"block_size": None}, 1)
 
 
+def import_servegen_offline(path: Path, label: Path) -> _Plan:
+    """A batch job of Alibaba Model Studio (ServeGen's ``data/offline``): the whole input file is
+    submitted at once, so there is no arrival time and every request arrives at 0, in the file's
+    order. Stat traces give the output length and the job's latency (``duration``, ms); content-hash
+    traces give the prompt's 16-token block hashes and the images' ids instead, and no output length."""
+    lf, cols = _scan_jsonl(path, label)
+    _require(cols, ["input_length"], label, "servegen-offline")
+    schema = lf.collect_schema()
+    has_out = "output_length" in cols
+    fields = _common_fields(
+        src_ts=pl.lit(None, dtype=pl.Utf8),
+        output_tokens=_jint("output_length", schema) if has_out else pl.lit(None, dtype=pl.Int64),
+        **({} if has_out else {"output_kind": pl.lit("unknown")}),
+    )
+    if "request_id" in cols:
+        fields["id"] = _jcast("request_id", schema, pl.Utf8)
+    if "duration" in cols:  # end-to-end time of the request in the batch, ms
+        fields["src_latency_us"] = (_jcast("duration", schema, pl.Float64) * 1000).round(0).cast(pl.Int64)
+    if "hash_ids" in cols:
+        fields["prefix_blocks"] = pl.col("hash_ids")
+    if "img_ids" in cols and schema["img_ids"] == pl.List(pl.Utf8):  # the ids stay in extra, for image reuse
+        n_img = pl.col("img_ids").list.len()
+        fields["mm"] = pl.when(n_img > 0).then(pl.concat_list([pl.struct(type=pl.lit("image"), count=n_img)]))
+    mapped = {"request_id", "input_length", "output_length", "duration", "hash_ids"}
+    return _Plan(lf, pl.lit(0, dtype=pl.Int64), {"input_tokens": _jint("input_length", schema)}, fields,
+                 [c for c in cols if c not in mapped],
+                 {"src_unit": None, "src_origin": "none (batch job: every request submitted at once)", "tz_assumed": None,
+                  "clock": "unknown", "quantum_ms": None},
+                 {"block_size": 16 if "hash_ids" in cols else None, **({"hash_scope": "global"} if "hash_ids" in cols else {})}, 1)
+
+
 _IMPORTERS: dict[str, Callable[[Path, Path], _Plan]] = {
     "azure": import_azure, "burstgpt": import_burstgpt, "mooncake": import_mooncake,
     "bailian": import_bailian, "vidur": import_vidur, "splitwise": import_splitwise,
-    "vllm-bench": import_vllm_bench,
+    "vllm-bench": import_vllm_bench, "servegen-offline": import_servegen_offline,
 }
 
 

@@ -165,6 +165,46 @@ def test_bailian_jsonl(tmp_path: Path) -> None:
     assert r[1]["prefix_blocks"] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("name", ["servegen_offline_trace_f_head25.jsonl", "servegen_offline_trace_c_head6.jsonl"])
+def test_servegen_offline_batch_jobs(name: str, tmp_path: Path) -> None:
+    # GIVEN the first rows of real ServeGen offline traces (a stat trace and a content-hash trace)
+    src = Path(__file__).parents[1] / "data" / name
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    out = tmp_path / "t.jsonl"
+    res = import_trace("servegen-offline", src, out)
+    reqs = list(iter_requests(out))
+    h = read_header(out)
+    # THEN every request arrives at 0 (a batch is submitted at once), in the file's order, with its id
+    assert (res.rows_read, res.rows_emitted, res.quarantined) == (len(rows), len(rows), 0)
+    assert [r["t_us"] for r in reqs] == [0] * len(rows)
+    assert [r["id"] for r in reqs] == [str(x["request_id"]) for x in rows]
+    assert [r["input_tokens"] for r in reqs] == [x["input_length"] for x in rows]
+    assert [r["extra"]["type"] for r in reqs] == [x["type"] for x in rows]
+    assert h.time["src_origin"].startswith("none")
+    if "output_length" in rows[0]:  # a stat trace: output and the latency the batch saw
+        assert [r["output_tokens"] for r in reqs] == [x["output_length"] for x in rows]
+        assert [r["src_latency_us"] for r in reqs] == [x["duration"] * 1000 for x in rows]
+        assert h.prefix["block_size"] is None
+    else:  # a content-hash trace: 16-token block hashes and images, no output length
+        assert all(r["output_tokens"] is None and r["output_kind"] == "unknown" for r in reqs)
+        assert [r["prefix_blocks"] for r in reqs] == [x["hash_ids"] for x in rows]
+        assert [sum(m["count"] for m in r["mm"]) for r in reqs] == [len(x["img_ids"]) for x in rows]
+        assert [r["extra"]["img_ids"] for r in reqs] == [x["img_ids"] for x in rows]
+        assert h.prefix["block_size"] == 16
+        # the blocks cover the prompt: ceil(input_length / 16) of them
+        assert all(len(r["prefix_blocks"]) == -(-r["input_tokens"] // 16) for r in reqs)
+
+
+def test_servegen_offline_bad_rows_quarantined(tmp_path: Path) -> None:
+    src = tmp_path / "o.jsonl"
+    src.write_text('{"request_id": 0, "type": "text", "input_length": 61, "output_length": 2370, "duration": 14000}\n'
+                   '{"request_id": 1, "type": "text", "input_length": "n/a", "output_length": 5, "duration": 1}\n')
+    res = import_trace("servegen-offline", src, tmp_path / "t.jsonl")
+    assert (res.rows_emitted, res.quarantined) == (1, 1)
+    q = [json.loads(x) for x in (tmp_path / "t.jsonl.quarantine.jsonl").read_text().splitlines()]
+    assert q[0]["line"] == 2 and "input_tokens" in q[0]["reason"]
+
+
 def test_vllm_bench_keeps_prompt(tmp_path: Path) -> None:
     src = tmp_path / "d.jsonl"
     src.write_text('{"prompt": "hello there", "output_tokens": 12}\n{"prompt": "a b c", "output_tokens": 3}\n')
@@ -399,13 +439,14 @@ def test_jsonl_fields_that_are_objects_or_lists(tmp_path: Path) -> None:
 
 _JSONL_KEYS = {"mooncake": ["timestamp", "input_length", "output_length", "hash_ids"],
                "bailian": ["timestamp", "input_length", "output_length", "hash_ids", "chat_id", "parent_chat_id"],
-               "vllm-bench": ["prompt", "output_tokens", "timestamp"]}
+               "vllm-bench": ["prompt", "output_tokens", "timestamp"],
+               "servegen-offline": ["request_id", "input_length", "output_length", "duration", "hash_ids", "img_ids"]}
 _JSON_VALUE = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=4)),
                            lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=3), c, max_size=2)),
                            max_leaves=6)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=160, deadline=None)
 @example("bailian", [{"chat_id": 0, "parent_chat_id": 1, "output_length": {"": None}, "timestamp": 19419,
                       "input_length": {"": None}, "hash_ids": 0}])  # (a Rust panic: polars cast the object's fields)
 @given(st.sampled_from(list(_JSONL_KEYS)),
