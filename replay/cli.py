@@ -93,7 +93,7 @@ def export_cmd(
 @app.command()
 def synth(
     out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write.")] = Path("synth.jsonl"),
-    requests: Annotated[int, typer.Option(help="Number of requests.")] = 1000,
+    requests: Annotated[int | None, typer.Option(help="Number of requests (default 1000); with --servegen, the most to keep.")] = None,
     rate: Annotated[float, typer.Option(help="Mean arrival rate, requests/s.")] = 5.0,
     arrival: Annotated[str, typer.Option(help="poisson or bursty.")] = "poisson",
     context_len: Annotated[int, typer.Option(help="Model context length; prompt+output never exceed it.")] = 8192,
@@ -102,16 +102,36 @@ def synth(
     multimodal: Annotated[float, typer.Option(help="Share of requests with one image item (0-1).")] = 0.0,
     prompt_logprobs_share: Annotated[float, typer.Option(help="Share of requests asking for prompt_logprobs (0-1).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same file.")] = 0,
+    servegen: Annotated[list[Path] | None, typer.Option(help="Draw the workload from real clients' characterisation instead: a ServeGen client (its chunk-N-trace.csv or chunk-N-dataset.json; the other must sit beside it) or a folder of them (repeatable). Each 600-s window gets its recorded number of arrivals, bursty as its fitted gap distribution, with lengths (and images, reasoning share) from its distributions.")] = None,
+    start: Annotated[str | None, typer.Option(help="With --servegen: where in the clients' data to begin (e.g. 20h); default: the first window with traffic.")] = None,
+    duration: Annotated[str, typer.Option(help="With --servegen: how much of the clients' data to generate (e.g. 30m, 2h).")] = "1h",
+    rate_scale: Annotated[float, typer.Option(help="With --servegen: multiply every window's rate (2 = twice the traffic, same rhythm).")] = 1.0,
 ) -> None:
-    """Generate a deterministic synthetic workload (Poisson or bursty arrivals)."""
+    """Generate a deterministic synthetic workload: Poisson or bursty arrivals with lognormal lengths, or, with --servegen, the recorded rhythm and lengths of real clients of Alibaba's Model Studio (ServeGen's data/language, data/multimodal, data/reason)."""
     from replay.trace.format import write_trace
+    if servegen:
+        from replay.trace.servegen import ServeGenSpec, synth_servegen
+        from replay.units import parse_duration_us
+        start_us = parse_duration_us(start) if start is not None else None
+        dur_us = parse_duration_us(duration)
+        if (start is not None and start_us is None) or dur_us is None:
+            raise ReplayError("--start/--duration: use forms like 600s, 30m, 20h", 2)
+        if requests is not None and requests <= 0:
+            raise ReplayError("--requests must be positive", 2)
+        h, rs = synth_servegen(ServeGenSpec(servegen, None if start_us is None else start_us / 1e6, dur_us / 1e6,
+                                            rate_scale, requests, seed))
+        write_trace(out, h, rs)
+        err.print(f"[green]wrote[/] {out}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s from "
+                  f"{h.source['name']} (from {h.source['start_s']:g} s of its data)")
+        return
     from replay.trace.synth import SynthSpec
     from replay.trace.synth import synth as make
+    n = 1000 if requests is None else requests
     if arrival not in ("poisson", "bursty"):
         raise ReplayError("--arrival must be poisson or bursty", 2)
-    if requests <= 0 or rate <= 0:
+    if n <= 0 or rate <= 0:
         raise ReplayError("--requests and --rate must be positive", 2)
-    h, rs = make(SynthSpec(requests, rate, arrival, context_len, input_median, output_median, multimodal,
+    h, rs = make(SynthSpec(n, rate, arrival, context_len, input_median, output_median, multimodal,
                            prompt_logprobs_share, 20, seed))
     write_trace(out, h, rs)
     err.print(f"[green]wrote[/] {out}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s")
