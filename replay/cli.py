@@ -53,7 +53,7 @@ def _window(text: str | None) -> tuple[int, int] | None:
 
 @app.command("import")
 def import_cmd(
-    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench, servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0).")],
+    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench, servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0), or auto to tell it from the file's columns.")],
     src: Annotated[Path, typer.Argument(help="The public trace file (.csv, .jsonl, optionally .gz).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write (replay-trace/1 JSONL).")] = Path("trace.jsonl"),
 ) -> None:
@@ -66,6 +66,7 @@ def import_cmd(
         err.print(f"[yellow]interrupted[/]: nothing written; {out} is as it was")
         raise typer.Exit(130) from None
     err.print(f"[green]wrote[/] {out}: {r.rows_emitted} requests of {r.rows_read} rows"
+              + (f" (read as {r.format})" if fmt == "auto" else "")
               + (f", [yellow]{r.quarantined} quarantined[/] -> {r.quarantine_path}" if r.quarantined else ""))
 
 

@@ -13,6 +13,7 @@ import functools
 import gzip
 import hashlib
 import json
+import re
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -49,6 +50,7 @@ class ImportResult:
     quarantined: int
     quarantine_path: Path | None
     input_tokens_sum: int
+    format: str = ""  # the format read (what ``auto`` found)
 
 
 def _materialise(src: Path, tmpdir: Path) -> Path:
@@ -671,18 +673,70 @@ _IMPORTERS: dict[str, Callable[[Path, Path], _Plan]] = {
 
 
 _CSV_FORMATS = ("azure", "burstgpt", "vidur", "splitwise")
+# the columns (CSV header, or the first JSON line's keys) that name each format, most specific first
+_SIGNATURES: list[tuple[str, str, set[str]]] = [
+    ("csv", "azure", {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}),
+    ("csv", "burstgpt", {"Timestamp", "Request tokens", "Response tokens"}),
+    ("csv", "vidur", {"num_prefill_tokens", "num_decode_tokens"}),
+    ("csv", "splitwise", {"arrival_timestamp", "prompt_size", "token_size"}),
+    ("csv", "bailian", {"timestamp", "input_length", "output_length"}),
+    ("json", "vllm-bench", {"prompt"}),
+    ("json", "bailian", {"timestamp", "input_length", "output_length", "chat_id"}),
+    ("json", "bailian", {"timestamp", "input_length", "output_length", "parent_chat_id"}),
+    ("json", "mooncake", {"timestamp", "input_length", "output_length"}),
+    ("json", "servegen-offline", {"request_id", "input_length"}),
+]
+
+
+def detect_format(path: Path, label: Path) -> str:
+    """The format of a trace file from its columns: the CSV header, or the keys of the first JSON line.
+    Mooncake and Bailian share their length columns; Bailian's lines name their chat (and give the time
+    in seconds, Mooncake's in ms), so a line without ``chat_id`` or ``parent_chat_id`` is read as Mooncake."""
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+        first = next((ln for ln in fh if ln.strip()), "")
+    if not first:
+        raise ReplayError(f"{label}: no data rows")
+    if first.lstrip().startswith("{"):
+        kind = "json"
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            hint = (": a ServeGen client's distributions, not a trace; draw a workload from it with replay synth --servegen"
+                    if re.fullmatch(r"chunk-.+-dataset\.json", label.name) else "")
+            raise ReplayError(f"{where(label, 1)}: cannot tell the format: the first line is not a JSON object{hint}")
+        if obj.get("kind") == "header" and str(obj.get("schema", "")).startswith("replay-trace/"):
+            raise ReplayError(f"{label}: already a {obj['schema']} trace; replay it as it is")
+        cols = set(obj)
+    else:
+        kind = "csv"
+        cols = {c.strip() for c in next(csv.reader([first]))}
+        if re.fullmatch(r"chunk-.+-trace\.csv", label.name):
+            raise ReplayError(f"{label}: a ServeGen client's rate windows, not a trace; draw a workload from it with "
+                              "replay synth --servegen")
+    for k, fmt, need in _SIGNATURES:
+        if k == kind and need <= cols:
+            return fmt
+    raise ReplayError(f"{label}: cannot tell the format from its {'columns' if kind == 'csv' else 'keys'} "
+                      f"({', '.join(sorted(cols))[:200]}); name it: replay import FORMAT {label}, FORMAT one of "
+                      f"{', '.join(_IMPORTERS)}", 2)
 
 
 def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
-    """Import ``src`` (format ``fmt``) to the trace file ``out``; see FORMATS for the choices."""
-    if fmt not in _IMPORTERS:
-        raise ReplayError(f"unknown format {fmt!r}; choose one of: {', '.join(_IMPORTERS)}", 2)
+    """Import ``src`` (format ``fmt``, or ``auto`` to tell it from the columns) to the trace file
+    ``out``; see FORMATS for the choices."""
+    if fmt not in _IMPORTERS and fmt != "auto":
+        raise ReplayError(f"unknown format {fmt!r}; choose one of: {', '.join(_IMPORTERS)}, or auto", 2)
     with tempfile.TemporaryDirectory() as td:
         real = _materialise(src, Path(td))
+        if fmt == "auto":
+            fmt = detect_format(real, src)
         plan = _IMPORTERS[fmt](real, src)
         if fmt in _CSV_FORMATS or real.suffix == ".csv":
             cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
             plan.blocks = _csv_blocks(real, src, cols, ",")
             plan.blocks_are_source = real == src
         res = _run_plan(plan, src, out, fmt)
+    res.format = fmt
     return res

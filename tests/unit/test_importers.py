@@ -205,6 +205,47 @@ def test_servegen_offline_bad_rows_quarantined(tmp_path: Path) -> None:
     assert q[0]["line"] == 2 and "input_tokens" in q[0]["reason"]
 
 
+@pytest.mark.parametrize(("fmt", "rel"), [
+    ("azure", "traces/azure/AzureLLMInferenceTrace_code.csv"),
+    ("azure", "traces/azure/AzureLMMInferenceTrace_multimodal_notebook_excerpt.csv"),
+    ("burstgpt", "traces/burstgpt/burstgpt1_quoted_head_rows.csv"),
+    ("burstgpt", "traces/burstgpt/burstgpt3_quoted_head_rows.csv"),
+    ("mooncake", "traces/mooncake/conversation_trace.jsonl"),
+    ("mooncake", "traces/mooncake/arxiv_mooncake_trace_first20.jsonl"),
+    ("vidur", "traces/vidur/splitwise_conv.head500.csv"),
+    ("vidur", "traces/vidur/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.head200.csv"),
+    ("splitwise", "traces/splitwise-sim/test_trace.csv"),
+])
+def test_auto_tells_each_real_trace_by_its_columns(fmt: str, rel: str, tmp_path: Path) -> None:
+    src = shared(rel)
+    res = import_trace("auto", src, tmp_path / "a.jsonl")
+    import_trace(fmt, src, tmp_path / "n.jsonl")
+    assert res.format == fmt
+    assert list(iter_requests(tmp_path / "a.jsonl")) == list(iter_requests(tmp_path / "n.jsonl"))
+
+
+def test_auto_on_jsonl_shapes_and_what_is_not_a_trace(tmp_path: Path) -> None:
+    for name, fmt in [("servegen_offline_trace_f_head25.jsonl", "servegen-offline"),
+                      ("servegen_offline_trace_c_head6.jsonl", "servegen-offline")]:
+        assert import_trace("auto", Path(__file__).parents[1] / "data" / name, tmp_path / "o.jsonl").format == fmt
+    bailian = tmp_path / "b.jsonl"  # Bailian names its chats (and counts seconds); Mooncake does not
+    bailian.write_text('{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 100, "output_length": 5}\n')
+    assert import_trace("auto", bailian, tmp_path / "o.jsonl").format == "bailian"
+    bench = tmp_path / "d.jsonl"
+    bench.write_text('{"prompt": "hello", "output_tokens": 3}\n')
+    assert import_trace("auto", bench, tmp_path / "o.jsonl").format == "vllm-bench"
+    with pytest.raises(ReplayError, match="already a replay-trace/1 trace"):
+        import_trace("auto", tmp_path / "o.jsonl", tmp_path / "o2.jsonl")
+    odd = tmp_path / "odd.csv"
+    odd.write_text("when,prompt_len\n1,2\n")
+    with pytest.raises(ReplayError, match=r"cannot tell the format from its columns \(prompt_len, when\)"):
+        import_trace("auto", odd, tmp_path / "o.jsonl")
+    windows = tmp_path / "chunk-4-trace.csv"
+    windows.write_text("0,0.5,1.0,Gamma,1.0,1.0\n")
+    with pytest.raises(ReplayError, match="replay synth --servegen"):
+        import_trace("auto", windows, tmp_path / "o.jsonl")
+
+
 def test_vllm_bench_keeps_prompt(tmp_path: Path) -> None:
     src = tmp_path / "d.jsonl"
     src.write_text('{"prompt": "hello there", "output_tokens": 12}\n{"prompt": "a b c", "output_tokens": 3}\n')
