@@ -86,9 +86,11 @@ def export_cmd(
         return
     if fmt is None or out is None:
         raise ReplayError("give --format and -o for a trace export, or --perfetto FILE for a bundle", 2)
-    from replay.trace.exporters import export_trace
+    from replay.trace.exporters import export_notes, export_trace
     n = export_trace(fmt, src, out)
     err.print(f"[green]wrote[/] {out}: {n} requests")
+    for note in export_notes(fmt, src):
+        err.print(f"[yellow]note:[/] {note}")
 
 
 @app.command()

@@ -51,3 +51,28 @@ def test_export_aiperf_and_vllm_bench(tmp_path: Path) -> None:
     export_trace("vllm-bench", p, tmp_path / "v.jsonl")
     v = [json.loads(x) for x in (tmp_path / "v.jsonl").read_text().splitlines()]
     assert len(v[1]["prompt"].split()) == 7 and v[1]["output_tokens"] == 3
+
+
+def test_export_leaves_out_an_unknown_output_and_names_the_block_size(tmp_path: Path) -> None:
+    # GIVEN a real content-hash trace of a batch job: 16-token blocks, output length unknown
+    src = Path(__file__).parents[1] / "data" / "servegen_offline_trace_c_head6.jsonl"
+    from replay.trace.exporters import export_notes
+    from replay.trace.importers import import_trace
+    t = tmp_path / "t.jsonl"
+    import_trace("servegen-offline", src, t)
+    export_trace("aiperf-mooncake", t, tmp_path / "m.jsonl")
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    # THEN no output length is made up (a 0 asked for no output at all), and the user is told the block size
+    assert rows and all("output_length" not in r and r["hash_ids"] for r in rows)
+    assert export_notes("aiperf-mooncake", t) == [
+        "hash_ids are blocks of 16 tokens: run aiperf with --isl-block-size 16 (its default is 512)"]
+    export_trace("vllm-bench", t, tmp_path / "v.jsonl")
+    assert all("output_tokens" not in json.loads(x) for x in (tmp_path / "v.jsonl").read_text().splitlines())
+    # a failed request's 0 falls back to its max_tokens, else is left out
+    p = tmp_path / "f.jsonl"
+    write_trace(p, TraceHeader(source={}, time={}), [{"id": "a", "t_us": 0, "input_tokens": 5, "output_tokens": 0,
+                                                      "max_tokens": 64}, {"id": "b", "t_us": 1, "input_tokens": 5,
+                                                                          "output_tokens": 0}])
+    export_trace("aiperf-mooncake", p, tmp_path / "f.out")
+    assert [json.loads(x).get("output_length") for x in (tmp_path / "f.out").read_text().splitlines()] == [64, None]
+    assert export_notes("aiperf-mooncake", p) == []
