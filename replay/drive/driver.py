@@ -38,6 +38,32 @@ class DriverStats:
     finished: int = 0
     failed: int = 0
     lateness_us: list[int] = field(default_factory=list)
+    connection_cap: int | None = None  # in flight at most, for want of file descriptors (None: no cap)
+    waited_for_connection: int = 0  # requests sent late because that many were in flight
+
+
+FD_RESERVE = 256  # descriptors kept for the rest of the process: sampler, logs, the bundle's files
+
+
+def connection_budget() -> int | None:
+    """How many requests may be in flight at once before this process runs out of file descriptors
+    (each is a connection): the soft limit, raised to the hard one as load generators do, less a
+    reserve. None where the platform has no such limit. A trace that sends thousands at once (a batch
+    job, a length-only dataset) would otherwise fail on this side with 'Too many open files', which the
+    bundle would show as the server's errors."""
+    try:
+        import resource
+    except ImportError:  # (not on Windows)
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return None if soft == resource.RLIM_INFINITY else max(16, soft - FD_RESERVE)
 
 
 class Driver:
@@ -76,7 +102,10 @@ class Driver:
                   t0: float | None = None, on_tick: Callable[[], None] | None = None) -> dict[str, Outcome]:
         """items: (scheduled µs from start at speed 1, request id, JSON body)."""
         self.t0 = t0 if t0 is not None else time.perf_counter()
-        sem = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        cap = self.concurrency
+        if not cap:
+            cap = self.stats.connection_cap = connection_budget()
+        sem = asyncio.Semaphore(cap) if cap else None
         tasks: set[asyncio.Task[None]] = set()
         try:
             i = 0
@@ -128,6 +157,8 @@ class Driver:
 
     async def _one(self, oc: Outcome, payload: bytes, sem: asyncio.Semaphore | None) -> None:
         if sem:
+            if sem.locked() and not self.concurrency:
+                self.stats.waited_for_connection += 1
             await sem.acquire()
         n_out = 0
 

@@ -325,6 +325,10 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     if outcome == "interrupted":
         writer.event({"t_us": end_us, "kind": "interrupted", "source": "replay", "label": "Ctrl-C"})
     statuses = [o.status for o in driver.outcomes.values()]
+    if driver.stats.waited_for_connection:
+        console.print(f"[yellow]note:[/] {driver.stats.waited_for_connection} requests were sent late: this process may "
+                      f"hold {driver.stats.connection_cap} connections at once (its open-file limit); their lateness "
+                      "is in the bundle")
     replay_cpu = time.process_time() - cpu0
     meta.extra.update({
         "outcome": outcome, "baseline_rss_bytes": baseline,
@@ -332,7 +336,9 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
         "overhead": {"sampler_cpu_s": round(sampler.cpu_s, 3) if sampler else None,
                      "replay_process_cpu_s": round(replay_cpu, 3), "engine_cpu_s": round(engine_cpu, 3),
                      "samples": sampler.n if sampler else 0},
-        "driver": {"sent": driver.stats.sent, "lateness_p99_us": _p99(driver.stats.lateness_us)},
+        "driver": {"sent": driver.stats.sent, "lateness_p99_us": _p99(driver.stats.lateness_us),
+                   "connection_cap": driver.stats.connection_cap,
+                   "waited_for_connection": driver.stats.waited_for_connection},
         "probe": {**sampler.probe.summary(), "note": "torch allocator probe (in-engine, read-only); allocator "
                   "samples only where the engine initialised CUDA"} if sampler and sampler.probe else None,
     })
