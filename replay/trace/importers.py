@@ -696,6 +696,9 @@ def detect_format(path: Path, label: Path) -> str:
         first = next((ln for ln in fh if ln.strip()), "")
     if not first:
         raise ReplayError(f"{label}: no data rows")
+    if "\ufffd" in first or re.search(r"[\x00-\x08\x0e-\x1f\x7f]", first):
+        raise ReplayError(f"{where(label, 1)}: not a text trace (binary content); name its format if it is one: "
+                          f"replay import FORMAT {label}", 2)
     if first.lstrip().startswith("{"):
         kind = "json"
         try:

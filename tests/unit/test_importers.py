@@ -240,6 +240,10 @@ def test_auto_on_jsonl_shapes_and_what_is_not_a_trace(tmp_path: Path) -> None:
     odd.write_text("when,prompt_len\n1,2\n")
     with pytest.raises(ReplayError, match=r"cannot tell the format from its columns \(prompt_len, when\)"):
         import_trace("auto", odd, tmp_path / "o.jsonl")
+    garbage = tmp_path / "g.csv"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ReplayError, match=r"g.csv:1: not a text trace \(binary content\)"):
+        import_trace("auto", garbage, tmp_path / "o.jsonl")
     windows = tmp_path / "chunk-4-trace.csv"
     windows.write_text("0,0.5,1.0,Gamma,1.0,1.0\n")
     with pytest.raises(ReplayError, match="replay synth --servegen"):
