@@ -100,6 +100,8 @@ def accounting(b: Bundle) -> Accounting:
     if both is not None and weights is not None:
         non_torch, both = max(both - weights, 0.0), None
     act, kv, graph = (stated_gib(ev, k) for k in ("activation_peak_gib", "kv_cache_gib", "cuda_graph_gib"))
+    if graph is not None and graph < 0:  # a pool measured below 0 (memory freed while capturing) holds nothing
+        graph = 0.0
     # (0.6.4 without its weights line: torch's allocation peak is weights and activations as one part)
     peak = _first(ev, "memory_profile", "peak_torch_gib") if weights is None and act is None else None
     version = b.meta.vllm_version or (b.meta.vllm_version_inferred or "").split("..")[0] or None

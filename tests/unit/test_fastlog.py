@@ -200,6 +200,7 @@ _TELLING = [
     "Pending: 3 reqs", "Swapped: 0 reqs", "see [worker.py:267] for it", "at scheduler.py:1558", "[loggers.py:271] stats",
     "[kv_cache_utils.py:864] x", "async_llm_engine.py:211 said", "(APIServer pid=1) nested",
     "Free memory on device (1.0/2.0 GiB) on startup.", "CUDA graph pool memory: 0.5 GiB (actual), 0.4 GiB (estimated)",
+    "CUDA graph pool memory: -0.19 GiB (actual), 2.43 GiB (estimated), difference: 2.62 GiB",
     "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 5",
     "Free memory on device cuda:0 (1.0/2.0 GiB) on startup is less than desired GPU memory utilization (0.9, 1.8 GiB)",
 ]

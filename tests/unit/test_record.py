@@ -1275,6 +1275,28 @@ _V1_SUMMARY = {  # V1's start-up summary after CUDA graph capture, in its three 
 }
 
 
+def test_a_graph_pool_measured_below_zero(tmp_path: Path) -> None:
+    """vLLM measures the CUDA graph pool after capture; it can come out below 0 ('-0.19 GiB (actual), 2.43 GiB
+    (estimated)', quoted from a 2026 DGX Spark deployment whose KV pool lost the 2.43 GiB estimate): the
+    fact is kept as stated, and the accounting counts the graphs as holding nothing rather than less."""
+    from replay.analysis.memory import accounting
+    log = tmp_path / "v.log"
+    log.write_text(
+        "(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 6.87 GiB\n"
+        "(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default "
+        "since v0.21.0). The current --gpu-memory-utilization=0.8600 is equivalent to --gpu-memory-utilization=0.8400 "
+        "without CUDA graph memory profiling.\n"
+        "(Worker_TP0 pid=447) INFO 08-14 14:07:25 [gpu_worker.py:621] CUDA graph pool memory: -0.19 GiB (actual), "
+        "2.43 GiB (estimated), difference: 2.62 GiB\n")
+    record([log], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    pool = next(e for e in b.events if e["kind"] == "cuda_graph")
+    assert (pool["cuda_graph_gib"], pool["estimated_gib"], pool["source"]) == (-0.19, 2.43, "v.log:3")
+    assert inspect_bundle(b)["cuda_graph_gib"] == -0.19
+    acc = accounting(b)
+    assert acc.parts["cuda_graphs"] == 0.0 and acc.accounted_bytes == pytest.approx(6.87 * 2**30)
+
+
 @pytest.mark.parametrize("shape", list(_V1_SUMMARY))
 def test_v1_startup_summary_gives_the_accounting(shape: str, tmp_path: Path) -> None:
     """V1's start-up summary (INFO from 0.29, DEBUG before) states weights, peak activation, non-torch
