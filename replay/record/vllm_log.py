@@ -135,10 +135,12 @@ R_FREE_SHORT = re.compile(r"Free memory on device(?: [\w:]+)? \(" + _NUM + "/" +
 R_FREE_MEM = re.compile(r"Free memory on device(?: [\w:]+)? \(" + _NUM + "/" + _NUM + r" GiB\) on startup\.(?: Desired GPU memory utilization is \("
                         + _NUM + ", " + _NUM + r" GiB\))?")  # (with --kv-cache-memory, no desired utilization)
 # the rest of that line (0.10.2+; INFO from 0.29): what the engine measured at start-up, in two wordings
-R_ACTUAL = re.compile(r"Actual usage is " + _NUM + r" GiB for (weight|consumed memory \(weights \+ non-torch\)), " + _NUM
-                      + r" GiB for peak activation, (?:" + _NUM + r" GiB for non-torch memory, )?and " + _NUM + " GiB for CUDAGraph memory")
+# (vLLM-Ascend, the NPU plugin, words it 'Actual usage: X GiB for weights, …, W GiB for NPU graph memory')
+R_ACTUAL = re.compile(r"Actual usage(?: is|:) " + _NUM + r" GiB for (weights?|consumed memory \(weights \+ non-torch\)), "
+                      + _NUM + r" GiB for peak activation, (?:" + _NUM + r" GiB for non-torch memory, )?(?:and )?" + _NUM
+                      + " GiB for (?:CUDAGraph|NPU graph) memory")
 R_SUGGEST = re.compile(r"--kv-cache-memory=(\d+)`? \([\d.]+ GiB\) to fit into requested memory, or `?--kv-cache-memory=(\d+)")
-R_KV_IN_USE = re.compile(r"Current kv cache memory in use is " + _NUM + " GiB")
+R_KV_IN_USE = re.compile(r"Current (?:kv|KV) cache memory(?: in use is|:) " + _NUM + " GiB")
 # (the pool measured can come out below 0: '-0.19 GiB (actual), 2.43 GiB (estimated)', DGX Spark, 2026)
 R_GRAPH_POOL = re.compile(r"CUDA graph pool memory: (-?(?:" + _NUM[1:-1] + r")) GiB \(actual\), " + _NUM + r" GiB \(estimated\)")
 R_NUM_BLOCKS = re.compile(r"num_gpu_blocks is: " + _NUM)
@@ -551,7 +553,7 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
                                     "budget_gib": _f(m.group(4)) if m.group(4) else None}
             a = R_ACTUAL.search(text)
             if a:  # (0.29+ logs weights and non-torch memory as one sum: each alone is unknown there)
-                both = a.group(2) != "weight"
+                both = a.group(2).startswith("consumed")
                 data.update(weights_gib=None if both else _f(a.group(1)), consumed_gib=_f(a.group(1)) if both else None,
                             activation_peak_gib=_f(a.group(3)), non_torch_gib=_f(a.group(4)) if a.group(4) else None,
                             cuda_graph_gib=_f(a.group(5)))

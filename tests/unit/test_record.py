@@ -1275,6 +1275,32 @@ _V1_SUMMARY = {  # V1's start-up summary after CUDA graph capture, in its three 
 }
 
 
+def test_vllm_ascend_startup_summary_gives_the_accounting(tmp_path: Path) -> None:
+    """vLLM-Ascend (the NPU platform plugin) words V1's start-up summary its own way ('Actual usage: X GiB
+    for weights, …, W GiB for NPU graph memory. … Current KV cache memory: K GiB.'); the lines are real
+    (a Mooncake issue's TP16 deployment, and the plugin's own test log). Before, only free memory and
+    the budget were read from them."""
+    log = tmp_path / "npu.log"
+    log.write_text(
+        "(Worker_DP1_TP7_EP15 pid=2653) INFO 07-08 11:54:00 [worker.py:852] Free memory on device (60.6/60.96 GiB) on "
+        "startup. Desired GPU memory utilization is (0.95, 57.91 GiB). Actual usage: 39.51 GiB for weights, 1.52 GiB for "
+        "peak activation, 3.15 GiB for non-torch memory, 0.0 GiB for NPU graph memory. Replace gpu_memory_utilization "
+        "with `--kv-cache-memory=14584478208` (13.58 GiB) to fit into requested memory, or "
+        "`--kv-cache-memory=17476561408` (16.28 GiB) to fully utilize NPU free memory. Current KV cache memory: 13.73 GiB.\n"
+        "(EngineCore pid=123) INFO 07-26 15:49:29 [worker.py:1029] Free memory on device (60.61/60.96 GiB) on startup. "
+        "Desired GPU memory utilization is (0.6, 36.57 GiB). Actual usage: 27.54 GiB for weights, 0.26 GiB for peak "
+        "activation, 0.18 GiB for non-torch memory, 0.47 GiB for NPU graph memory. Current KV cache memory: 8.04 GiB.\n")
+    record([log], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    s1, s2 = [e for e in b.events if e["kind"] == "startup_free"]
+    assert (s1["weights_gib"], s1["activation_peak_gib"], s1["non_torch_gib"], s1["cuda_graph_gib"], s1["kv_cache_gib"]) \
+        == (39.51, 1.52, 3.15, 0.0, 13.73)
+    assert (s1["kv_cache_memory_fit_bytes"], s1["budget_gib"]) == (14584478208, 57.91)
+    assert (s2["weights_gib"], s2["cuda_graph_gib"], s2["kv_cache_gib"]) == (27.54, 0.47, 8.04)
+    d = inspect_bundle(b)
+    assert (d["weights_gib"], d["activation_peak_gib"], d["non_torch_gib"], d["kv_cache_gib"]) == (39.51, 1.52, 3.15, 13.73)
+
+
 def test_a_graph_pool_measured_below_zero(tmp_path: Path) -> None:
     """vLLM measures the CUDA graph pool after capture; it can come out below 0 ('-0.19 GiB (actual), 2.43 GiB
     (estimated)', quoted from a 2026 DGX Spark deployment whose KV pool lost the 2.43 GiB estimate): the
