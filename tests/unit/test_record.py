@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from replay.bundle import read_bundle
+from replay.bundle import Bundle, read_bundle
 from replay.errors import ReplayError
 from replay.record import fastlog
 from replay.record.evidence import parse_exposition
@@ -32,6 +32,13 @@ def _inspect(tmp: Path, *files: str, **kw: object) -> dict:
     out = tmp / "b"
     record([DATA / f for f in files], out, RecordOptions(**kw))  # type: ignore[arg-type]
     return inspect_bundle(read_bundle(out))
+
+
+def _bundle_of(tmp: Path, name: str, text: str, year: int) -> Bundle:
+    """The bundle recorded from one log of ``text``."""
+    (tmp / name).write_text(text)
+    record([tmp / name], tmp / "b", RecordOptions(year=year))
+    return read_bundle(tmp / "b")
 
 
 def test_v0_064_profiling_and_blocks(tmp_path: Path) -> None:
@@ -1280,8 +1287,7 @@ def test_vllm_ascend_startup_summary_gives_the_accounting(tmp_path: Path) -> Non
     for weights, …, W GiB for NPU graph memory. … Current KV cache memory: K GiB.'); the lines are real
     (a Mooncake issue's TP16 deployment, and the plugin's own test log). Before, only free memory and
     the budget were read from them."""
-    log = tmp_path / "npu.log"
-    log.write_text(
+    b = _bundle_of(tmp_path, "npu.log",
         "(Worker_DP1_TP7_EP15 pid=2653) INFO 07-08 11:54:00 [worker.py:852] Free memory on device (60.6/60.96 GiB) on "
         "startup. Desired GPU memory utilization is (0.95, 57.91 GiB). Actual usage: 39.51 GiB for weights, 1.52 GiB for "
         "peak activation, 3.15 GiB for non-torch memory, 0.0 GiB for NPU graph memory. Replace gpu_memory_utilization "
@@ -1289,9 +1295,8 @@ def test_vllm_ascend_startup_summary_gives_the_accounting(tmp_path: Path) -> Non
         "`--kv-cache-memory=17476561408` (16.28 GiB) to fully utilize NPU free memory. Current KV cache memory: 13.73 GiB.\n"
         "(EngineCore pid=123) INFO 07-26 15:49:29 [worker.py:1029] Free memory on device (60.61/60.96 GiB) on startup. "
         "Desired GPU memory utilization is (0.6, 36.57 GiB). Actual usage: 27.54 GiB for weights, 0.26 GiB for peak "
-        "activation, 0.18 GiB for non-torch memory, 0.47 GiB for NPU graph memory. Current KV cache memory: 8.04 GiB.\n")
-    record([log], tmp_path / "b", RecordOptions(year=2026))
-    b = read_bundle(tmp_path / "b")
+        "activation, 0.18 GiB for non-torch memory, 0.47 GiB for NPU graph memory. Current KV cache memory: 8.04 GiB.\n",
+        2026)
     s1, s2 = [e for e in b.events if e["kind"] == "startup_free"]
     assert (s1["weights_gib"], s1["activation_peak_gib"], s1["non_torch_gib"], s1["cuda_graph_gib"], s1["kv_cache_gib"]) \
         == (39.51, 1.52, 3.15, 0.0, 13.73)
@@ -1306,16 +1311,13 @@ def test_a_graph_pool_measured_below_zero(tmp_path: Path) -> None:
     (estimated)', quoted from a 2026 DGX Spark deployment whose KV pool lost the 2.43 GiB estimate): the
     fact is kept as stated, and the accounting counts the graphs as holding nothing rather than less."""
     from replay.analysis.memory import accounting
-    log = tmp_path / "v.log"
-    log.write_text(
+    b = _bundle_of(tmp_path, "v.log",
         "(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:563] Available KV cache memory: 6.87 GiB\n"
         "(Worker_TP0 pid=447) INFO 08-14 14:07:22 [gpu_worker.py:578] CUDA graph memory profiling is enabled (default "
         "since v0.21.0). The current --gpu-memory-utilization=0.8600 is equivalent to --gpu-memory-utilization=0.8400 "
         "without CUDA graph memory profiling.\n"
         "(Worker_TP0 pid=447) INFO 08-14 14:07:25 [gpu_worker.py:621] CUDA graph pool memory: -0.19 GiB (actual), "
-        "2.43 GiB (estimated), difference: 2.62 GiB\n")
-    record([log], tmp_path / "b", RecordOptions(year=2026))
-    b = read_bundle(tmp_path / "b")
+        "2.43 GiB (estimated), difference: 2.62 GiB\n", 2026)
     pool = next(e for e in b.events if e["kind"] == "cuda_graph")
     assert (pool["cuda_graph_gib"], pool["estimated_gib"], pool["source"]) == (-0.19, 2.43, "v.log:3")
     assert inspect_bundle(b)["cuda_graph_gib"] == -0.19
