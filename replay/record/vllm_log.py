@@ -64,7 +64,7 @@ OTEL_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO":
 # a process prefix: vLLM's own ('APIServer pid=1', 'VllmWorker rank=0 pid=2'), Ray's ('RayWorkerWrapper
 # pid=3, ip=10.0.0.2') and Ray Serve's, whose actor names hold colons ('ServeReplica:default:VLLMDeployment')
 PROC_BODY = r"[A-Za-z_][\w:.-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?"
-PROC = re.compile(r"^\((?P<proc>" + PROC_BODY + r")\)\s*")
+PROC = re.compile(r"^(?:\((?P<proc>" + PROC_BODY + r")\)|\[(?P<bproc>" + PROC_BODY + r")\])\s*")  # ('[Worker_TP3 pid=540]' in some builds)
 LEVEL_TS = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"(?:\[(?P<file1>[\w./-]+\.py):(?P<line1>\d+)\]|(?P<file2>[\w./-]+\.py):(?P<line2>\d+)\])?\s?"
@@ -147,6 +147,14 @@ R_NUM_BLOCKS = re.compile(r"num_gpu_blocks is: " + _NUM)
 R_KV_BYTES = re.compile(r"reserved " + _NUM + r" GiB memory for KV Cache as specified by kv_cache_memory_bytes")
 R_MAXLEN_ERR = re.compile(r"max seq len \(" + _NUM + r"\) is larger than the maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)")
 R_NO_CACHE = re.compile(r"No available memory for the cache blocks")
+# What V1 dumps when its engine fails (dump_input.py, 0.9 on): the scheduler's state and the batch it was
+# running; the batch lists requests as 'num_scheduled_tokens={id: n, …}' and new ones as NewRequestData(…)
+R_DUMP_STATS = re.compile(r"Dumping scheduler stats: SchedulerStats\(")
+R_DUMP_BATCH = re.compile(r"Dumping scheduler output for model execution: SchedulerOutput\(")
+R_DUMP_FIELD = {k: re.compile(rf"\b{k}=([0-9.eE+-]+)") for k in (
+    "num_running_reqs", "num_waiting_reqs", "kv_cache_usage", "total_num_scheduled_tokens")}
+R_DUMP_SCHEDULED = re.compile(r"\bnum_scheduled_tokens=\{([^{}]*)\}")
+R_DUMP_PROMPT_LEN = re.compile(r"\bprompt_token_ids_len=(\d+)")
 R_INSUFF_KV = re.compile(r"(?:To serve at least one request with the models's max seq len|is larger than the available KV cache memory|KV cache is needed, which is larger than the available KV cache memory)")
 
 # --- runtime ----------------------------------------------------------------------------------
@@ -191,6 +199,8 @@ R_VERSION = [
     re.compile(r"vLLM (?:API )?server version (\d+\.\d+\.\d+(?:\.post\d+)?)"),
     re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(\d+\.\d+\.\d+(?:\.post\d+)?)"),
     re.compile(r"\bversion (\d+\.\d+\.\d+(?:\.post\d+)?)\s*$"),
+    # (V1's dump when its engine fails: 'Dumping input data for V1 LLM engine (v0.11.0) with config: …')
+    re.compile(r"Dumping input data for V1 LLM engine \(v(\d+\.\d+\.\d+(?:\.post\d+)?)"),
 ]
 
 # (pattern, lo, hi) fingerprints: message formats and file:line call sites that pin a version range.
@@ -375,7 +385,7 @@ def split_line(no: int, raw: str) -> list[_Line]:
         rank = "main"
         m = PROC.match(s)
         if m:
-            rank = m.group("proc")
+            rank = m.group("proc") or m.group("bproc")
             s = s[m.end():]
         ts = None
         prefixed = False
@@ -602,6 +612,8 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
                                 "tried_to_allocate_bytes": None, "gpu_total_bytes": None, "free_bytes": None,
                                 "process_in_use_bytes": None, "allocated_by_pytorch_bytes": None,
                                 "reserved_unallocated_bytes": None}))
+    if "Dumping " in text:
+        out += _dump(text)
     m = R_DEATH.search(text)
     if m:
         out.append(("engine_death", {"message": m.group(1)}))
@@ -609,6 +621,46 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     if m:
         out.append(("engine_start", {"marker": m.group(1)}))
     return out
+
+
+def _dump(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """What V1 said of its scheduler when the engine failed: how many requests ran and waited and how
+    full it believed its KV cache (``scheduler_at_crash``), and the batch it was executing: tokens,
+    requests, new requests and the longest new prompt, with the ids (``batch_at_crash``). No prompt
+    or token id is kept."""
+    def field(k: str, of: str) -> float | None:
+        m = R_DUMP_FIELD[k].search(of)
+        try:
+            return float(m.group(1)) if m else None
+        except ValueError:
+            return None
+    m = R_DUMP_STATS.search(text)
+    if m:
+        body = text[m.end():]
+        running, waiting, kv = (field(k, body) for k in ("num_running_reqs", "num_waiting_reqs", "kv_cache_usage"))
+        return [("scheduler_at_crash", {"running": None if running is None else int(running),
+                                        "waiting": None if waiting is None else int(waiting),
+                                        "kv_usage_pct": None if kv is None else round(kv * 100, 4)})]
+    m = R_DUMP_BATCH.search(text)
+    if m:
+        body = text[m.end():]
+        ids: list[str] = []
+        per: list[int] = []
+        sched = R_DUMP_SCHEDULED.search(body)
+        for item in (sched.group(1).split(", ") if sched and sched.group(1).strip() else []):
+            rid, _, n = item.rpartition(": ")
+            if rid and n.strip().isdigit():
+                ids.append(rid.strip())
+                per.append(int(n))
+        total = field("total_num_scheduled_tokens", body)
+        prompts = [int(x) for x in R_DUMP_PROMPT_LEN.findall(body)]
+        return [("batch_at_crash", {"scheduled_tokens": int(total) if total is not None else (sum(per) if per else None),
+                                    "requests": len(ids) if sched else None,
+                                    "new_requests": body.count("NewRequestData("),
+                                    "largest_request_tokens": max(per) if per else None,
+                                    "longest_new_prompt_tokens": max(prompts) if prompts else None,
+                                    "request_ids": ids[:50]})]
+    return []
 
 
 class LogParser:

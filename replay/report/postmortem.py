@@ -3,8 +3,10 @@ bundle shows, with explicit TODO prompts for what only people know."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import read_bundle
@@ -69,6 +71,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
         L.append(f"Traffic near the onset was dominated by **{at.feature}** ({_md(at.why)}); requests: {', '.join(at.near_ids[:10])}.")
     else:
         L.append("TODO: what traffic or change triggered it (not identifiable from the evidence).")
+    L += _at_crash(b.events, utc, any(e.get("kind") == "oom" for e in b.events))
     L += ["", "## Resolution", "", "TODO: what was done to restore service.", "", "## Detection", ""]
     if a.div.onset_us is not None and a.oom_us is not None:
         L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}, {(a.oom_us - a.div.onset_us) / 1e6:.1f} s before the OOM.")
@@ -115,3 +118,32 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
 def write_postmortem(bundle: Path, out: Path, report_link: str | None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_postmortem(bundle, report_link), encoding="utf-8")
+
+
+def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oom: bool) -> list[str]:
+    """What vLLM itself said of its scheduler and the batch it was running when its engine failed (V1's
+    dump): the traffic at the moment of the crash, in vLLM's own numbers."""
+    out: list[str] = []
+    for e in [e for e in events if e.get("kind") in ("batch_at_crash", "scheduler_at_crash")][:6]:
+        if e["kind"] == "batch_at_crash":
+            longest = (f"; the longest new prompt {e['longest_new_prompt_tokens']:,} tokens"
+                       if e.get("longest_new_prompt_tokens") is not None else "")
+            out.append(f"- At {utc(e.get('t_us'))} the batch vLLM was executing held {_n(e.get('scheduled_tokens'))} tokens "
+                       f"of {_n(e.get('requests'))} requests ({_n(e.get('new_requests'))} new{longest}) "
+                       f"({_md(e.get('source'))}).")
+        else:
+            kv = e.get("kv_usage_pct")
+            out.append(f"- At {utc(e.get('t_us'))} its scheduler had {_n(e.get('running'))} requests running and "
+                       f"{_n(e.get('waiting'))} waiting, its KV cache {'?' if kv is None else f'{kv:.1f}'}% full "
+                       f"({_md(e.get('source'))}).")
+    if out:
+        out = ["", "When the engine failed, vLLM said (its own dump):", ""] + out
+        if oom:  # (the dump follows any engine failure; this reading holds for a device OOM)
+            out += ["", "The KV pool is allocated whole at start-up, so a fuller pool asks for no more memory: what "
+                    "ran out was memory outside it (this batch's activations, CUDA graphs, fragmentation, or another "
+                    "process)."]
+    return out
+
+
+def _n(v: Any) -> str:
+    return "?" if v is None else f"{v:,}"

@@ -202,6 +202,9 @@ _TELLING = [
     "Free memory on device (1.0/2.0 GiB) on startup.", "CUDA graph pool memory: 0.5 GiB (actual), 0.4 GiB (estimated)",
     "CUDA graph pool memory: -0.19 GiB (actual), 2.43 GiB (estimated), difference: 2.62 GiB",
     "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 5",
+    "Dumping scheduler stats: SchedulerStats(num_running_reqs=200, num_waiting_reqs=0, kv_cache_usage=0.52)",
+    "Dumping scheduler output for model execution: SchedulerOutput(num_scheduled_tokens={a: 5}, total_num_scheduled_tokens=5)",
+    "Dumping input data for V1 LLM engine (v0.11.0) with config: model='m', ",
     "Free memory on device cuda:0 (1.0/2.0 GiB) on startup is less than desired GPU memory utilization (0.9, 1.8 GiB)",
 ]
 

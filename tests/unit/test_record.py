@@ -1282,6 +1282,67 @@ _V1_SUMMARY = {  # V1's start-up summary after CUDA graph capture, in its three 
 }
 
 
+# V1's dump when its engine fails (vllm/v1/engine/core.py -> logging_utils/dump_input.py): its version, the
+# batch it was executing and its scheduler's state, as real crash logs quote them (an OOM on 4x 24 GB GPUs that
+# left the KV cache 52% full, with the process prefix in brackets as that build printed it; a 0.11 engine failure)
+_CRASH_DUMP = [
+    "[Worker_TP3 pid=540] ERROR 11-19 21:10:38 [v1/executor/multiproc_executor.py:671] torch.OutOfMemoryError: CUDA out "
+    "of memory. Tried to allocate 40.00 MiB. GPU 3 has a total capacity of 23.50 GiB of which 31.19 MiB is free. Process "
+    "1620727 has 23.46 GiB memory in use. Of the allocated memory 21.18 GiB is allocated by PyTorch, with 1.78 GiB "
+    "allocated in private pools (e.g., CUDA Graphs), and 856.57 MiB is reserved by PyTorch but unallocated. If reserved "
+    "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+    "fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+    "(EngineCore_DP0 pid=404) ERROR 11-19 21:10:38 [dump_input.py:69] Dumping input data for V1 LLM engine (v0.11.0) with "
+    "config: model='facebook/opt-2.7b', speculative_config=None, tokenizer='facebook/opt-2.7b', max_seq_len=2048, ",
+    "(EngineCore_DP0 pid=404) ERROR 11-19 21:10:38 [dump_input.py:76] Dumping scheduler output for model execution: "
+    "SchedulerOutput(scheduled_new_reqs=[NewRequestData(req_id=cmpl-ccefa5715fc040ee86b8e410a3126229-0,"
+    "prompt_token_ids_len=5,mm_features=[],sampling_params=SamplingParams(n=1, temperature=1.0, max_tokens=16, "
+    "prompt_logprobs=None),block_ids=([1],),num_computed_tokens=0,lora_request=None,prompt_embeds_shape=None)], "
+    "scheduled_cached_reqs=CachedRequestData(req_ids=[], resumed_from_preemption=[], new_token_ids=[], new_block_ids=[], "
+    "num_computed_tokens=[]), num_scheduled_tokens={chatcmpl-5a89b9105dd14eda80fa60ee23a8771f: 241, "
+    "cmpl-ccefa5715fc040ee86b8e410a3126229-0: 5, chatcmpl-ee6bd0d7da8a433a8b9426c0f68c8e70: 6193}, "
+    "total_num_scheduled_tokens=6439, scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={}, "
+    "num_common_prefix_blocks=[0], finished_req_ids=[], free_encoder_mm_hashes=[], structured_output_request_ids={}, "
+    "grammar_bitmask=null, kv_connector_metadata=null)",
+    "[EngineCore_DP0 pid=404] ERROR 11-19 21:10:38 [logging_utils/dump_input.py:79] Dumping scheduler stats: "
+    "SchedulerStats(num_running_reqs=200, num_waiting_reqs=0, step_counter=0, current_wave=0, "
+    "kv_cache_usage=0.5217360521098839, prefix_cache_stats=PrefixCacheStats(reset=False, requests=0, queries=0, hits=0), "
+    "spec_decoding_stats=None, kv_connector_stats=None, num_corrupted_reqs=0)",
+    "(EngineCore_DP0 pid=404) ERROR 11-19 21:10:38 [core.py:710] EngineCore encountered a fatal error.",
+]
+
+
+def test_the_engine_dump_gives_version_batch_and_scheduler_at_the_crash(tmp_path: Path) -> None:
+    """V1 dumps, when its engine fails, the vLLM version, the batch it was running and its scheduler's
+    state: what vLLM believed at the moment of the crash (here: its KV cache half empty). Before, the
+    version was left to inference, the dump was read as chatter, and the bracketed process prefix hid
+    the OOM's time."""
+    b = _bundle_of(tmp_path, "crash.log", "\n".join(_CRASH_DUMP) + "\n", 2025)
+    assert b.meta.vllm_version == "0.11.0"
+    ev = {e["kind"]: e for e in b.events}
+    assert ev["oom"]["t_us"] is not None and ev["oom"]["rank"] == "Worker_TP3 pid=540"
+    batch, sched = ev["batch_at_crash"], ev["scheduler_at_crash"]
+    assert (batch["scheduled_tokens"], batch["requests"], batch["new_requests"], batch["largest_request_tokens"],
+            batch["longest_new_prompt_tokens"]) == (6439, 3, 1, 6193, 5)
+    assert batch["request_ids"][1] == "cmpl-ccefa5715fc040ee86b8e410a3126229-0" and batch["source"] == "crash.log:3"
+    assert (sched["running"], sched["waiting"], sched["kv_usage_pct"], sched["rank"]) == (200, 0, 52.1736, "EngineCore_DP0 pid=404")
+    assert "prompt_token_ids" not in json.dumps(b.events)  # (no prompt leaves the log)
+    from replay.report.postmortem import render_postmortem
+    pm = render_postmortem(tmp_path / "b")
+    trigger = pm[pm.index("## Trigger"):pm.index("## Resolution")]
+    assert "held 6,439 tokens of 3 requests (1 new; the longest new prompt 5 tokens) (crash.log:3)" in trigger
+    assert "200 requests running and 0 waiting, its KV cache 52.2% full (crash.log:4)" in trigger
+    assert "what ran out was memory outside it" in trigger  # (an OOM is in the evidence)
+
+
+def test_an_engine_dump_without_an_oom_makes_no_memory_claim(tmp_path: Path) -> None:
+    b = _bundle_of(tmp_path, "crash.log", "\n".join(_CRASH_DUMP[1:]) + "\n", 2025)
+    from replay.report.postmortem import render_postmortem
+    assert not any(e["kind"] == "oom" for e in b.events)
+    pm = render_postmortem(tmp_path / "b")
+    assert "its KV cache 52.2% full" in pm and "what ran out" not in pm
+
+
 def test_vllm_ascend_startup_summary_gives_the_accounting(tmp_path: Path) -> None:
     """vLLM-Ascend (the NPU platform plugin) words V1's start-up summary its own way ('Actual usage: X GiB
     for weights, …, W GiB for NPU graph memory. … Current KV cache memory: K GiB.'); the lines are real
