@@ -650,7 +650,7 @@ def _dump(text: str) -> list[tuple[str, dict[str, Any]]]:
         for item in (sched.group(1).split(", ") if sched and sched.group(1).strip() else []):
             rid, _, n = item.rpartition(": ")
             if rid and n.strip().isdigit():
-                ids.append(rid.strip())
+                ids.append(rid.strip().strip("'\""))  # (older builds print the dict with quoted ids)
                 per.append(int(n))
         total = field("total_num_scheduled_tokens", body)
         prompts = [int(x) for x in R_DUMP_PROMPT_LEN.findall(body)]

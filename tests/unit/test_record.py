@@ -1335,6 +1335,13 @@ def test_the_engine_dump_gives_version_batch_and_scheduler_at_the_crash(tmp_path
     assert "what ran out was memory outside it" in trigger  # (an OOM is in the evidence)
 
 
+def test_an_older_engine_dump_quotes_its_request_ids() -> None:
+    from replay.record.vllm_log import extract
+    (kind, data), = extract("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[], "
+                            "num_scheduled_tokens={'1': 3, '5': 1}, total_num_scheduled_tokens=4)")
+    assert kind == "batch_at_crash" and data["request_ids"] == ["1", "5"] and data["scheduled_tokens"] == 4
+
+
 def test_an_engine_dump_without_an_oom_makes_no_memory_claim(tmp_path: Path) -> None:
     b = _bundle_of(tmp_path, "crash.log", "\n".join(_CRASH_DUMP[1:]) + "\n", 2025)
     from replay.report.postmortem import render_postmortem
