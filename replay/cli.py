@@ -249,10 +249,14 @@ def inspect(
         t.add_row(k, s if len(s) < 120 else s[:117] + "...")
     out_console.print(t)
     from replay.analysis.memory import accounting
-    from replay.record.inspect import accounting_line
-    line = accounting_line(accounting(read_bundle(bundle)))
+    from replay.record.inspect import accounting_line, crash_line
+    b = read_bundle(bundle)
+    line = accounting_line(accounting(b))
     if line:
         out_console.print(f"vLLM's accounting: {line}")
+    crash = crash_line(b.events)
+    if crash:
+        out_console.print(f"When its engine failed, vLLM reported: {crash}")
 
 
 @app.command()
