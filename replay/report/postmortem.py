@@ -128,8 +128,10 @@ def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oo
         if e["kind"] == "batch_at_crash":
             longest = (f"; the longest new prompt {e['longest_new_prompt_tokens']:,} tokens"
                        if e.get("longest_new_prompt_tokens") is not None else "")
+            ids = e.get("request_ids") or []
+            named = f"; requests {_md(', '.join(ids[:10]))}{' …' if len(ids) > 10 else ''}" if ids else ""
             out.append(f"- At {utc(e.get('t_us'))} the batch vLLM was executing held {_n(e.get('scheduled_tokens'))} tokens "
-                       f"of {_n(e.get('requests'))} requests ({_n(e.get('new_requests'))} new{longest}) "
+                       f"of {_n(e.get('requests'))} requests ({_n(e.get('new_requests'))} new{longest}{named}) "
                        f"({_md(e.get('source'))}).")
         else:
             kv = e.get("kv_usage_pct")

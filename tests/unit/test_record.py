@@ -1330,7 +1330,9 @@ def test_the_engine_dump_gives_version_batch_and_scheduler_at_the_crash(tmp_path
     from replay.report.postmortem import render_postmortem
     pm = render_postmortem(tmp_path / "b")
     trigger = pm[pm.index("## Trigger"):pm.index("## Resolution")]
-    assert "held 6,439 tokens of 3 requests (1 new; the longest new prompt 5 tokens) (crash.log:3)" in trigger
+    assert ("held 6,439 tokens of 3 requests (1 new; the longest new prompt 5 tokens; requests "
+            "chatcmpl-5a89b9105dd14eda80fa60ee23a8771f, cmpl-ccefa5715fc040ee86b8e410a3126229-0, "
+            "chatcmpl-ee6bd0d7da8a433a8b9426c0f68c8e70) (crash.log:3)") in trigger
     assert "200 requests running and 0 waiting, its KV cache 52.2% full (crash.log:4)" in trigger
     assert "what ran out was memory outside it" in trigger  # (an OOM is in the evidence)
     from replay.record.inspect import crash_line
