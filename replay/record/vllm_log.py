@@ -149,6 +149,9 @@ R_MAXLEN_ERR = re.compile(r"max seq len \(" + _NUM + r"\) is larger than the max
 R_NO_CACHE = re.compile(r"No available memory for the cache blocks")
 # What V1 dumps when its engine fails (dump_input.py, 0.9 on): the scheduler's state and the batch it was
 # running; the batch lists requests as 'num_scheduled_tokens={id: n, …}' and new ones as NewRequestData(…)
+# sleep mode (RLHF, model swapping) measures the device after releasing its pools: what it freed, and what
+# every process still holds on the GPU (total less free), which a model started beside it cannot have
+R_SLEEP = re.compile(r"Sleep mode freed " + _NUM + r" GiB memory, " + _NUM + r" GiB memory is still in use")
 R_DUMP_STATS = re.compile(r"Dumping scheduler stats: SchedulerStats\(")
 R_DUMP_BATCH = re.compile(r"Dumping scheduler output for model execution: SchedulerOutput\(")
 R_DUMP_FIELD = {k: re.compile(rf"\b{k}=([0-9.eE+-]+)") for k in (
@@ -614,6 +617,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
                                 "reserved_unallocated_bytes": None}))
     if "Dumping " in text:
         out += _dump(text)
+    if "Sleep mode freed" in text:
+        m = R_SLEEP.search(text)
+        if m:
+            out.append(("sleep_mode", {"freed_gib": _f(m.group(1)), "still_in_use_gib": _f(m.group(2))}))
     m = R_DEATH.search(text)
     if m:
         out.append(("engine_death", {"message": m.group(1)}))

@@ -205,6 +205,7 @@ _TELLING = [
     "Dumping scheduler stats: SchedulerStats(num_running_reqs=200, num_waiting_reqs=0, kv_cache_usage=0.52)",
     "Dumping scheduler output for model execution: SchedulerOutput(num_scheduled_tokens={a: 5}, total_num_scheduled_tokens=5)",
     "Dumping input data for V1 LLM engine (v0.11.0) with config: model='m', ",
+    "Sleep mode freed 71.25 GiB memory, 1.38 GiB memory is still in use.",
     "Free memory on device cuda:0 (1.0/2.0 GiB) on startup is less than desired GPU memory utilization (0.9, 1.8 GiB)",
 ]
 

@@ -1341,6 +1341,18 @@ def test_the_engine_dump_gives_version_batch_and_scheduler_at_the_crash(tmp_path
     assert crash_line([e for e in b.events if not e["kind"].endswith("_at_crash")]) is None
 
 
+def test_sleep_mode_says_what_it_freed_and_what_the_device_still_holds(tmp_path: Path) -> None:
+    """vLLM's sleep mode (the gpu_worker line, as a public RLHF run quotes it) measures the device after
+    releasing its pools: 1.38 GiB still in use is what a model started beside the sleeping one cannot have."""
+    b = _bundle_of(tmp_path, "s.log",
+                   "(EngineCore_DP0 pid=7) INFO 08-11 16:12:02 [gpu_worker.py:104] Sleep mode freed 71.25 GiB memory, "
+                   "1.38 GiB memory is still in use.\n"
+                   "(EngineCore_DP0 pid=7) INFO 08-11 16:12:02 [executor_base.py:187] It took 2.756636 seconds to fall "
+                   "asleep.\n", 2025)
+    (e,) = [e for e in b.events if e["kind"] == "sleep_mode"]
+    assert (e["freed_gib"], e["still_in_use_gib"], e["source"]) == (71.25, 1.38, "s.log:1")
+
+
 def test_an_older_engine_dump_quotes_its_request_ids() -> None:
     from replay.record.vllm_log import extract
     (kind, data), = extract("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[], "
