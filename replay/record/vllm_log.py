@@ -29,6 +29,9 @@ ISO_TIME = r"(?P<dt>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<zone>
 KUBECTL_PREFIX = r"\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+"
 CRI_FLAG = r"(?:stdout|stderr) [FP] "
 CONTAINER_TS = re.compile(r"^(" + ISO_TIME + r")\s+")
+# Python logging's asctime ('2025-08-11 16:12:02,123 '): no zone, a space after it (a shipper's naive time,
+# Grafana's, is followed by a tab, and its lines after the first are a message's continuation)
+NAIVE_TIME = re.compile(r"^\d{4}-(?P<md>\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[.,]\d+)? (?=\S)")
 KUBECTL = re.compile("^" + KUBECTL_PREFIX)
 # `docker compose logs`' service column ('vllm-1  | ', 'vllm_1  | ', 'triton_server_vllm-1  | ')
 COMPOSE_PREFIX = r"[A-Za-z0-9][A-Za-z0-9_.-]* +\| ?"
@@ -402,6 +405,13 @@ def split_line(no: int, raw: str) -> list[_Line]:
             prefixed = True
         elif UVICORN.match(s):
             prefixed = True
+        if ts is None and not (iso2 or iso):
+            # a time without a zone in front and no head of vLLM's own after it: the logging format of a
+            # framework that runs vLLM inside it ('2025-08-11 16:12:02 gpu_worker.py:104 INFO:vllm… p:… t:…:
+            # …', an RL trainer): that time is the line's, local as vLLM's own are
+            mn = NAIVE_TIME.match(raw)
+            if mn:
+                ts, prefixed = f"{mn.group('md')} {mn.group('hms')}", True
         out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline, year=year2 or year))
     if ray:
         out[-1].repeated = int(ray.group(1))

@@ -1353,6 +1353,23 @@ def test_sleep_mode_says_what_it_freed_and_what_the_device_still_holds(tmp_path:
     assert (e["freed_gib"], e["still_in_use_gib"], e["source"]) == (71.25, 1.38, "s.log:1")
 
 
+def test_a_framework_logging_format_around_vllm_gives_the_times(tmp_path: Path) -> None:
+    """vLLM run inside an RL trainer logs through the trainer's format (Python logging's asctime, as a public
+    run quotes it: '2025-08-11 16:12:02 gpu_worker.py:104 INFO:vllm.v1.worker.gpu_worker p:… t:…: …'). Its
+    facts were read without a time; the time in front is the line's, local as vLLM's own are (--tz)."""
+    text = ("2025-08-11 16:12:02 gpu_worker.py:104 INFO:vllm.v1.worker.gpu_worker p:475095 t:140373120079680: Sleep "
+            "mode freed 71.25 GiB memory, 1.38 GiB memory is still in use.\n"
+            "2025-08-11 16:12:09 gpu_worker.py:104 INFO:vllm.v1.worker.gpu_worker p:475095 t:140373120079680: Sleep "
+            "mode freed 70.00 GiB memory, 2.61 GiB memory is still in use.\n")
+    (tmp_path / "rl.log").write_text(text)
+    record([tmp_path / "rl.log"], tmp_path / "b", RecordOptions(tz_offset_s=8 * 3600))
+    b = read_bundle(tmp_path / "b")
+    sleeps = [e for e in b.events if e["kind"] == "sleep_mode"]
+    assert b.meta.t0_utc == "2025-08-11T08:12:02Z"  # (the year from the line itself, the zone from --tz)
+    assert [(e["t_us"], e["still_in_use_gib"], e["source"]) for e in sleeps] == [(0, 1.38, "rl.log:1"),
+                                                                                (7_000_000, 2.61, "rl.log:2")]
+
+
 def test_an_older_engine_dump_quotes_its_request_ids() -> None:
     from replay.record.vllm_log import extract
     (kind, data), = extract("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[], "
