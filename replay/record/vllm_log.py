@@ -98,7 +98,8 @@ SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" +
 # (APIServer pid=1) INFO …', with --timestamps an ISO time after them): two lowercase DNS names, taken
 # off only where vLLM's own head or a container time follows
 STERN = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} (?=(?:" + ISO_TIME + r")\s|" + VLLM_HEAD + ")")
-GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:\(" + PROC_BODY + r"\)\s*(?:\x1b\[[0-9;]*m)?\s*)?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
+GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:(?:\(" + PROC_BODY + r"\)|\[" + PROC_BODY + r"\])\s*(?:\x1b\[[0-9;]*m)?\s*)?"
+                  r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
 

@@ -1370,6 +1370,14 @@ def test_a_framework_logging_format_around_vllm_gives_the_times(tmp_path: Path) 
                                                                                 (7_000_000, 2.61, "rl.log:2")]
 
 
+def test_bracketed_prefixes_glued_by_copy_paste_are_split() -> None:
+    from replay.record.vllm_log import split_line
+    lines = split_line(7, "[EngineCore_DP0 pid=404] ERROR 11-19 21:10:38 [core.py:710] EngineCore encountered a fatal "
+                          "error.[Worker_TP3 pid=540] ERROR 11-19 21:10:39 [x.py:2] torch.OutOfMemoryError: CUDA out of memory.")
+    assert [(ln.rank, ln.ts, ln.text[:10]) for ln in lines] == [
+        ("EngineCore_DP0 pid=404", "11-19 21:10:38", "EngineCore"), ("Worker_TP3 pid=540", "11-19 21:10:39", "torch.OutO")]
+
+
 def test_an_older_engine_dump_quotes_its_request_ids() -> None:
     from replay.record.vllm_log import extract
     (kind, data), = extract("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[], "
