@@ -121,9 +121,10 @@ def synth(
             raise ReplayError("--start/--duration: use forms like 600s, 30m, 20h", 2)
         if requests is not None and requests <= 0:
             raise ReplayError("--requests must be positive", 2)
-        h, rs = synth_servegen(ServeGenSpec(servegen, None if start_us is None else start_us / 1e6, dur_us / 1e6,
-                                            rate_scale, requests, seed))
-        write_trace(out, h, rs)
+        with err.status("drawing the workload from the clients' windows"):
+            h, rs = synth_servegen(ServeGenSpec(servegen, None if start_us is None else start_us / 1e6, dur_us / 1e6,
+                                                rate_scale, requests, seed))
+            write_trace(out, h, rs)
         err.print(f"[green]wrote[/] {out}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s from "
                   f"{h.source['name']} (from {h.source['start_s']:g} s of its data)")
         return
