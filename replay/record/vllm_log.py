@@ -151,11 +151,11 @@ R_NUM_BLOCKS = re.compile(r"num_gpu_blocks is: " + _NUM)
 R_KV_BYTES = re.compile(r"reserved " + _NUM + r" GiB memory for KV Cache as specified by kv_cache_memory_bytes")
 R_MAXLEN_ERR = re.compile(r"max seq len \(" + _NUM + r"\) is larger than the maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)")
 R_NO_CACHE = re.compile(r"No available memory for the cache blocks")
-# What V1 dumps when its engine fails (dump_input.py, 0.9 on): the scheduler's state and the batch it was
-# running; the batch lists requests as 'num_scheduled_tokens={id: n, …}' and new ones as NewRequestData(…)
 # sleep mode (RLHF, model swapping) measures the device after releasing its pools: what it freed, and what
 # every process still holds on the GPU (total less free), which a model started beside it cannot have
 R_SLEEP = re.compile(r"Sleep mode freed " + _NUM + r" GiB memory, " + _NUM + r" GiB memory is still in use")
+# What V1 dumps when its engine fails (dump_input.py, 0.9 on): the scheduler's state and the batch it was
+# running; the batch lists requests as 'num_scheduled_tokens={id: n, …}' and new ones as NewRequestData(…)
 R_DUMP_STATS = re.compile(r"Dumping scheduler stats: SchedulerStats\(")
 R_DUMP_BATCH = re.compile(r"Dumping scheduler output for model execution: SchedulerOutput\(")
 R_DUMP_FIELD = {k: re.compile(rf"\b{k}=([0-9.eE+-]+)") for k in (
