@@ -250,7 +250,8 @@ def inspect(
         t.add_row(k, s if len(s) < 120 else s[:117] + "...")
     out_console.print(t)
     from replay.analysis.memory import accounting
-    from replay.record.inspect import accounting_line, crash_line
+    from replay.analysis.outages import crash_line
+    from replay.record.inspect import accounting_line
     b = read_bundle(bundle)
     line = accounting_line(accounting(b))
     if line:

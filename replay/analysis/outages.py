@@ -1,4 +1,5 @@
-"""Downtime: from each crash (CUDA OOM, engine death, OOMKilled) to the engine's next start.
+"""Downtime: from each crash (CUDA OOM, engine death, OOMKilled) to the engine's next start; and what
+vLLM said of its scheduler when its engine failed.
 
 The impact section of a postmortem needs the outage in numbers. The event lane has what it takes:
 deaths from the vLLM log and Kubernetes, starts from the engine's own startup lines. A crash with no
@@ -42,3 +43,20 @@ def outages(events: list[dict[str, Any]]) -> list[Outage]:
     if open_ is not None:
         out.append(open_)
     return out
+
+
+def crash_line(events: list[dict[str, Any]]) -> str | None:
+    """What vLLM reported of its scheduler and batch when its engine last failed (V1's dump), in one
+    line; None where the evidence holds no such dump."""
+    def last(kind: str) -> dict[str, Any] | None:
+        return next((e for e in reversed(events) if e.get("kind") == kind), None)
+    batch, sched = last("batch_at_crash"), last("scheduler_at_crash")
+    parts = []
+    if batch is not None:
+        parts.append(f"a batch of {batch.get('scheduled_tokens')} tokens from {batch.get('requests')} requests "
+                     f"({batch.get('source')})")
+    if sched is not None:
+        kv = sched.get("kv_usage_pct")
+        parts.append(f"{sched.get('running')} running, {sched.get('waiting')} waiting, KV cache "
+                     f"{'?' if kv is None else f'{kv:.1f}'}% full ({sched.get('source')})")
+    return "; ".join(parts) if parts else None

@@ -80,19 +80,3 @@ def accounting_line(acc: Accounting) -> str | None:
     missing = [name for k, name in _PART_NAMES.items() if acc.parts.get(k) is None and k not in in_sums]
     return line + (f"; the log does not state: {', '.join(missing)}" if missing else "")
 
-
-def crash_line(events: list[dict[str, Any]]) -> str | None:
-    """What vLLM reported of its scheduler and batch when its engine last failed (V1's dump), in one
-    line; None where the evidence holds no such dump."""
-    def last(kind: str) -> dict[str, Any] | None:
-        return next((e for e in reversed(events) if e.get("kind") == kind), None)
-    batch, sched = last("batch_at_crash"), last("scheduler_at_crash")
-    parts = []
-    if batch is not None:
-        parts.append(f"a batch of {batch.get('scheduled_tokens')} tokens from {batch.get('requests')} requests "
-                     f"({batch.get('source')})")
-    if sched is not None:
-        kv = sched.get("kv_usage_pct")
-        parts.append(f"{sched.get('running')} running, {sched.get('waiting')} waiting, KV cache "
-                     f"{'?' if kv is None else f'{kv:.1f}'}% full ({sched.get('source')})")
-    return "; ".join(parts) if parts else None

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from replay import __version__
 from replay.analysis.memory import stacked_parts
+from replay.analysis.outages import crash_line
 from replay.analysis.pipeline import Analysis, analyze_bundle
 from replay.bundle import read_bundle
 from replay.report.downsample import minmax
@@ -247,6 +248,7 @@ def render(analyses: list[Analysis]) -> str:
         figures=[(fid, title, _safe_json(json.loads(f.to_json()))) for fid, title, f in figs],
         plotly_js=get_plotlyjs(), compare=compare_rows(analyses) if len(analyses) > 1 else None,
         utc=utc, events=[e for e in b.events if not str(e.get("kind", "")).startswith("request_")][:400],
+        at_crash=crash_line(b.events),
         generated=datetime.now().astimezone().isoformat(timespec="seconds"),
     )
 

@@ -1335,7 +1335,7 @@ def test_the_engine_dump_gives_version_batch_and_scheduler_at_the_crash(tmp_path
             "chatcmpl-ee6bd0d7da8a433a8b9426c0f68c8e70) (crash.log:3)") in trigger
     assert "200 requests running and 0 waiting, its KV cache 52.2% full (crash.log:4)" in trigger
     assert "what ran out was memory outside it" in trigger  # (an OOM is in the evidence)
-    from replay.record.inspect import crash_line
+    from replay.analysis.outages import crash_line
     assert crash_line(b.events) == ("a batch of 6439 tokens from 3 requests (crash.log:3); 200 running, 0 waiting, "
                                     "KV cache 52.2% full (crash.log:4)")
     assert crash_line([e for e in b.events if not e["kind"].endswith("_at_crash")]) is None

@@ -36,6 +36,22 @@ def test_hostile_text_is_escaped(tmp_path: Path) -> None:
     assert "&lt;/script&gt;&lt;script&gt;alert(1)" in html or "\\u003c/script\\u003e" in html
 
 
+def test_the_report_says_what_vllm_reported_at_the_crash(tmp_path: Path) -> None:
+    p = make_bundle(tmp_path / "b", "step")
+    out = tmp_path / "r.html"
+    write_report(p, [], out)
+    assert "vLLM at the engine's failure" not in out.read_text()  # (no dump in the evidence: no row)
+    with (p / "events.jsonl").open("a") as fh:  # (as the recorder writes V1's dump; see test_record)
+        fh.write(json.dumps({"t_us": 5, "kind": "batch_at_crash", "source": "x.log:7", "scheduled_tokens": 6439,
+                             "requests": 3, "new_requests": 1, "request_ids": ["a", "b", "c"]}) + "\n")
+        fh.write(json.dumps({"t_us": 5, "kind": "scheduler_at_crash", "source": "x.log:8", "running": 200,
+                             "waiting": 0, "kv_usage_pct": 52.1736}) + "\n")
+    write_report(p, [], out)
+    html = out.read_text()
+    assert ("vLLM at the engine's failure</td><td>a batch of 6439 tokens from 3 requests (x.log:7); 200 running, "
+            "0 waiting, KV cache 52.2% full (x.log:8)") in html
+
+
 def test_compare_and_size_and_postmortem(tmp_path: Path) -> None:
     a = make_bundle(tmp_path / "a", "step")
     b = make_bundle(tmp_path / "b", "clean", seed=3)
