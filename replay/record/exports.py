@@ -171,8 +171,8 @@ LINE_KEPT = 1 << 16  # characters of the position's line kept before it (for quo
 class _Stream:
     """The document's text, read in pieces, at a position whose line number is kept."""
 
-    def __init__(self, path: Path, progress: Callable[[int], None] | None) -> None:
-        self.pieces = text_pieces(path, PIECE_BYTES)
+    def __init__(self, path: Path, progress: Callable[[int], None] | None, hasher: Any = None) -> None:
+        self.pieces = text_pieces(path, PIECE_BYTES, hasher)
         self.buf, self.pos, self.line = "", 0, 1
         self.last = b""  # the last piece read
         self.progress = progress
@@ -317,13 +317,15 @@ def _entries(s: _Stream, kind: str, res: Converted) -> Iterator[_Entry]:
         s.advance(end)
 
 
-def convert(path: Path, kind: str, out: Path, progress: Callable[[int], None] | None = None) -> Converted:
+def convert(path: Path, kind: str, out: Path, progress: Callable[[int], None] | None = None,
+            hasher: Any = None) -> Converted:
     """Write the export ``path`` (``kind``: a key of WHAT) as a log of shipper records to ``out``, an
-    entry a line, oldest first; ``Converted.lines`` holds each one's line in the export."""
+    entry a line, oldest first; ``Converted.lines`` holds each one's line in the export. With
+    ``hasher``, every byte of the export goes into it (it is read to its end)."""
     res = Converted()
     back = ahead = 0
     last_t: str | None = None  # (to the second: enough to tell the order an export runs in)
-    s = _Stream(path, progress)
+    s = _Stream(path, progress, hasher)
     offsets = array("q", [0])
     with out.open("wb") as fo:
         for e in _entries(s, kind, res):

@@ -549,7 +549,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         fp = _fingerprint(path, size)
         alike = fingerprints.setdefault(fp, [])
         # a log with no look-alike is hashed while it is parsed (one read); anything else now
-        hash_later = kind == "vllm-log" and not alike and size > (1 << 16)
+        hash_later = kind in ("vllm-log", "log-export") and not alike and size > (1 << 16)
         alike.append(path)
         sha = "" if hash_later else file_sha256(path)
         rep = FileReport(str(path), kind or "unknown", sha256=sha)
@@ -573,10 +573,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
                 spill.mkdir(parents=True, exist_ok=True)
                 log_path, progress = spill / "export.log", None
-                conv = convert(path, which, log_path, opts.progress)
+                conv = convert(path, which, log_path, opts.progress, hasher)  # (the export is hashed as it is read)
                 rep.notes += conv.notes(path.name, which)
-            result = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts,
-                                    progress=progress, hasher=hasher, request_repeats=False)
+            result = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts, progress=progress,
+                                    hasher=hasher if conv is None else None, request_repeats=False)
             if conv is not None:
                 renumber(result[0], result[1], conv)
             if hasher is not None:
