@@ -150,6 +150,7 @@ class Converted:
     broken: str | None = None
     tail: list[tuple[int, str]] = field(default_factory=list)  # the lines from there on (not blank)
     untimed: int = 0  # CSV rows whose time is not exact (no zone): their lines' own logged times stand
+    form: str = "JSON"  # what the export is written in (JSON, or CSV), for what is said of a break in it
 
     def notes(self, name: str, kind: str) -> list[str]:
         out = [f"{name}: read as {WHAT[kind]}: {self.entries} entries, {self.timed} of them at their own exact time"]
@@ -159,7 +160,7 @@ class Converted:
         if self.newest_first:
             out.append(f"{name}: its entries run newest first (gcloud's default order): read oldest first")
         if self.broken_at is not None:
-            out.append(f"{name}:{self.broken_at}: the {'CSV' if kind == 'csv' else 'JSON'} breaks off ({self.broken})"
+            out.append(f"{name}:{self.broken_at}: the {self.form} breaks off ({self.broken})"
                        + (": the lines from there on are quarantined" if self.tail else ""))
         return out
 
@@ -322,7 +323,7 @@ def convert(path: Path, kind: str, out: Path, progress: Callable[[int], None] | 
     """Write the export ``path`` (``kind``: a key of WHAT) as a log of shipper records to ``out``, an
     entry a line, oldest first; ``Converted.lines`` holds each one's line in the export. With
     ``hasher``, every byte of the export goes into it (it is read to its end)."""
-    res = Converted()
+    res = Converted(form="CSV" if kind == "csv" else "JSON")
     back = ahead = 0
     last_t: str | None = None  # (to the second: enough to tell the order an export runs in)
     s = _Stream(path, progress, hasher)
@@ -368,7 +369,7 @@ def renumber(lp: LogParse, ff: FastFacts, conv: Converted) -> None:
         f.line = at(f.line)
     lp.quarantine = [(at(no), _FOLLOWS.sub(lambda x: f"(follows line {at(int(x[1]))})", reason), raw)
                      for no, reason, raw in lp.quarantine]
-    why = f"after line {conv.broken_at}, where the JSON breaks off ({conv.broken}): not read as an entry"
+    why = f"after line {conv.broken_at}, where the {conv.form} breaks off ({conv.broken}): not read as an entry"
     lp.quarantine += [(no, why, text) for no, text in conv.tail]
     # the export's lines: those of a quarantined entry (or more, where they share a line) and the rest,
     # parsed (its JSON around the entries among them)

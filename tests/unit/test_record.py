@@ -2389,6 +2389,19 @@ def test_fuzz_azure_csv_exports_never_a_traceback(rows: list, cut: float) -> Non
         assert reps[0].kind == "log-export" and reps[0].lines == _line_count(text)
 
 
+def test_csv_log_export_cut_by_an_overlong_field_says_the_csv_breaks_off(tmp_path: Path) -> None:
+    from replay.record.exports import MAX_ENTRY_CHARS
+    f = tmp_path / "x.csv"
+    f.write_text("TimeGenerated [UTC],LogMessage\n"
+                 '"5/19/2025, 10:00:01.123 AM","INFO 05-19 10:00:01 [loggers.py:271] Engine 000: Running: 1 reqs, '
+                 'Waiting: 0 reqs, GPU KV cache usage: 2.0%"\n'
+                 f'"5/19/2025, 10:00:02.000 AM","{"x" * (MAX_ENTRY_CHARS + 1)}"\nnext line\n')
+    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    assert any("x.csv:3: the CSV breaks off" in n for n in reps[0].notes), reps[0].notes
+    q = [json.loads(x) for x in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [x["line"] for x in q if "where the CSV breaks off" in x["reason"]] == [4]
+
+
 def test_csv_log_export_without_a_zone_keeps_the_logged_times(tmp_path: Path) -> None:
     """GIVEN a CSV export of a log whose time column states no zone (a Grafana logs panel's 'Time' in
     the browser's local time) WHEN recorded THEN its lines are read with their own logged times, and
