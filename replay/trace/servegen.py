@@ -72,18 +72,19 @@ class Client:
     windows: list[Window]
     pdfs: dict[int, dict[str, Pdf]]  # dataset window start -> field -> distribution (empty fields left out)
     borrowed: int = field(default=0)  # requests drawn from a neighbouring dataset window (their own was empty)
-    _keys: list[int] = field(default_factory=list)
+    keys: list[int] = field(init=False)  # the dataset windows' starts, in order
+
+    def __post_init__(self) -> None:
+        self.keys = sorted(self.pdfs)
 
     def fields_at(self, t_s: float) -> dict[str, Pdf]:
         """The distributions in force at ``t_s``: the last dataset window at or before it; if that one
         is empty (the data has windows with no requests), the nearest window that is not."""
-        keys = self._keys or sorted(self.pdfs)
-        self._keys = keys
-        at = keys[max(0, bisect.bisect_right(keys, t_s) - 1)]
+        at = self.keys[max(0, bisect.bisect_right(self.keys, t_s) - 1)]
         if self.pdfs[at]:
             return self.pdfs[at]
         self.borrowed += 1
-        return self.pdfs[min((k for k in keys if self.pdfs[k]), key=lambda k: abs(k - t_s))]
+        return self.pdfs[min((k for k in self.keys if self.pdfs[k]), key=lambda k: abs(k - t_s))]
 
 
 def client_files(paths: list[Path]) -> list[tuple[Path, Path]]:
