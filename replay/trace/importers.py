@@ -117,6 +117,8 @@ class _Parse:
 
     fast: pl.Expr
     full: pl.Expr
+    reads_as: tuple[str, Any] | None = None  # (column, dtype): a CSV block may read that column as this
+    # dtype for the fast form (its cast is then a no-op); a block the reader refuses so is read as text
 
 
 _Col = pl.Expr | _Parse
@@ -148,6 +150,7 @@ def _int(col: str) -> _Parse:
     return _Parse(
         pl.col(col).cast(pl.Int64, strict=False),
         pl.col(col).str.strip_chars().str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False),
+        (col, pl.Int64),
     )
 
 
@@ -222,7 +225,9 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     if plan.extra_cols:
         cols.append(pl.struct([pl.col(c) for c in plan.extra_cols]).alias("extra"))
     whole: Block = functools.partial(_same, plan.lf)
-    pieces = plan.blocks(None, hasher) if (plan.blocks is not None and t_first is not None) else iter([whole])
+    # the fast form reads integer columns as integers: a row it quarantines is redone in text (see caller)
+    typed = dict(c.reads_as for c in [plan.abs_us, *plan.required.values()] if fast and isinstance(c, _Parse) and c.reads_as)
+    pieces = plan.blocks(None, hasher, typed) if (plan.blocks is not None and t_first is not None) else iter([whole])
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
@@ -283,17 +288,26 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
     previous piece's last, which that piece's worker publishes as soon as its reader has counted its
     rows: pieces wait on each other only for that number, never for each other's parsing."""
 
-    def parse(buf: bytes, start: Future[int], end: Future[int]) -> pl.LazyFrame:
+    def read(body: bytes, typed: dict[str, Any] | None) -> pl.DataFrame:
+        if typed:  # numbers read as numbers (cheaper than text cast later); a block with any other value
+            try:  # in those columns is read as text, as every block is without ``typed``
+                return pl.read_csv(body, has_header=False, new_columns=cols, infer_schema=False, separator=separator,
+                                   quote_char='"', schema_overrides=typed)
+            except pl.exceptions.PolarsError:
+                pass
+        try:
+            return pl.read_csv(body, has_header=False, new_columns=cols, infer_schema=False, separator=separator,
+                               quote_char='"')
+        except pl.exceptions.PolarsError:
+            raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
+
+    def parse(buf: bytes, start: Future[int], end: Future[int], typed: dict[str, Any] | None) -> pl.LazyFrame:
         try:
             body = buf.lstrip(b"\r\n")  # the reader cannot start on a blank line; those are rows of nulls
             lead = buf.count(b"\n", 0, len(buf) - len(body))
-            try:
-                df = pl.read_csv(body, has_header=False, new_columns=cols, infer_schema=False, separator=separator,
-                                 quote_char='"') if body else pl.DataFrame(schema=dict.fromkeys(cols, pl.String))
-            except pl.exceptions.PolarsError:
-                raise ReplayError(_find_bad_csv_line(path, label, len(cols))) from None
+            df = read(body, typed) if body else pl.DataFrame(schema=dict.fromkeys(cols, pl.String))
             if lead:
-                df = pl.concat([pl.DataFrame({c: [None] * lead for c in cols}, schema=dict.fromkeys(cols, pl.String)), df])
+                df = pl.concat([pl.DataFrame({c: [None] * lead for c in cols}, schema=df.schema), df])
             row0 = start.result()
         except BaseException as e:  # the pieces after this one learn of it instead of waiting forever
             end.set_exception(e)
@@ -301,9 +315,10 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
         end.set_result(row0 + df.height)
         return df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
 
-    def gen(first_bytes: int | None = None, hasher: Any = None) -> Iterator[Block]:
+    def gen(first_bytes: int | None = None, hasher: Any = None, typed: dict[str, Any] | None = None) -> Iterator[Block]:
         """The blocks; with ``first_bytes``, a first block of about that size (for a quick look); with
-        ``hasher``, every byte of the file read goes into it too (the file is then read once)."""
+        ``hasher``, every byte of the file read goes into it too (the file is then read once); with
+        ``typed`` (column -> dtype), those columns read as that dtype where every value of a block parses."""
         size = first_bytes or block_bytes or CSV_BLOCK_BYTES
         start: Future[int] = Future()
         start.set_result(0)
@@ -326,7 +341,7 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
                 if not chunk and (not buf or buf.isspace()):  # only blank space after the last line
                     return
                 end: Future[int] = Future()
-                yield functools.partial(parse, buf, start, end)
+                yield functools.partial(parse, buf, start, end, typed)
                 start = end
                 if not chunk:
                     return
@@ -375,7 +390,10 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
     stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher)
     if hasher is not None:
         sha = hasher.hexdigest() if t_first is not None else file_sha256(src)  # (no blocks were read without it)
-    if any(stats[f"null:{k}"] for k in has_full):  # the cheap parser missed rows: use the full one
+    typed = any(isinstance(c, _Parse) and c.reads_as for c in [plan.abs_us, *plan.required.values()])
+    # the cheap parser missed rows, or quarantined rows whose numbers it read as numbers (their raw
+    # values go to the quarantine as text): use the full one
+    if any(stats[f"null:{k}"] for k in has_full) or (typed and plan.blocks is not None and stats["bad"]):
         fast = False
         stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part)
     if stats["t_min"] is not None and (t_first is None or stats["backwards"] or stats["t_min"] < t_first):

@@ -529,3 +529,27 @@ def test_a_library_panic_is_an_internal_error_in_one_line(monkeypatch: pytest.Mo
         cli.main()
     assert e.value.code == 70
     assert "internal error: PanicException: assertion failed" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("block", [1 << 20, 64])
+def test_numbers_read_as_numbers_keep_their_text_where_it_matters(block: int, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN token columns that a block may read as integers THEN a row quarantined for its time
+    keeps its values as written ('007', not 7); and numbers with a thousands separator or padding, in
+    blocks of their own, read as the text parser reads them."""
+    import replay.trace.importers as im
+    monkeypatch.setattr(im, "CSV_BLOCK_BYTES", block)
+    head = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    filler = "8,GPT-4,1,1,2,API log\n" * 8
+    src = tmp_path / "b.csv"
+    src.write_text(head + "5,ChatGPT,120,30,150,Conversation log\nyesterday,ChatGPT,007,30,37,Conversation log\n" + filler)
+    res = import_trace("burstgpt", src, tmp_path / "t.jsonl")
+    assert (res.rows_read, res.rows_emitted, res.quarantined) == (10, 9, 1)
+    assert res.quarantine_path is not None
+    (q,) = [json.loads(x) for x in res.quarantine_path.read_text().splitlines()]
+    assert q["line"] == 3 and q["raw"]["Request tokens"] == "007" and q["raw"]["Response tokens"] == "30"
+    src.write_text(head + "5,ChatGPT,120,30,150,Conversation log\n" + filler + "8,GPT-4, 44,0,44,API log\n" + filler
+                   + '9,ChatGPT,"1,200",30,1230,Conversation log\n')
+    res = import_trace("burstgpt", src, tmp_path / "t.jsonl")
+    assert (res.rows_read, res.quarantined) == (19, 0)
+    assert [r["input_tokens"] for r in iter_requests(tmp_path / "t.jsonl")] == [120, *[1] * 8, 44, *[1] * 8, 1200]
