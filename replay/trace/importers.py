@@ -125,25 +125,47 @@ _Col = pl.Expr | _Parse
 Block = Callable[[], pl.LazyFrame]  # a piece of the input, parsed when called (in a worker thread)
 
 
-def _parse_timestamp_us(col: str) -> _Parse:
-    """Parse Azure-style datetimes in any of their three shapes to epoch µs (UTC where stated)."""
+# an Azure time: date, ' ' or 'T', time, up to 9 fraction digits, and no zone, 'Z' or ±hh:mm (the 2023
+# traces have none, the 2024 ones '+00:00', the 2025 multimodal one 'T…Z')
+_AZURE_TIME = re.compile(r"^\d{4}-\d\d-\d\d([ T])\d\d:\d\d:\d\d(?:\.\d{1,9})?(Z|[+-]\d\d:\d\d)?$")
+
+
+def _first_value(path: Path, col: str) -> str | None:
+    """The first data row's value of ``col`` in a CSV (None when there is none)."""
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+        for row in csv.DictReader(fh):
+            return row.get(col)
+    return None
+
+
+def _parse_timestamp_us(col: str, sample: str | None = None) -> _Parse:
+    """Parse Azure-style datetimes in any of their shapes to epoch µs (UTC where a zone is stated).
+
+    The cheap form takes the shape of ``sample`` (the file's first time): its separator and its kind
+    of zone. Whole seconds repeat from row to row, so they are parsed through the parser's cache and
+    the fraction and zone added as integers (several times faster than strptime on the whole string);
+    a row of any other shape is null there and goes to the full parser."""
     c = pl.col(col)
-    # the common shape 'YYYY-MM-DD HH:MM:SS[.ffffff]': whole seconds repeat from row to row, so they are
-    # parsed through the parser's cache and the fraction added as an integer (2x faster than strptime
-    # on the whole string); anything else is null here and goes to the full parser
-    shape = c.str.contains(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?$")
-    whole = c.str.slice(0, 19).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False, cache=True)
-    digits = c.str.len_bytes().clip(20, 26) - 20  # fraction digits that count (µs: at most 6)
-    frac = (c.str.slice(20, 6).cast(pl.Int64, strict=False) * pl.lit(10, pl.Int64).pow(6 - digits)).fill_null(0)
-    fast = pl.when(shape).then(whole.dt.epoch("us") + frac)
+    m = _AZURE_TIME.match(sample) if sample else None
+    sep, zone = (m.group(1), m.group(2) or "") if m else (" ", "")
+    zone_rx = {"": "", "Z": "Z"}.get(zone, r"[+-]\d\d:\d\d")
+    shape = c.str.contains(r"^\d{4}-\d\d-\d\d" + sep + r"\d\d:\d\d:\d\d(?:\.\d{1,9})?" + zone_rx + "$")
+    whole = c.str.slice(0, 19).str.to_datetime(f"%Y-%m-%d{sep}%H:%M:%S", time_unit="us", strict=False, cache=True)
+    digits = ((c.str.len_bytes() - len(zone)) if zone else c.str.len_bytes()).clip(20, 26) - 20  # fraction digits
+    # that count (µs: at most 6)
+    frac_text = c.str.slice(20, 6) if not zone else c.str.slice(20, digits)
+    fast_us = whole.dt.epoch("us") + (frac_text.cast(pl.Int64, strict=False) * pl.lit(10, pl.Int64).pow(6 - digits)).fill_null(0)
+    if len(zone) == 6:  # local time at ±hh:mm: UTC is that much earlier (+) or later (-)
+        off_s = c.str.slice(-5, 2).cast(pl.Int64, strict=False) * 3600 + c.str.slice(-2, 2).cast(pl.Int64, strict=False) * 60
+        fast_us = fast_us - pl.when(c.str.slice(-6, 1) == "-").then(-off_s).otherwise(off_s) * 1_000_000
+    fast = pl.when(shape).then(fast_us)
     s = pl.col(col).str.strip_chars()
-    off = s.str.extract(r"([+-]\d\d):?(\d\d)$", 1).cast(pl.Int64, strict=False) * 60 + s.str.extract(
-        r"[+-]\d\d:?(\d\d)$", 1
-    ).cast(pl.Int64, strict=False)
-    sign = pl.when(s.str.contains(r"-\d\d:?\d\d$")).then(-1).otherwise(1)
+    zm = s.str.extract_groups(r"([+-])(\d\d):?(\d\d)$")
+    off_min = zm.struct.field("2").cast(pl.Int64, strict=False) * 60 + zm.struct.field("3").cast(pl.Int64, strict=False)
+    sign = pl.when(zm.struct.field("1") == "-").then(-1).otherwise(1)
     body = s.str.replace(r"(Z|[+-]\d\d:?\d\d)$", "").str.replace("T", " ")
     dt = body.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="us", strict=False)
-    return _Parse(fast, dt.dt.epoch("us") - (sign * off.fill_null(0) * 60_000_000))
+    return _Parse(fast, dt.dt.epoch("us") - (sign * off_min.fill_null(0) * 60_000_000))
 
 
 def _int(col: str) -> _Parse:
@@ -466,7 +488,7 @@ def import_azure(path: Path, label: Path) -> _Plan:
         ).otherwise(None)
     extra = [c for c in cols if c not in ("TIMESTAMP", "ContextTokens", "GeneratedTokens", "NumImages")]
     tz = "UTC" if "NumImages" in cols or "trace" in cols else "unknown"
-    return _Plan(lf, _parse_timestamp_us("TIMESTAMP"),
+    return _Plan(lf, _parse_timestamp_us("TIMESTAMP", _first_value(path, "TIMESTAMP")),
                  {"input_tokens": _int("ContextTokens"), "output_tokens": _int("GeneratedTokens")},
                  fields, extra, {"src_unit": "datetime", "src_origin": "absolute", "tz_assumed": tz,
                                  "clock": "unknown", "quantum_ms": None}, {"block_size": None}, 2)
