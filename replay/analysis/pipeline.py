@@ -117,6 +117,15 @@ def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
                 f"{held:.2f} GiB was held by something else (another engine, an orphaned EngineCore of an earlier "
                 f"start, another container; `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` names "
                 f"it); at most gpu_memory_utilization {fits:.2f} fits beside it", "high", ev))
+        elif e.get("kv_needed_gib") is not None:  # V1 states what one request needs and what there is
+            fits = e.get("estimated_max_model_len")
+            out.setdefault("startup:max_model_len", Finding(
+                "startup:max_model_len", "vLLM could not start: max_model_len exceeds what the KV cache holds",
+                f"one request of max_model_len {e['max_model_len']} needs {e['kv_needed_gib']:.2f} GiB of KV cache; "
+                f"{e['kv_available_gib']:.2f} GiB was left for it after weights, activations and CUDA graphs"
+                + (f"; the longest that fits is {fits} tokens" if fits is not None else "")
+                + f"; lower --max-model-len{f' to {fits}' if fits is not None else ''}, or raise gpu_memory_utilization",
+                "high", ev))
         elif e.get("max_model_len") is not None:
             out.setdefault("startup:max_model_len", Finding(
                 "startup:max_model_len", "vLLM could not start: max_model_len exceeds what the KV cache holds",

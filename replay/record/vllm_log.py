@@ -162,6 +162,11 @@ R_DUMP_FIELD = {k: re.compile(rf"\b{k}=([0-9.eE+-]+)") for k in (
     "num_running_reqs", "num_waiting_reqs", "kv_cache_usage", "total_num_scheduled_tokens")}
 R_DUMP_SCHEDULED = re.compile(r"\bnum_scheduled_tokens=\{([^{}]*)\}")
 R_DUMP_PROMPT_LEN = re.compile(r"\bprompt_token_ids_len=(\d+)")
+# V1's figures when one request of max_model_len does not fit (0.8 on; the estimate from 0.9; spelt
+# "models's" until 0.11, "model's" after)
+R_KV_NEEDED = re.compile(r"max seq len \(" + _NUM + r"\), \(" + _NUM + r" GiB KV cache is needed, which is larger than the "
+                         r"available KV cache memory \(" + _NUM + r" GiB\)(?:\. Based on the available memory, the estimated "
+                         r"maximum model length is " + _NUM + ")?")
 R_INSUFF_KV = re.compile(r"(?:To serve at least one request with the models's max seq len|is larger than the available KV cache memory|KV cache is needed, which is larger than the available KV cache memory)")
 
 # --- runtime ----------------------------------------------------------------------------------
@@ -603,7 +608,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
                                               "total_gib": _f(m.group(2)), "gpu_memory_utilization": _f(m.group(3)),
                                               "budget_gib": _f(m.group(4))}))
     if R_NO_CACHE.search(text) or R_INSUFF_KV.search(text):
-        out.append(("vllm_memory_error", {"error": text.strip()[:300]}))
+        m = R_KV_NEEDED.search(text)
+        out.append(("vllm_memory_error", {"error": text.strip()[:300], **({
+            "max_model_len": int(_f(m.group(1))), "kv_needed_gib": _f(m.group(2)), "kv_available_gib": _f(m.group(3)),
+            "estimated_max_model_len": int(_f(m.group(4))) if m.group(4) else None} if m else {})}))
     if "preempted" in text:
         m = R_PREEMPT.search(text)
         if m:

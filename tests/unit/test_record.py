@@ -261,6 +261,29 @@ def test_vllm_refusing_to_start_is_a_finding_with_its_numbers(tmp_path: Path) ->
     assert "max_model_len 29000" in f.detail and "23648 tokens" in f.detail
 
 
+@pytest.mark.parametrize("spelling,estimate", [("models's", ""), ("model's", " Based on the available memory, the "
+                                                  "estimated maximum model length is 127,776.")])
+def test_v1_kv_too_small_for_one_request_gives_its_figures(spelling: str, estimate: str, tmp_path: Path) -> None:
+    """V1's refusal to start when one request of max_model_len does not fit states what it needs, what
+    there is and (0.9 on) the longest that fits: the event keeps them and the finding says them."""
+    from replay.analysis.pipeline import analyze_bundle
+    log = tmp_path / "kv.log"
+    log.write_text(f"(EngineCore_DP0 pid=7) ERROR 10-25 13:08:43 [core.py:708] ValueError: To serve at least one request "
+                   f"with the {spelling} max seq len (131072), (4.11 GiB KV cache is needed, which is larger than the "
+                   f"available KV cache memory (4.0 GiB).{estimate} Try increasing `gpu_memory_utilization` or decreasing "
+                   "`max_model_len` when initializing the engine.\n")
+    record([log], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    err = next(e for e in b.events if e["kind"] == "vllm_memory_error")
+    fits = 127776 if estimate else None
+    assert (err["max_model_len"], err["kv_needed_gib"], err["kv_available_gib"], err["estimated_max_model_len"]) == (
+        131072, 4.11, 4.0, fits)
+    f = next(f for f in analyze_bundle(b).findings if f.id == "startup:max_model_len")
+    assert "max_model_len 131072 needs 4.11 GiB of KV cache; 4.00 GiB was left" in f.detail
+    assert ("the longest that fits is 127776 tokens" in f.detail) == bool(estimate)
+    assert ("lower --max-model-len to 127776" in f.detail) == bool(estimate)
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
