@@ -290,6 +290,7 @@ class _Line:
     repeated: int = 0  # lines Ray folded into this one ('[repeated Nx across cluster]')
     year: int | None = None  # the year of a shipper's time without a zone (``iso`` has those with one)
     counted: bool = False  # whether its physical line is counted by this part (a line's first part counts it)
+    width: int = 0  # characters in its physical line (a terminal wraps long lines at its width)
 
 
 def _shipped(raw: str) -> tuple[str, str | None] | None:
@@ -418,7 +419,7 @@ def split_line(no: int, raw: str) -> list[_Line]:
             mn = NAIVE_TIME.match(raw)
             if mn:
                 ts, prefixed = f"{mn.group('md')} {mn.group('hms')}", True
-        out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline, year=year2 or year))
+        out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline, year=year2 or year, width=len(raw)))
     if ray:
         out[-1].repeated = int(ray.group(1))
     return out
@@ -689,6 +690,21 @@ def _dump(text: str) -> list[tuple[str, dict[str, Any]]]:
     return []
 
 
+WRAP_MIN_WIDTH = 70  # narrower lines were not wrapped by a terminal
+
+
+def _cut_mid_word(before: str, after: str, width: int) -> bool:
+    """Whether a line of ``width`` characters ending in ``before`` and the line ``after`` it are one
+    line that a terminal or a copy-paste cut at its width, inside a word or number ('… KV cach' then
+    'e is needed'): they are joined without the space that joins other continuation lines."""
+    if width < WRAP_MIN_WIDTH or not after[:1].isascii():
+        return False
+    if before[-1:].isspace():  # (cut after a space: it is still there)
+        return True
+    in_number = before[-1:] in (".", ",") and before[-2:-1].isdigit() and after[:1].isdigit()  # ('4.' then '26 GiB')
+    return in_number or (before[-1:].isalnum() and (after[:1].islower() or after[:1].isdigit()))
+
+
 class LogParser:
     """The line-by-line parser, fed one physical line at a time (``feed``), so that a caller that
     handles some lines itself (the vectorised fast lane) can interleave: ``barrier`` closes the open
@@ -700,8 +716,10 @@ class LogParser:
         self.res = LogParse()
         self._seen: set[tuple[str, str | None, str]] = set()
         self._open: _Line | None = None
-        # the open message's continuation lines: line number, whether it was counted there, text
-        self._cont: list[tuple[int, bool, str]] = []
+        # the open message's continuation lines: line number, whether it was counted there, text, and what
+        # joins it to the text before it
+        self._cont: list[tuple[int, bool, str, str]] = []
+        self._width = 0  # characters in the last physical line of the open message
         self._lo, self._hi = "0.0.0", "99.0.0"
         self._v1 = self._v0 = 0
         self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
@@ -718,12 +736,12 @@ class LogParser:
         msg, res = self._open, self.res
         if msg is None:
             return
-        text = " ".join([msg.text, *(t for _, _, t in self._cont)]) if self._cont else msg.text
+        text = msg.text + "".join(sep + t for _, _, t, sep in self._cont) if self._cont else msg.text
         facts = extract(text)
         if not msg.prefixed and not facts:  # (its line counts as quarantined, though a message glued after
             # this text on it is still read: each line is counted once, by its first part)
             res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
-            for no, counted, t in self._cont:  # (its continuations are not vLLM's either)
+            for no, counted, t, _ in self._cont:  # (its continuations are not vLLM's either)
                 res.continuation_lines -= counted
                 res.quarantine.append((no, f"not a vLLM log line and no known fact (follows line {msg.no})", t))
         elif msg.counted:
@@ -784,7 +802,7 @@ class LogParser:
         if ln.prefixed:
             self._flush()
             ln.counted = self._first(ln.no)
-            self._open = ln
+            self._open, self._width = ln, ln.width
             return
         # un-prefixed: a continuation of the open message (wrapped line, traceback) unless it
         # stands on its own as a fact.
@@ -793,12 +811,14 @@ class LogParser:
         if msg is not None and (not alone or msg.prefixed and not extract(msg.text) and not ln.text.lstrip().startswith(
                 ("torch.", "RuntimeError", "ValueError"))) and len(self._cont) < 200:
             counted = self._first(ln.no)
-            self._cont.append((ln.no, counted, ln.text.strip()))
+            before = self._cont[-1][2] if self._cont else msg.text
+            self._cont.append((ln.no, counted, ln.text.strip(), "" if _cut_mid_word(before, ln.text, self._width) else " "))
+            self._width = ln.width
             res.continuation_lines += counted
             return
         self._flush()
         ln.counted = self._first(ln.no)
-        self._open = ln
+        self._open, self._width = ln, ln.width
 
     def finish(self) -> LogParse:
         self._flush()

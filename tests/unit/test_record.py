@@ -284,6 +284,35 @@ def test_v1_kv_too_small_for_one_request_gives_its_figures(spelling: str, estima
     assert ("lower --max-model-len to 127776" in f.detail) == bool(estimate)
 
 
+def test_a_line_cut_at_the_terminal_width_is_joined_where_it_was_cut(tmp_path: Path) -> None:
+    """A message pasted from a terminal that wraps at its width (a 2026 report, at 119 columns) is cut
+    inside words and numbers: the pieces are joined as they were, so that its figures are read; a
+    traceback's lines and short lines keep the space between them."""
+    def cut(line: str) -> list[str]:
+        return [line[i:i + 119] for i in range(0, len(line), 119)]
+    lines = cut('(EngineCore pid=316)   File "/opt/venv/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", '
+                "line 758, in _check_enough_kv_cache_memory") + cut(
+        "(EngineCore pid=316) ValueError: To serve at least one request with the model's max seq len (100000), (4.26 GiB "
+        "KV cache is needed, which is larger than the available KV cache memory (4.25 GiB). Based on the available memory, "
+        "the estimated maximum model length is 99840. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.") + [
+        "(EngineCore pid=316) ERROR 10-25 13:08:43 [core.py:708] short line ends in a wor", "d that was not cut"]
+    assert lines[1] == "k_enough_kv_cache_memory" and lines[2].endswith("KV cach") and len(lines) == 8
+    log = tmp_path / "wrapped.log"
+    log.write_text("\n".join(lines) + "\n")
+    record([log], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    err = next(e for e in b.events if e["kind"] == "vllm_memory_error")
+    assert (err["kv_needed_gib"], err["kv_available_gib"], err["max_model_len"], err["estimated_max_model_len"]) == (
+        4.26, 4.25, 100000, 99840)
+    assert "KV cache is needed" in err["error"] and "cach e" not in err["error"]
+    p = parse_log(lines)
+    assert p.continuation_lines == 5 and not p.quarantine
+    head = "(EngineCore pid=1) INFO 10-25 13:08:43 [gpu_worker.py:298] Available KV cache memory: 4."
+    assert len(head) >= 70  # a number cut after its point is one number again
+    assert [f.data for f in parse_log([head, "26 GiB"]).facts if f.kind == "kv_memory"] == [{"kv_cache_gib": 4.26}]
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
