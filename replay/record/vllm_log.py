@@ -202,17 +202,22 @@ R_OOM_ANY = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemor
 # an OOM without torch's accounting (CUDA; HIP on ROCm; XPU): still an OOM, its numbers unknown
 R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory"
                         r"|Cuda failure (?:\d+ )?'out of memory'")  # (the last: NCCL's, at communicator set-up)
+# a CUDA library that could not allocate its workspace (cuBLAS at its first call in a process is the
+# usual one): device memory ran out, with no figures
+R_LIB_ALLOC = re.compile(r"\b(?:CUBLAS|CUDNN|CUSPARSE|CUSOLVER|CUFFT|CURAND)_STATUS_ALLOC_FAILED\b")
 R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
 R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
                      r"RuntimeError: Engine process failed to start|MQLLMEngine terminated|Engine loop has died)")
 R_START = re.compile(r"(vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|Initializing a V1 LLM engine|non-default args:)")
+_VERSION = r"(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)"  # (four numbers: 0.10.1.1)
 R_VERSION = [
-    re.compile(r"vLLM (?:API )?server version (\d+\.\d+\.\d+(?:\.post\d+)?)"),
-    re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v(\d+\.\d+\.\d+(?:\.post\d+)?)"),
-    re.compile(r"\bversion (\d+\.\d+\.\d+(?:\.post\d+)?)\s*$"),
+    re.compile(r"vLLM (?:API )?server version " + _VERSION),
+    re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v" + _VERSION),
+    # the banner (0.11 on) ends in ' █  version 0.32.0' (other software's 'NCCL version 2.21.5' is not vLLM's)
+    re.compile(r"[▄▀█]\s+version " + _VERSION + r"\s*$"),
     # (V1's dump when its engine fails: 'Dumping input data for V1 LLM engine (v0.11.0) with config: …')
-    re.compile(r"Dumping input data for V1 LLM engine \(v(\d+\.\d+\.\d+(?:\.post\d+)?)"),
+    re.compile(r"Dumping input data for V1 LLM engine \(v" + _VERSION),
 ]
 
 # (pattern, lo, hi) fingerprints: message formats and file:line call sites that pin a version range.
@@ -626,11 +631,11 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
             if m:
                 out.append((kind, {"request_id": m.group(1)}))
                 break
-    if "memory" in text.lower() and R_OOM_ANY.search(text):
+    if "memory" in text.lower() and R_OOM_ANY.search(text) or "_ALLOC_FAILED" in text and R_LIB_ALLOC.search(text):
         o = _oom(text)
         if o:
             out.append(("oom", o))
-        elif R_OOM_BARE.search(text) and not text.lstrip().startswith(("File ", "raise ")):
+        elif (R_OOM_BARE.search(text) or R_LIB_ALLOC.search(text)) and not text.lstrip().startswith(("File ", "raise ")):
             out.append(("oom", {"generation": "unparsed", "message": text.strip()[:300],
                                 "tried_to_allocate_bytes": None, "gpu_total_bytes": None, "free_bytes": None,
                                 "process_in_use_bytes": None, "allocated_by_pytorch_bytes": None,

@@ -214,6 +214,10 @@ def test_real_world_mess() -> None:
     ("include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'", True),
     ('  File "/x/torch/cuda/memory.py", line 3, in f  # CUDA out of memory', False),  # a traceback's source line
     ('raise torch.OutOfMemoryError("HIP out of memory")', False),
+    # cuBLAS could not allocate its workspace (a TP worker, 2025): the device was full
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", False),
 ])
 def test_an_oom_without_torch_accounting_is_still_an_oom(text: str, is_oom: bool) -> None:
     """An OOM message without torch's numbers (a bare CUDA or HIP error) is an OOM fact whose numbers
@@ -222,6 +226,19 @@ def test_an_oom_without_torch_accounting_is_still_an_oom(text: str, is_oom: bool
     assert len(ooms) == is_oom
     if is_oom:
         assert ooms[0].data["generation"] == "unparsed" and ooms[0].data["tried_to_allocate_bytes"] is None
+
+
+@pytest.mark.parametrize("line,version", [
+    ("INFO 08-20 10:00:00 [api_server.py:1805] vLLM API server version 0.10.1.1", "0.10.1.1"),  # four numbers
+    ("(APIServer pid=1) INFO 11-29 18:52:09 [api_utils.py:347]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.32.0", "0.32.0"),
+    # another library's version at the end of a line is not vLLM's
+    ("(VllmWorker rank=0 pid=1301) ERROR 03-11 11:58:53 [multiproc_executor.py:487] torch.distributed.DistBackendError: "
+     "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled cuda error (run with "
+     "NCCL_DEBUG=INFO for details), NCCL version 2.21.5", None),
+    ("INFO 05-01 10:00:00 [cuda.py:100] Using FlashInfer version 0.2.5", None),
+])
+def test_the_version_stated_is_vllms(line: str, version: str | None) -> None:
+    assert parse_log([line]).version == version
 
 
 def test_lines_after_a_line_that_is_not_vllms_are_quarantined_each() -> None:
