@@ -481,8 +481,47 @@ def _series_name(header: str) -> tuple[str, dict[str, str]]:
     return name.strip(), labels
 
 
+_GrafanaSeries = tuple[dict[str, str], str, float, str, "int | None"]  # labels, metric, scale, source, gpu
+
+
+def _grafana_series(p: Parsed, headers: list[str]) -> list[_GrafanaSeries]:
+    """What each Grafana series (named by its legend) is: the bundle's metric for vLLM's or DCGM's name
+    (series of one vLLM metric told apart by their labels), else its own name."""
+    series: list[_GrafanaSeries] = []
+    named = [_series_name(h) for h in headers]
+    for h, (key, labels), tag in zip(headers, named, vllm_series_tags(named), strict=True):
+        own = vllm_name(key)
+        m = VLLM_METRICS.get(own or "") or DCGM_METRICS.get(key)
+        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if own in VLLM_METRICS else "grafana"
+        series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
+        if own in VLLM_METRICS:
+            p.vllm_names.add(key)
+        if key in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[key])
+    return series
+
+
+def _grafana_cell(p: Parsed, no: int, t: int, series: _GrafanaSeries, cell: str, delim: str, row: list[str]) -> None:
+    """One Grafana value of ``series`` at time ``t``: a sample, nothing for an empty cell, or quarantined."""
+    labels, metric, scale, src, gpu = series
+    c = cell.strip()
+    if c in ("", "null", "NaN", "-"):
+        return
+    if delim == ";" and "," in c and "." not in c:
+        c = c.replace(",", ".")  # locale decimal comma
+    v = _grafana_value(c, scale)
+    if v is None:
+        p.quarantine.append((no, f"unparseable value {cell!r}", delim.join(row)))
+        return
+    if src == "dcgm":
+        p.dcgm_labels.append((len(p.samples), labels))
+    p.samples.append((t, gpu, src, metric, v))
+
+
 def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | None = None) -> Parsed:
-    """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series; ';' or ',' delimiter."""
+    """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series ('series joined by
+    time', the default), or one row per point under 'Series', 'Time', 'Value' ('series as rows', as
+    older Grafana wrote it); ';' or ',' delimiter."""
     p = Parsed(kind="grafana-csv")
     first = text.splitlines()[0] if text else ""
     delim = ";" if first.count(";") > first.count(",") else ("\t" if "\t" in first else ",")
@@ -494,18 +533,22 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
     if not rows:
         return p
     header = [h.strip().strip('"') for h in rows[0]]
-    series = []
-    named = [_series_name(h) for h in header[1:]]
-    for h, (key, labels), tag in zip(header[1:], named, vllm_series_tags(named), strict=True):
-        own = vllm_name(key)
-        m = VLLM_METRICS.get(own or "") or DCGM_METRICS.get(key)
-        src = "dcgm" if key in DCGM_METRICS else "vllm-metrics" + tag if own in VLLM_METRICS else "grafana"
-        series.append((labels, m[0] if m else h, m[1] if m else 1.0, src, dcgm_gpu(labels) if src == "dcgm" else None))
-        if own in VLLM_METRICS:
-            p.vllm_names.add(key)
-        if key in NEVER_EXISTED_METRICS:
-            p.notes.append(NEVER_EXISTED_METRICS[key])
     p.parsed = 1
+    if [h.lower() for h in header] == ["series", "time", "value"]:
+        names = list(dict.fromkeys(r[0].strip() for r in rows[1:] if len(r) == 3))
+        by_name = dict(zip(names, _grafana_series(p, names), strict=True))
+        for i, row in enumerate(rows[1:], start=2):
+            if not row:
+                continue
+            t = parse_time(row[1], tz_offset_s) if len(row) == 3 else None
+            if t is None:
+                p.quarantine.append((i, "unparseable time" if len(row) == 3 else f"{len(row)} fields, not 3",
+                                     delim.join(row)))
+                continue
+            p.parsed += 1
+            _grafana_cell(p, i, t, by_name[row[0].strip()], row[2], delim, row)
+        return dcgm_hosts(p, path, host)
+    series = _grafana_series(p, header[1:])
     for i, row in enumerate(rows[1:], start=2):
         if not row:
             continue
@@ -514,19 +557,8 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
             p.quarantine.append((i, "unparseable time", delim.join(row)))
             continue
         p.parsed += 1
-        for (labels, metric, scale, src, gpu), cell in zip(series, row[1:]):
-            c = cell.strip()
-            if c in ("", "null", "NaN", "-"):
-                continue
-            if delim == ";" and "," in c and "." not in c:
-                c = c.replace(",", ".")  # locale decimal comma
-            v = _grafana_value(c, scale)
-            if v is None:
-                p.quarantine.append((i, f"unparseable value {cell!r}", delim.join(row)))
-                continue
-            if src == "dcgm":
-                p.dcgm_labels.append((len(p.samples), labels))
-            p.samples.append((t, gpu, src, metric, v))
+        for ser, cell in zip(series, row[1:]):
+            _grafana_cell(p, i, t, ser, cell, delim, row)
     return dcgm_hosts(p, path, host)
 
 

@@ -487,8 +487,9 @@ def detect_kind(text: str) -> str | None:
     if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
             ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
         return "nvidia-smi"
-    if first.lower().lstrip('"').startswith("time") and ("," in first or ";" in first):
-        return "grafana-csv"
+    if (first.lower().lstrip('"').startswith("time") or re.match(r'"?series"?[;,\t]"?time"?[;,\t]"?value"?\s*$', first, re.I)) \
+            and ("," in first or ";" in first or "\t" in first):
+        return "grafana-csv"  # (series joined by time, or series as rows)
     if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in first \
             or re.search(r"^vllm[:_.]\w+(?:\{[^}]*\})? \S+$", head, re.M):  # (a grep of /metrics has no TYPE lines)
         return "prometheus-text"

@@ -638,6 +638,31 @@ def test_grafana_csv_locale(tmp_path: Path) -> None:
     assert reps[0].kind == "grafana-csv" and b.samples["value"].to_list() == [0.25, 0.5]
 
 
+@pytest.mark.parametrize("delim", [";", ","])
+def test_grafana_csv_series_as_rows(delim: str, tmp_path: Path) -> None:
+    """GIVEN Grafana's 'series as rows' CSV (one row per point: Series, Time, Value; older Grafana's
+    export) THEN each point is a sample of its series' metric, DCGM's with its GPU, and a row that is
+    cut short is quarantined with its line."""
+    d = delim
+    p = tmp_path / "rows.csv"
+    p.write_text(f'"Series"{d}"Time"{d}"Value"\n'
+                 f'"vllm:num_requests_running{{instance=""10.0.0.5:8000""}}"{d}"2024-05-10T00:00:00+02:00"{d}3\n'
+                 f'"vllm:num_requests_running{{instance=""10.0.0.5:8000""}}"{d}"2024-05-10T00:00:15+02:00"{d}5\n'
+                 f'"vllm:gpu_cache_usage_perc{{instance=""10.0.0.5:8000""}}"{d}"2024-05-10T00:00:15+02:00"{d}0.41\n'
+                 f'"DCGM_FI_DEV_FB_USED{{gpu=""1"", Hostname=""node-1""}}"{d}"2024-05-10T00:00:00+02:00"{d}70123\n'
+                 f'"vllm:num_requests_running{{instance=""10.0.0.5:8000""}}"{d}"2024-05-10T00:00:30+02:00"\n')
+    reps, _ = record([p], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert reps[0].kind == "grafana-csv" and reps[0].quarantined == 1
+    got = sorted(b.samples.select("t_us", "gpu", "source", "metric", "value").iter_rows(), key=str)
+    assert got == [(0, 1, "dcgm", "device_used_bytes", 70123 * 2**20), (0, None, "vllm-metrics", "requests_running", 3.0),
+                   (15_000_000, None, "vllm-metrics", "kv_usage_ratio", 0.41),
+                   (15_000_000, None, "vllm-metrics", "requests_running", 5.0)]
+    assert b.meta.t0_utc.startswith("2024-05-09T22:00:00")
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [x["line"] for x in q] == [6] and "2 fields, not 3" in q[0]["reason"]
+
+
 def _dcgm_labels() -> dict[str, str]:
     """The labels of a real DCGM series as Prometheus stores it (GPU Operator: Hostname, instance, job,
     driver version added), from dcgm-exporter issue 277."""
@@ -738,11 +763,13 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
         head = ['"' + (n + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}").replace('"', '""') + '"'
                 for labels, n, _ in series]
         (d / "g.csv").write_text(",".join(['"Time"', *head]) + "\n2025-01-01 10:00:00," + ",".join("1" for _ in series) + "\n")
+        (d / "rows.csv").write_text('"Series";"Time";"Value"\n' + "".join(  # (series as rows)
+            f'{h};{t!r};{str(v).replace(";", "")}\n' for h, (_, _, vals) in zip(head, series, strict=True) for v, t in vals))
         frames = [{"schema": {"fields": [{"name": "Time", "type": "time"}, {"name": "Value", "type": "number", "labels": {
             **labels, "__name__": n}}]}, "data": {"values": [[t for t, _ in vals], [v for _, v in vals]]}}
             for labels, n, vals in series]
         (d / "f.json").write_text(json.dumps(frames if frames else [{"fields": [{"type": "time"}]}]))
-        for f in ("q.json", "g.csv", "f.json"):
+        for f in ("q.json", "g.csv", "rows.csv", "f.json"):
             try:
                 record([d / f], d / f"b_{f}", RecordOptions(host=host))
             except ReplayError:
