@@ -52,13 +52,15 @@ WHAT = {"gcp": "a Google Cloud Logging export", "aws": "an AWS CloudWatch Logs e
         "azure": "an Azure Monitor Logs export", "grafana": "a Grafana logs download (JSON)",
         "journald": "journalctl -o json-pretty output",
         "csv": "a CSV export of a log"}
-# a CSV export of a log (the Azure portal's, Kibana's Discover, Splunk's, Datadog's, a Loki logs panel's):
+# a CSV export of a log (the Azure portal's, Kibana's Discover, Splunk's, Datadog's, a Loki logs panel's,
+# CloudWatch Logs Insights' '@timestamp,@message'):
 # its time and message columns, by name, most telling first
 TIME_COLUMNS = ("timegenerated [utc]", "timegenerated", "@timestamp", "timestamp", "_time", "date", "time")
-MESSAGE_COLUMNS = ("logmessage", "logentry", "message", "_raw", "line", "log", "content")
+MESSAGE_COLUMNS = ("logmessage", "logentry", "message", "@message", "_raw", "line", "log", "content")
 # the Azure portal's CSV export writes its UTC times as '2/25/2025, 9:19:25.391 AM'
 AZURE_PORTAL_TIME = ("%m/%d/%Y, %I:%M:%S.%f %p", "%m/%d/%Y, %I:%M:%S %p")
 _ISO = re.compile(ISO_TIME)
+_NAIVE = re.compile(r"(\d{4})-\d\d-\d\d[T ]\d\d:\d\d")  # a date and time without a zone
 _AWS_EVENTS = re.compile(r'[{,]\s*"events"\s*:\s*\[')
 _SPACE = re.compile(r"[ \t\r\n\ufeff]*")
 _BETWEEN = re.compile(r"[ \t\r\n,]*")  # (between entries)
@@ -150,6 +152,8 @@ class Converted:
     broken: str | None = None
     tail: list[tuple[int, str]] = field(default_factory=list)  # the lines from there on (not blank)
     untimed: int = 0  # CSV rows whose time is not exact (no zone): their lines' own logged times stand
+    year: int | None = None  # the year of the first of those, where it is a date and time (it dates the
+    # log's lines, which state no year, though not to the second)
     form: str = "JSON"  # what the export is written in (JSON, or CSV), for what is said of a break in it
 
     def notes(self, name: str, kind: str) -> list[str]:
@@ -270,6 +274,8 @@ def _csv_entries(s: _Stream, res: Converted) -> Iterator[_Entry]:
                 continue
             t = _csv_time(row[tcol], utc) if tcol < len(row) else None
             res.untimed += t is None
+            if t is None and res.year is None and tcol < len(row) and (d := _NAIVE.match(row[tcol].strip())):
+                res.year = int(d.group(1))  # (CloudWatch Logs Insights' @timestamp: '2025-03-01 10:05:00.000')
             yield _Entry(at, {"LogMessage": row[mcol] if mcol < len(row) else None, "TimeGenerated": t})
     except csv.Error as e:
         res.broken_at, res.broken = reader.line_num, str(e)

@@ -390,7 +390,7 @@ def _shipped_lines(rows: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
     named once and a string; an ISO time, or journald's µs digits), their text and time."""
     none = pl.Series([None] * len(rows), dtype=pl.Utf8)
     n_text, n_time, text, t = pl.zeros(len(rows), pl.UInt32, eager=True), pl.zeros(len(rows), pl.UInt32, eager=True), none, none
-    ok = pl.Series([True] * len(rows))
+    ok = ~rows.str.contains('"asctime"', literal=True)  # (Python logging's records: the line-by-line parser's)
     for key in (*SHIPPED_TEXT, *SHIPPED_TIME, "__REALTIME_TIMESTAMP"):
         n, v, is_str = _key_at(rows, key)
         ok = ok & ((n == 0) | (v.is_not_null() & is_str))

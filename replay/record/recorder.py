@@ -580,6 +580,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                                     hasher=hasher if conv is None else None, request_repeats=False)
             if conv is not None:
                 renumber(result[0], result[1], conv)
+                if result[0].container_year is None and conv.year is not None:
+                    result[0].container_year = conv.year  # (the export's own dates, which have no zone)
             if hasher is not None:
                 rep.sha256 = hasher.hexdigest()
                 seen_hashes[rep.sha256] = str(path)

@@ -298,23 +298,49 @@ class _Line:
     width: int = 0  # characters in its physical line (a terminal wraps long lines at its width)
 
 
-def _shipped(raw: str) -> tuple[str, str | None] | None:
+# Python logging's asctime: its default ('2025-03-01 10:00:00,123') or vLLM's date format ('03-01 10:00:00')
+ASCTIME = re.compile(r"^(?:(?P<year>\d{4})-)?(?P<md>\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?$")
+
+
+def _pylogging(obj: dict[str, Any]) -> tuple[str, int | None] | None:
+    """A record of Python logging's JSON formatters (vLLM's built-in 'json' formatter, 0.32 on, or a
+    pythonjsonlogger config: asctime, levelname, message, and the process where given) as the line
+    vLLM's text formatter would have written ('(EngineCore_DP0 pid=7) INFO 03-01 10:00:00 message'),
+    and the year of its time where it has one. Its time is local, as vLLM's own times are."""
+    m = ASCTIME.match(str(obj.get("asctime", "")).strip())
+    if m is None or not isinstance(obj.get("message"), str):
+        return None
+    level = OTEL_LEVELS.get(str(obj.get("levelname", "")).upper(), "INFO")
+    proc = obj.get("vllm_process_name") or obj.get("processName")
+    pid = obj.get("process")
+    head = f"({proc} pid={pid}) " if isinstance(proc, str) and proc and proc != "MainProcess" and isinstance(pid, int) else ""
+    frac = f".{m['frac']}" if m["frac"] else ""
+    text = " ".join(p.strip() for p in (obj["message"] + "\n" + str(obj.get("exc_info") or "")).splitlines() if p.strip())
+    return f"{head}{level} {m['md']} {m['hms']}{frac} {text}", int(m["year"]) if m["year"] else None
+
+
+def _shipped(raw: str) -> tuple[str, str | None, int | None] | None:
     """A log shipper's JSON record (Docker's json-file line '{"log": "...\\n", "stream": ..., "time":
     ...}', logcli's '{"labels": ..., "line": ..., "timestamp": ...}', a journald record): its text
-    and its time (ISO, or journald's µs since 1970)."""
+    and its time (ISO, or journald's µs since 1970); or a record of Python logging's JSON formatters
+    as its line and the year of its time (``_pylogging``)."""
     try:
         obj = json.loads(raw)
     except ValueError:
         return None
     if not isinstance(obj, dict):
         return None
+    if "asctime" in obj and "levelname" in obj:
+        rec = _pylogging(obj)
+        if rec is not None:
+            return rec[0], None, rec[1]
     text = next((obj[k] for k in SHIPPED_TEXT if isinstance(obj.get(k), str)), None)
     if text is None:
         return None
     t = next((obj[k] for k in SHIPPED_TIME if isinstance(obj.get(k), str)), None)
     if t is None:
         t = realtime_iso(obj.get("__REALTIME_TIMESTAMP"))
-    return text.rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None
+    return text.rstrip("\n"), t if isinstance(t, str) and CONTAINER_TS.match(t + " ") else None, None
 
 
 def _otel(raw: str) -> tuple[str, str] | None:
@@ -341,11 +367,11 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
     prefix, container and syslog times, CRI stream flags, journald's host and process, a shipper's
     time and tags) and colour codes, with the shipper's ISO time where it gave one with a zone, and the
     year of a shipper's time that has none."""
-    iso = None
+    iso, year0 = None, None
     if raw.startswith("{"):  # (vLLM's own JSON records name none of the shippers' keys: read below)
         doc = _shipped(raw)
         if doc is not None:
-            raw, iso = doc
+            raw, iso, year0 = doc
     if OTEL_JSON.match(raw):
         rec = _otel(raw)
         if rec is not None:
@@ -374,7 +400,7 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
             m = AFTER_TS.match(s)
             if m:
                 s = s[m.end():]
-    year = None
+    year = year0
     if iso and s[:1] in "[(-|:":
         m = TAGS_BEFORE_HEAD.match(s)
         if m:

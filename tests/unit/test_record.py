@@ -330,6 +330,36 @@ def test_a_line_cut_at_the_terminal_width_is_joined_where_it_was_cut(tmp_path: P
     assert [f.data for f in parse_log([head, "26 GiB"]).facts if f.kind == "kv_memory"] == [{"kv_cache_gib": 4.26}]
 
 
+@pytest.mark.parametrize("asctime", ["2025-03-01 10:00:{s},123", "03-01 10:00:{s}"])
+def test_python_logging_json_records_are_read_as_vllms_lines(asctime: str, tmp_path: Path) -> None:
+    """GIVEN vLLM's JSON logging through Python logging's formatters (the built-in 'json' formatter
+    of 0.32: asctime, levelname, message, the process) THEN each record is the line the text formatter
+    writes: its facts at its local time, under its process, the year from asctime where it has one."""
+    def rec(s: str, level: str, proc: str, pid: int, msg: str) -> str:
+        return json.dumps({"asctime": asctime.format(s=s), "levelname": level, "name": "vllm.x", "processName": "VLLM::x",
+                           "process": pid, "message": msg, "vllm_process_name": proc})
+    log = tmp_path / "json.log"
+    log.write_text("\n".join([
+        rec("00", "INFO", "EngineCore_DP0", 270, "Available KV cache memory: 20.5 GiB"),
+        rec("10", "INFO", "APIServer", 1, "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: "
+            "5.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 42.5%, Prefix cache hit rate: 0.0%"),
+        rec("20", "ERROR", "EngineCore_DP0", 270, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 0 has a total capacity of 79.25 GiB of which 1.17 GiB is free. Including non-PyTorch memory, this process "
+            "has 78.02 GiB memory in use. Of the allocated memory 74.81 GiB is allocated by PyTorch, and 1.97 GiB is "
+            "reserved by PyTorch but unallocated."),
+    ]) + "\n")
+    _, summary = record([log], tmp_path / "b", RecordOptions(year=None if "2025" in asctime else 2024))
+    b = read_bundle(tmp_path / "b")
+    d = inspect_bundle(b)
+    assert d["kv_cache_gib"] == 20.5 and d["kv_usage_pct"] == [42.5] and d["running"] == [3] and d["quarantined"] == 0
+    assert b.meta.t0_utc.startswith("2025-03-01T10:00:00" if "2025" in asctime else "2024-03-01T10:00:00")
+    oom = next(e for e in b.events if e["kind"] == "oom")
+    assert oom["rank"] == "EngineCore_DP0 pid=270" and oom["t_us"] == 20_000_000
+    assert oom["tried_to_allocate_bytes"] == 2 * 2**30
+    if "2025" in asctime:
+        assert any(n.startswith("log year 2025") for n in summary["notes"])
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
@@ -2516,6 +2546,25 @@ def test_csv_log_export_without_a_zone_keeps_the_logged_times(tmp_path: Path) ->
     assert reps[0].kind == "log-export" and any(f"{len(lines)} rows have no exact time" in n for n in reps[0].notes)
     assert e.meta.t0_utc == p.meta.t0_utc and e.samples.sort("t_us", "metric")["t_us"].to_list() == \
         p.samples.sort("t_us", "metric")["t_us"].to_list() != []
+
+
+def test_cloudwatch_insights_csv_dates_the_logged_times(tmp_path: Path) -> None:
+    """GIVEN CloudWatch Logs Insights' CSV download ('@timestamp,@message', its times without a zone)
+    of a vLLM log, newest first WHEN recorded without --year THEN it is a log export, nothing is
+    quarantined, its lines keep their logged times, and those are dated by the export's year (they
+    were dated by this year)."""
+    f = tmp_path / "insights.csv"
+    f.write_text("@timestamp,@message\n"
+                 '2025-03-01 10:05:00.000,"ERROR 03-01 10:05:00 [core.py:330] torch.OutOfMemoryError: CUDA out of memory. '
+                 "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.17 GiB is free. Of the "
+                 'allocated memory 74.81 GiB is allocated by PyTorch, and 1.97 GiB is reserved by PyTorch but unallocated."\n'
+                 "2025-03-01 10:00:00.000,INFO 03-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: 20.5 GiB\n")
+    reps, summary = record([f], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert reps[0].kind == "log-export" and reps[0].quarantined == 0
+    assert b.meta.t0_utc.startswith("2025-03-01T10:00:00")
+    assert [e["t_us"] for e in b.events if e["kind"] == "oom"] == [300_000_000]
+    assert any(n.startswith("log year 2025") for n in summary["notes"])
 
 
 def test_gpustat_printed_and_json(tmp_path: Path) -> None:
