@@ -418,7 +418,7 @@ def vllm_series_tags(series: list[tuple[str, dict[str, str]]]) -> list[str]:
 
 
 def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag: str, points: Any, us_per_unit: int,
-                   others: bool = False, gaps: bool = False) -> None:
+                   others: bool = False, gaps: bool = False, line: int | None = None) -> None:
     """The samples of one exported series of ``name``: (time, value) pairs, times in units of
     ``us_per_unit`` µs, under the bundle's metric for DCGM's or vLLM's name (``tag`` tells several
     series of one vLLM metric apart), under its own with ``others``; a null value is a gap with
@@ -443,7 +443,7 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
                 continue
             sample = (int(float(t) * us_per_unit), gpu, source, metric, float(v) * scale)
         except (TypeError, ValueError, OverflowError):  # (not a pair; a time of inf or 1e300)
-            p.quarantine.append((None, f"{what} ({name}): bad point {point!r}", ""))
+            p.quarantine.append((line, f"{what} ({name}): bad point {point!r}", ""))
             continue
         if source == "dcgm":
             p.dcgm_labels.append((len(p.samples), labels))
@@ -471,6 +471,43 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
     if _obj(obj).get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
     return dcgm_hosts(p, path, host)
+
+
+def parse_vm_export(path: Path, text: str, want: list[str] | None = None, host: str | None = None) -> Parsed:
+    """VictoriaMetrics' ``/api/v1/export`` (what ``vmctl`` and a VictoriaMetrics-backed Grafana users
+    download): a series a line, '{"metric": {labels}, "values": [...], "timestamps": [ms, ...]}'. Its
+    series are read as a query_range export's are; a line that is not one is quarantined."""
+    p = Parsed(kind="victoriametrics-export")
+    series: list[tuple[int, dict[str, str], list[Any]]] = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        p.lines = no
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        ok = isinstance(obj, dict) and isinstance(obj.get("metric"), dict) and isinstance(obj.get("values"), list) \
+            and isinstance(obj.get("timestamps"), list) and len(obj["values"]) == len(obj["timestamps"])
+        if not ok:
+            p.quarantine.append((no, "not a series of VictoriaMetrics' export (metric, and as many values as "
+                                     "timestamps)", line[:300]))
+            continue
+        assert isinstance(obj, dict)
+        labels = {str(k): str(v) for k, v in obj["metric"].items()}
+        series.append((no, labels, [[t, v] for t, v in zip(obj["timestamps"], obj["values"], strict=True)]))
+    p.lines = max(p.lines, len(text.splitlines()))
+    for name in want or []:
+        if name in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[name])
+    tags = vllm_series_tags([(labels.get("__name__", ""), labels) for _, labels, _ in series])
+    for (no, labels, points), tag in zip(series, tags, strict=True):
+        _series_points(p, f"line {no}", labels.get("__name__", ""), labels, tag, points, 1000, others=True, line=no)
+        p.parsed += 1
+    return dcgm_hosts(p, path, host)
+
+
+VM_EXPORT_LINE = re.compile(r'^\{\s*"metric"\s*:\s*\{.*"timestamps"\s*:\s*\[')  # (how its every line looks)
 
 
 def _series_name(header: str) -> tuple[str, dict[str, str]]:

@@ -34,7 +34,7 @@ from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
 from replay.units import GiB, is_uint
 from replay.versioning import version_key
 
-KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "grafana-csv", "grafana-json", "nvidia-smi",
+KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "victoriametrics-export", "grafana-csv", "grafana-json", "nvidia-smi",
          "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
          "kernel-log", "log-export", "gpustat")
 
@@ -456,6 +456,8 @@ def detect_kind(text: str) -> str | None:
     s = head.lstrip()
     if s.startswith("{") and '"resultType"' in head:
         return "prometheus-query-range"
+    if ev.VM_EXPORT_LINE.match(s.split("\n", 1)[0]):
+        return "victoriametrics-export"
     if export_kind(head):
         return "log-export"  # (a vLLM log as a logging service or tool exports it)
     if s.startswith(("{", "[")) and re.search(r'"fields"\s*:', head) and re.search(r'"type"\s*:\s*"time"', head):
@@ -599,6 +601,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                                           host=opts.host)
         elif kind == "prometheus-query-range":
             result = ev.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host)
+        elif kind == "victoriametrics-export":
+            result = ev.parse_vm_export(path, text, want=opts.metrics, host=opts.host)
         elif kind == "grafana-csv":
             result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host)
         elif kind == "grafana-json":

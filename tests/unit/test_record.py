@@ -693,6 +693,27 @@ def test_grafana_csv_series_as_rows(delim: str, tmp_path: Path) -> None:
     assert [x["line"] for x in q] == [6] and "2 fields, not 3" in q[0]["reason"]
 
 
+def test_victoriametrics_export_lines(tmp_path: Path) -> None:
+    """GIVEN VictoriaMetrics' /api/v1/export (a series a line: metric, values, timestamps in ms) THEN
+    each point is a sample of its series' metric, DCGM's with its GPU; a line that is not a series
+    (values and timestamps of different lengths) is quarantined with its line, and a bad point alone."""
+    f = tmp_path / "export.jsonl"
+    rows = [{"metric": {"__name__": "vllm:num_requests_running", "instance": "10.0.0.5:8000"}, "values": [3, 5],
+             "timestamps": [1740823200000, 1740823215000]},
+            {"metric": {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": "1", "Hostname": "node-1"}, "values": [70123, "x"],
+             "timestamps": [1740823200000, 1740823215000]},
+            {"metric": {"__name__": "vllm:gpu_cache_usage_perc"}, "values": [0.5], "timestamps": []}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert reps[0].kind == "victoriametrics-export" and reps[0].quarantined == 2
+    assert sorted(b.samples.select("t_us", "gpu", "source", "metric", "value").iter_rows(), key=str) == [
+        (0, 1, "dcgm", "device_used_bytes", 70123 * 2**20), (0, None, "vllm-metrics", "requests_running", 3.0),
+        (15_000_000, None, "vllm-metrics", "requests_running", 5.0)]
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert sorted(x["line"] for x in q) == [2, 3] and b.meta.t0_utc.startswith("2025-03-01T10:00:00")
+
+
 def _dcgm_labels() -> dict[str, str]:
     """The labels of a real DCGM series as Prometheus stores it (GPU Operator: Hostname, instance, job,
     driver version added), from dcgm-exporter issue 277."""
@@ -793,13 +814,15 @@ def test_fuzz_query_range_and_grafana_series_never_a_traceback(series: list, hos
         head = ['"' + (n + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}").replace('"', '""') + '"'
                 for labels, n, _ in series]
         (d / "g.csv").write_text(",".join(['"Time"', *head]) + "\n2025-01-01 10:00:00," + ",".join("1" for _ in series) + "\n")
+        (d / "vm.jsonl").write_text("".join(json.dumps({"metric": {**labels, "__name__": n}, "values": [v for _, v in vals],
+                                                         "timestamps": [t for t, _ in vals]}) + "\n" for labels, n, vals in series))
         (d / "rows.csv").write_text('"Series";"Time";"Value"\n' + "".join(  # (series as rows)
             f'{h};{t!r};{str(v).replace(";", "")}\n' for h, (_, _, vals) in zip(head, series, strict=True) for v, t in vals))
         frames = [{"schema": {"fields": [{"name": "Time", "type": "time"}, {"name": "Value", "type": "number", "labels": {
             **labels, "__name__": n}}]}, "data": {"values": [[t for t, _ in vals], [v for _, v in vals]]}}
             for labels, n, vals in series]
         (d / "f.json").write_text(json.dumps(frames if frames else [{"fields": [{"type": "time"}]}]))
-        for f in ("q.json", "g.csv", "rows.csv", "f.json"):
+        for f in ("q.json", "vm.jsonl", "g.csv", "rows.csv", "f.json"):
             try:
                 record([d / f], d / f"b_{f}", RecordOptions(host=host))
             except ReplayError:
