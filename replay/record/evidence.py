@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import yaml
 from prometheus_client.openmetrics.parser import (
@@ -850,6 +851,58 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
             if v is not None:
                 p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{pid}", v))
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the Timestamp line of nvidia-smi -q")
+
+
+_XML_DOC = re.compile(r"<nvidia_smi_log\b.*?(?:</nvidia_smi_log>|\Z)", re.S)
+_XML_FB = {"total": "device_total_bytes", "reserved": "device_reserved_bytes", "used": "device_used_bytes",
+           "free": "device_free_bytes"}
+
+
+def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
+    """``nvidia-smi -q -x`` (one document, or one per interval with ``-l``): what ``-q`` says, as XML:
+    per GPU its framebuffer total, reserved, used and free, its name, UUID and bus, and per process its
+    used memory, at the document's timestamp (local). A document that is not well-formed (a file cut
+    while nvidia-smi wrote it) is quarantined at its first line."""
+    p = Parsed(kind="nvidia-smi-q")
+    p.lines = len(text.splitlines())
+    covered = 0  # lines inside documents read
+    for m in _XML_DOC.finditer(text):
+        no = text.count("\n", 0, m.start()) + 1
+        n_lines = m.group(0).count("\n") + 1
+        try:
+            doc = ElementTree.fromstring(m.group(0))
+        except ElementTree.ParseError as e:  # (every line of it, each with its number)
+            why = f"nvidia-smi -x document not well-formed XML ({e})"
+            p.quarantine += [(no + k, why if k == 0 else f"{why} (the document of line {no})", ln)
+                             for k, ln in enumerate(m.group(0).split("\n"))]
+            continue
+        covered += n_lines
+        stamp = (doc.findtext("timestamp") or "").strip()
+        t = parse_time(stamp, tz_offset_s) if stamp else None
+        p.naive_local_times = p.naive_local_times or t is not None
+        for gpu, g in enumerate(doc.findall("gpu")):
+            info = p.gpus.setdefault(gpu, {"index": gpu})
+            for key, tag in (("name", "product_name"), ("uuid", "uuid")):
+                if (g.findtext(tag) or "").strip():
+                    info[key] = (g.findtext(tag) or "").strip()
+            if g.get("id"):
+                info["pci_bus_id"] = g.get("id")
+            for tag, metric in _XML_FB.items():
+                v = _nv_value(g.findtext(f"fb_memory_usage/{tag}") or "", "")
+                if v is not None:
+                    p.samples.append((t, gpu, "nvidia-smi", metric, v))
+                    if tag == "total":
+                        info["total_bytes"] = int(v)
+            for proc in g.findall("processes/process_info"):
+                pid, used = (proc.findtext("pid") or "").strip(), _nv_value(proc.findtext("used_memory") or "", "")
+                if is_uint(pid) and used is not None:
+                    p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{pid}", used))
+    p.parsed = p.lines - len(p.quarantine)  # (the XML declaration and doctype around the documents are read)
+    if not covered and not p.quarantine:
+        p.quarantine += [(k, "no nvidia-smi -x document (<nvidia_smi_log>) in the file", ln)
+                         for k, ln in enumerate(text.splitlines(), start=1)]
+        p.parsed = 0
+    return _place_snapshot(p, path, text, at, tz_offset_s, "keep the <timestamp> of nvidia-smi -q -x")
 
 
 def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None) -> Parsed:

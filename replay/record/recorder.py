@@ -483,8 +483,8 @@ def detect_kind(text: str) -> str | None:
         return "gpustat"  # (printed, its colours taken off, or --json)
     if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
         return "nvidia-smi-table"
-    if re.search(r"^\s*FB Memory Usage\s*$", head, re.M):
-        return "nvidia-smi-q"
+    if re.search(r"^\s*FB Memory Usage\s*$", head, re.M) or "<nvidia_smi_log" in head:
+        return "nvidia-smi-q"  # (as text, or as XML with -x)
     first = head.splitlines()[0] if head else ""
     if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
             ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
@@ -612,7 +612,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         elif kind == "nvidia-smi-table":
             result = ev.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
         elif kind == "nvidia-smi-q":
-            result = ev.parse_nvidia_smi_q(path, text, opts.tz_offset_s, opts.at)
+            result = (ev.parse_nvidia_smi_xml if "<nvidia_smi_log" in text[:20000] else ev.parse_nvidia_smi_q)(
+                path, text, opts.tz_offset_s, opts.at)
         elif kind == "kernel-log":
             result = ev.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
         elif kind == "nvidia-smi-dmon":

@@ -399,7 +399,12 @@ def _evidence_lines() -> list[str]:
     return out + ["#Entity   GPUTL   FBUSD", "ID", "GPU 0   5   N/A", "GPU-I 1  x", "LAST SEEN   TYPE   REASON   OBJECT   MESSAGE",
                   "12m  Normal  Pulled  pod/x  msg", "NAME   READY   STATUS   RESTARTS   AGE", "x  0/1  OOMKilled  3 (45s ago)  1m",
                   "vllm:kv_cache_usage_perc 0.5", "# TYPE vllm:x gauge", "timestamp, memory.used [MiB]",
-                  "2024/05/01 12:00:00.000, 5 MiB", "", "garbage", "\x00", ",,,", "Time;Value", "2024-01-01 00:00:00;1,5"]
+                  "2024/05/01 12:00:00.000, 5 MiB", "", "garbage", "\x00", ",,,", "Time;Value", "2024-01-01 00:00:00;1,5",
+                  "<nvidia_smi_log>", "</nvidia_smi_log>", "<timestamp>Fri Jul  3 22:11:09 2026</timestamp>", '<gpu id="x">',
+                  "</gpu>", "<fb_memory_usage><used>5 MiB</used><total>x</total></fb_memory_usage>", "<pid>1</pid>",
+                  "<processes><process_info><pid>7</pid><used_memory>3 MiB</used_memory></process_info></processes>",
+                  '{"metric":{"__name__":"vllm:num_requests_running"},"values":[1],"timestamps":[1]}',
+                  '"Series";"Time";"Value"', '"vllm:num_requests_running";"2024-05-10T00:00:00Z";3']
 
 
 @settings(max_examples=120, deadline=None)
@@ -1854,6 +1859,38 @@ def test_nvidia_smi_q_whole_report_two_gpus(tmp_path: Path) -> None:
     got = {(r["gpu"], r["metric"]): r["value"] for r in b.samples.iter_rows(named=True)}
     assert got[(1, "device_reserved_bytes")] == _mib(614) and got[(0, "process_used_bytes:10291")] == _mib(2566)
     assert got[(1, "process_used_bytes:10292")] == _mib(2566) and len(got) == 10
+
+
+def test_nvidia_smi_q_x_xml_every_interval(tmp_path: Path) -> None:
+    """GIVEN `nvidia-smi -q -x -l 5` (an XML document per interval; the real H200 block's figures) cut
+    short in its third document WHEN recorded THEN each document's GPUs give their framebuffer figures
+    and each process its memory at the document's timestamp, the GPUs keep their name, UUID and bus,
+    and every line of the cut document is quarantined with its number."""
+    def doc(stamp: str, used: int) -> str:
+        return (f'<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+                f"\t<timestamp>{stamp}</timestamp>\n\t<driver_version>590.48.01</driver_version>\n"
+                '\t<gpu id="00000000:83:00.0">\n\t\t<product_name>NVIDIA H200</product_name>\n'
+                "\t\t<uuid>GPU-5a7c2f7e-0d1b-4a5e-9f3c-2b8d6e4f1a09</uuid>\n\t\t<fb_memory_usage>\n"
+                f"\t\t\t<total>143771 MiB</total>\n\t\t\t<reserved>614 MiB</reserved>\n\t\t\t<used>{used} MiB</used>\n"
+                f"\t\t\t<free>{143771 - 614 - used} MiB</free>\n\t\t</fb_memory_usage>\n\t\t<processes>\n"
+                "\t\t\t<process_info>\n\t\t\t\t<pid>10291</pid>\n\t\t\t\t<type>C</type>\n"
+                f"\t\t\t\t<used_memory>{used - 2} MiB</used_memory>\n\t\t\t</process_info>\n\t\t</processes>\n"
+                "\t</gpu>\n</nvidia_smi_log>\n")
+    third = doc("Fri Jul  3 22:11:19 2026", 33000)
+    text = doc("Fri Jul  3 22:11:09 2026", 32362) + doc("Fri Jul  3 22:11:14 2026", 32900) + third[:third.index("<free>")]
+    src = tmp_path / "smi.xml"
+    src.write_text(text)
+    reps, _ = record([src], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    cut_at = text.count("\n", 0, text.index("<nvidia_smi_log>", len(text) - len(third))) + 1
+    assert reps[0].kind == "nvidia-smi-q" and reps[0].quarantined == len(text.split("\n")) - cut_at + 1 == 11
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert q[0]["line"] == cut_at and [x["line"] for x in q] == list(range(cut_at, cut_at + len(q)))
+    assert b.meta.t0_utc.startswith("2026-07-03T22:11:09") and b.meta.gpus[0]["uuid"].startswith("GPU-5a7c")
+    assert b.meta.gpus[0]["name"] == "NVIDIA H200" and b.meta.gpus[0]["total_bytes"] == _mib(143771)
+    used = b.samples.filter(pl.col("metric") == "device_used_bytes").sort("t_us")
+    assert used["t_us"].to_list() == [0, 5_000_000] and used["value"].to_list() == [_mib(32362), _mib(32900)]
+    assert b.samples.filter(pl.col("metric") == "process_used_bytes:10291")["value"].to_list() == [_mib(32360), _mib(32898)]
 
 
 def test_record_as_names_every_kind_and_refuses_others(tmp_path: Path) -> None:
