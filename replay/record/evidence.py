@@ -1224,6 +1224,13 @@ def _k8s_documents(text: str) -> list[Any]:
         docs.append(obj)
 
 
+def _is_event(o: Any) -> bool:
+    """A Kubernetes Event: by its kind, or, where an exporter leaves the kind out (an event exporter's
+    JSON lines), by what only an event has: the object it is about and a reason."""
+    return isinstance(o, dict) and (o.get("kind") == "Event" or "kind" not in o and "reason" in o and (
+        isinstance(o.get("involvedObject"), dict) or isinstance(o.get("regarding"), dict)))
+
+
 def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
     """A core/v1 Event, or an events.k8s.io/v1 one ('note', 'regarding', 'series'), as a bundle event."""
     t = None
@@ -1238,9 +1245,19 @@ def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
         t = parse_time(str(meta["creationTimestamp"]))
     inv = _obj(ev.get("involvedObject") or ev.get("regarding"))
     count = ev.get("count") or ev.get("deprecatedCount") or series.get("count")
-    return {"t": t, "kind": "k8s_event", "line": None,
-            "data": {"reason": ev.get("reason"), "type": ev.get("type"), "message": ev.get("message") or ev.get("note"),
-                     "object": f"{inv.get('kind')}/{inv.get('name')}", "count": count}}
+    return _k8s_fact(t, None, {"reason": ev.get("reason"), "type": ev.get("type"),
+                               "message": ev.get("message") or ev.get("note"),
+                               "object": f"{inv.get('kind')}/{inv.get('name')}", "count": count})
+
+
+def _k8s_fact(t: int | None, line: int | None, data: dict[str, Any]) -> dict[str, Any]:
+    """A Kubernetes event as a bundle event: a k8s_event, except node-problem-detector's OOMKilling,
+    which reports the kernel's OOM kill on the node and is the kernel log's fact (a host OOM kill,
+    with its pid, process and memory), its event fields kept beside."""
+    oom = _K_OOM.search(str(data.get("message") or "")) if data.get("reason") == "OOMKilling" else None
+    if oom:
+        return {"t": t, "kind": "host_oom_killed", "line": line, "data": data | _host_oom(oom, str(data["message"]))}
+    return {"t": t, "kind": "k8s_event", "line": line, "data": data}
 
 
 def parse_k8s(path: Path, text: str) -> Parsed:
@@ -1248,7 +1265,7 @@ def parse_k8s(path: Path, text: str) -> Parsed:
     and events.k8s.io/v1; or as Google Cloud Logging exports GKE's, each in an entry's jsonPayload)
     and ``kubectl get pod`` (lastState: OOMKilled/exit 137 vs a CUDA OOM), JSON or YAML."""
     p = Parsed(kind="k8s")
-    p.lines = text.count("\n") + 1
+    p.lines = len(text.splitlines())
     try:
         docs = _k8s_documents(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
@@ -1264,8 +1281,8 @@ def parse_k8s(path: Path, text: str) -> Parsed:
     # there: the API server forgets them after an hour)
     objs = [o["jsonPayload"] if isinstance(o, dict) and isinstance(o.get("jsonPayload"), dict)
             and ("logName" in o or "insertId" in o) else o for o in objs]
-    events = [o for o in objs if isinstance(o, dict) and o.get("kind") == "Event"]
-    obj: Any = [o for o in objs if not (isinstance(o, dict) and o.get("kind") == "Event")]
+    events = [o for o in objs if _is_event(o)]
+    obj: Any = [o for o in objs if not _is_event(o)]
     if events:
         p.kind = "k8s-events"
         p.events += [_k8s_event(ev) for ev in events]
@@ -1302,6 +1319,15 @@ DESCRIBE_EV = re.compile(r"^\s+(Normal|Warning)\s+(\S+)\s+(\S+(?: \(x\d+ over \S
 _K_CTIME = re.compile(r"^\[((?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\] ?")
 _K_UPTIME = re.compile(r"^\[\s*\d+\.\d+\] ?")
 _K_JOURNAL = re.compile(r"^(?:(\d{4}-\d\d-\d\dT\S+)|([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)) \S+ kernel: ")
+def _host_oom(oom: re.Match[str], text: str) -> dict[str, Any]:
+    """What the kernel's OOM kill message says (the kernel log's, or node-problem-detector's event)."""
+    return {"pid": int(oom["pid"]), "process": oom["name"], "cgroup": bool(oom["memcg"]),
+            "anon_rss_bytes": int(oom["rss"]) * 1024 if oom["rss"] else None, "text": text.strip()[:300],
+            "meaning": ("the kernel killed the process for host memory" + (" (its memory cgroup's limit: a "
+                        "container limit)" if oom["memcg"] else "") + "; a CUDA OOM is an application error "
+                        "and never shows up here")}
+
+
 _K_OOM = re.compile(r"(?P<memcg>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<name>[^)]*)\)"
                     r"(?:.*?anon-rss:(?P<rss>\d+)kB)?")
 _K_XID = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=['\"]?(?P<pid>\d+|<unknown>)['\"]?)?"
@@ -1365,12 +1391,7 @@ def parse_kernel_log(path: Path, text: str, tz_offset_s: int = 0, year: int | No
         oom = _K_OOM.search(msg)
         xid = _K_XID.search(msg)
         if oom:
-            p.events.append({"t": t, "kind": "host_oom_killed", "line": i, "data": {
-                "pid": int(oom["pid"]), "process": oom["name"], "cgroup": bool(oom["memcg"]),
-                "anon_rss_bytes": int(oom["rss"]) * 1024 if oom["rss"] else None, "text": msg.strip()[:300],
-                "meaning": ("the kernel killed the process for host memory" + (" (its memory cgroup's limit: a "
-                            "container limit)" if oom["memcg"] else "") + "; a CUDA OOM is an application error "
-                            "and never shows up here")}})
+            p.events.append({"t": t, "kind": "host_oom_killed", "line": i, "data": _host_oom(oom, msg)})
         elif xid:
             code = int(xid["xid"])
             p.events.append({"t": t, "kind": "gpu_xid", "line": i, "data": {
@@ -1460,11 +1481,10 @@ def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_
             continue
         age = _age_s(row["LAST SEEN"])
         count = row.get("COUNT", "")
-        p.events.append({"t": taken - age * 1_000_000 if taken is not None and age is not None else None,
-                         "kind": "k8s_event", "line": i, "data": {
-                             "type": row.get("TYPE") or None, "reason": row["REASON"], "object": row.get("OBJECT") or row.get("NAME"),
-                             "message": row.get("MESSAGE") or None, "age": row["LAST SEEN"],
-                             "count": int(count) if is_uint(count) else None, "namespace": row.get("NAMESPACE")}})
+        p.events.append(_k8s_fact(taken - age * 1_000_000 if taken is not None and age is not None else None, i, {
+            "type": row.get("TYPE") or None, "reason": row["REASON"], "object": row.get("OBJECT") or row.get("NAME"),
+            "message": row.get("MESSAGE") or None, "age": row["LAST SEEN"],
+            "count": int(count) if is_uint(count) else None, "namespace": row.get("NAMESPACE")}))
         p.parsed += 1
     if any(e["t"] is None for e in p.events):
         p.notes.append(f"{path.name}: a kubectl table gives ages and states, not times; pass --at with when it was "
@@ -1504,10 +1524,8 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
         m = DESCRIBE_EV.match(ln) if in_events else None
         if m and m.group(2) != "------":
             age = _age_s(m.group(3).split(" ")[0])
-            p.events.append({"t": taken - age * 1_000_000 if taken is not None and age is not None else None,
-                             "kind": "k8s_event", "line": i, "data": {
-                                 "type": m.group(1), "reason": m.group(2), "age": m.group(3), "from": m.group(4),
-                                 "message": m.group(5)}})
+            p.events.append(_k8s_fact(taken - age * 1_000_000 if taken is not None and age is not None else None, i, {
+                "type": m.group(1), "reason": m.group(2), "age": m.group(3), "from": m.group(4), "message": m.group(5)}))
             continue
         if in_events:
             continue
@@ -1531,9 +1549,9 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
         elif kv and last is not None and kv.group(1) in ("Ready", "Restart Count"):
             close_last()
     close_last()
-    if any(e["kind"] == "k8s_event" and e["t"] is None for e in p.events):
+    if any("age" in e["data"] and e["t"] is None for e in p.events):
         p.notes.append(f"{path.name}: describe output gives event ages, not times; pass --at with when it was "
                        "taken to place them")
-    elif any(e["kind"] == "k8s_event" for e in p.events):
+    elif any("age" in e["data"] for e in p.events):
         p.notes.append(f"{path.name}: event times are --at minus their ages (to the second kubectl rounds to)")
     return p

@@ -2139,12 +2139,34 @@ def test_k8s_events_in_every_shape_kubectl_writes(tmp_path: Path) -> None:
     for name, want in (("watch.json", ["OOMKilling", "BackOff"]), ("one.json", ["OOMKilling"]),
                        ("events.yaml", ["OOMKilling", "FailedScheduling"])):
         reps, _ = record([tmp_path / name], tmp_path / f"b-{name}", RecordOptions())
-        evs = [e for e in read_bundle(tmp_path / f"b-{name}").events if e["kind"] == "k8s_event"]
+        evs = [e for e in read_bundle(tmp_path / f"b-{name}").events if e["kind"] in ("k8s_event", "host_oom_killed")]
         assert reps[0].kind == "k8s-events" and reps[0].quarantined == 0, name
         assert [e["reason"] for e in evs] == want and all(e["t_us"] is not None for e in evs), name
-    evs = [e for e in read_bundle(tmp_path / "b-events.yaml").events if e["kind"] == "k8s_event"]
+        # (node-problem-detector's OOMKilling reports the kernel's OOM kill: the kernel log's fact)
+        assert [(e["kind"], e.get("pid")) for e in evs if e["reason"] == "OOMKilling"] == [("host_oom_killed", 4242)]
+    evs = [e for e in read_bundle(tmp_path / "b-events.yaml").events if e["kind"] in ("k8s_event", "host_oom_killed")]
     assert evs[1]["message"].startswith("0/4 nodes") and evs[1]["object"] == "Pod/vllm-1" and evs[1]["count"] == 5
 
+
+
+def test_event_exporter_json_lines_without_kind(tmp_path: Path) -> None:
+    """GIVEN an event exporter's JSON lines (an event a line, no 'kind': kubernetes-event-exporter's
+    shape) THEN each is an event at its time, node-problem-detector's OOMKilling a host OOM kill with
+    its pid and the analysis says so; the file's line count is its lines."""
+    from replay.analysis.pipeline import analyze_bundle
+    a = {k: v for k, v in _event("OOMKilling", "Memory cgroup out of memory: Killed process 2214 (python3) total-vm:1234kB, "
+                                 "anon-rss:98765kB", "2025-03-01T10:05:01Z").items() if k not in ("kind", "apiVersion")}
+    b = {k: v for k, v in _event("BackOff", "Back-off restarting failed container vllm", "2025-03-01T10:05:03Z").items()
+         if k not in ("kind", "apiVersion")}
+    (tmp_path / "events.jsonl").write_text(json.dumps(a) + "\n" + json.dumps(b) + "\n")
+    reps, _ = record([tmp_path / "events.jsonl"], tmp_path / "b", RecordOptions())
+    bundle = read_bundle(tmp_path / "b")
+    assert (reps[0].kind, reps[0].lines, reps[0].parsed, reps[0].quarantined) == ("k8s-events", 2, 2, 0)
+    kinds = [(e["kind"], e.get("reason"), e["t_us"]) for e in bundle.events]
+    assert kinds == [("host_oom_killed", "OOMKilling", 0), ("k8s_event", "BackOff", 2_000_000)]
+    oom = bundle.events[0]
+    assert oom["pid"] == 2214 and oom["cgroup"] is True and oom["anon_rss_bytes"] == 98765 * 1024
+    assert any(f.id == "oom:host" for f in analyze_bundle(bundle).findings)
 
 
 def test_gke_events_from_cloud_logging(tmp_path: Path) -> None:
@@ -2165,7 +2187,8 @@ def test_gke_events_from_cloud_logging(tmp_path: Path) -> None:
         reps, _ = record([tmp_path / name], tmp_path / f"b-{name}", RecordOptions())
         b_ = read_bundle(tmp_path / f"b-{name}")
         assert reps[0].kind == "k8s-events" and reps[0].quarantined == 0, name
-        got.append(sorted((b_.meta.t0_utc, e["t_us"], e["reason"], e["message"]) for e in b_.events if e["kind"] == "k8s_event"))
+        got.append(sorted((b_.meta.t0_utc, e["t_us"], e["reason"], e["message"]) for e in b_.events
+                          if e["kind"] in ("k8s_event", "host_oom_killed")))
     assert got[0] == got[1] and len(got[0]) == 2
 
 # `kubectl get events` as printed: plain (and `kubectl events`), -A, -o wide, and kubectl before 1.17
@@ -2202,8 +2225,9 @@ def test_kubectl_events_table_in_every_shape(shape: str, tmp_path: Path) -> None
     src.write_text(EVENTS_TABLES[shape] + "this line is no row\n")
     reps, _ = record([src], tmp_path / "b", RecordOptions(at="2024-05-01T12:00:00Z"))
     assert reps[0].kind == "k8s-table"
-    ev = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "k8s_event"]
+    ev = [e for e in read_bundle(tmp_path / "b").events if e["kind"] in ("k8s_event", "host_oom_killed")]
     assert [e["reason"] for e in ev] == ["Scheduled", "BackOff", "OOMKilling"]
+    assert ev[2]["kind"] == "host_oom_killed" and ev[2]["pid"] == 4242  # (the kernel's OOM kill, as reported)
     assert [e["type"] for e in ev] == ["Normal", "Warning", "Warning"]
     assert ev[2]["message"] == "Memory cgroup out of memory: Killed process 4242 (python3)"
     assert ev[1]["message"].startswith("Back-off restarting failed container")
