@@ -81,17 +81,32 @@ def _materialise(src: Path, tmpdir: Path) -> Path:
     return out
 
 
+def separator_of(header: str) -> str:
+    """A CSV's field separator, told from its header: ',' unless the header has none and has ';' (a
+    spreadsheet in a locale whose decimal mark is a comma saves so) or a tab (a TSV)."""
+    if "," in header:
+        return ","
+    return ";" if ";" in header else "\t" if "\t" in header else ","
+
+
+def _separator(path: Path) -> str:
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+        return separator_of(fh.readline())
+
+
 def _csv_columns(path: Path, label: Path) -> list[str]:
     with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
         first = fh.readline()
     if not first.strip():
         raise ReplayError(f"{where(label, 1)}: no header row")
-    return next(csv.reader([first]))
+    return next(csv.reader([first], delimiter=separator_of(first)))
 
 
 def _find_bad_csv_line(path: Path, label: Path, n_cols: int) -> str:
     with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
-        for i, row in enumerate(csv.reader(fh), start=1):
+        sep = separator_of(fh.readline())
+        fh.seek(0)
+        for i, row in enumerate(csv.reader(fh, delimiter=sep), start=1):
             if row and len(row) != n_cols:
                 return f"{where(label, i)}: expected {n_cols} fields, found {len(row)}"
     return f"{label}: the CSV could not be parsed"
@@ -101,7 +116,7 @@ def _require(cols: list[str], need: list[str], label: Path, fmt: str) -> None:
     missing = [c for c in need if c not in cols]
     if missing:
         raise ReplayError(
-            f"{where(label, 1)}: not a {fmt} file: missing column(s) {', '.join(missing)}; "
+            f"{where(label, 1)}: not {'an' if fmt[0] in 'aeiou' else 'a'} {fmt} file: missing column(s) {', '.join(missing)}; "
             f"found {', '.join(cols) or 'none'}. Expected: {FORMATS[fmt]}"
         )
 
@@ -176,8 +191,12 @@ def _int(col: str) -> _Parse:
     )
 
 
-def _seconds_us(col: str) -> pl.Expr:
-    return (pl.col(col).str.strip_chars().cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64)
+def _seconds_us(col: str, decimal_comma: bool = False) -> pl.Expr:
+    """Seconds (a decimal number) as integer µs; with ``decimal_comma`` (a ';'-separated file, saved by a
+    spreadsheet in such a locale) '12,5' is 12.5."""
+    c = pl.col(col).str.strip_chars()
+    c = c.str.replace(",", ".", literal=True) if decimal_comma else c
+    return (c.cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64)
 
 
 @dataclass
@@ -446,9 +465,10 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
     return ImportResult(out, n, n - n_bad, n_bad, q_path if n_bad else None, in_sum)
 
 
-def _scan_csv(path: Path, label: Path, separator: str = ",") -> tuple[pl.LazyFrame, list[str]]:
+def _scan_csv(path: Path, label: Path) -> tuple[pl.LazyFrame, list[str]]:
     """A lazy scan of the whole CSV (for sorting) and its column names; see ``_csv_blocks`` for streaming."""
     cols = _csv_columns(path, label)
+    separator = _separator(path)
     try:
         lf = pl.scan_csv(path, infer_schema=False, separator=separator, row_index_name="src_row",
                          quote_char='"')
@@ -506,10 +526,10 @@ def import_burstgpt(path: Path, label: Path) -> _Plan:
     if "Session ID" in cols:
         fields["session_id"] = pl.col("Session ID").replace("", None)
     if "Elapsed time" in cols:  # v2: end-to-end latency observed at the source, in seconds
-        fields["src_latency_us"] = _seconds_us("Elapsed time")
+        fields["src_latency_us"] = _seconds_us("Elapsed time", _separator(path) == ";")
     mapped = {"Timestamp", "Request tokens", "Response tokens", "Session ID", "Elapsed time"}
     extra = [c for c in cols if c not in mapped]
-    return _Plan(lf, _seconds_us("Timestamp"),
+    return _Plan(lf, _seconds_us("Timestamp", _separator(path) == ";"),
                  {"input_tokens": _int("Request tokens"), "output_tokens": out_tok}, fields, extra,
                  {"src_unit": "s", "src_origin": "source-local-day", "tz_assumed": "source-local",
                   "clock": "unknown", "quantum_ms": 1000}, {"block_size": None}, 2)
@@ -630,7 +650,7 @@ def import_vidur(path: Path, label: Path) -> _Plan:
     lf, cols = _scan_csv(path, label)
     _require(cols, ["num_prefill_tokens", "num_decode_tokens"], label, "vidur")
     has_t = "arrived_at" in cols
-    abs_us = _seconds_us("arrived_at") if has_t else pl.lit(0, dtype=pl.Int64)
+    abs_us = _seconds_us("arrived_at", _separator(path) == ";") if has_t else pl.lit(0, dtype=pl.Int64)
     fields = _common_fields(src_ts=pl.col("arrived_at") if has_t else pl.lit(None, dtype=pl.Utf8))
     extra = [c for c in cols if c not in ("arrived_at", "num_prefill_tokens", "num_decode_tokens")]
     return _Plan(lf, abs_us, {"input_tokens": _int("num_prefill_tokens"), "output_tokens": _int("num_decode_tokens")},
@@ -647,7 +667,7 @@ def import_splitwise(path: Path, label: Path) -> _Plan:
     if "request_id" in cols:
         fields["id"] = pl.col("request_id")
     extra = [c for c in cols if c not in ("arrival_timestamp", "prompt_size", "token_size", "request_id")]
-    return _Plan(lf, _seconds_us("arrival_timestamp"),
+    return _Plan(lf, _seconds_us("arrival_timestamp", _separator(path) == ";"),
                  {"input_tokens": _int("prompt_size"), "output_tokens": _int("token_size")}, fields, extra,
                  {"src_unit": "s", "src_origin": "relative", "tz_assumed": None, "clock": "unknown",
                   "quantum_ms": None}, {"block_size": None}, 2)
@@ -754,7 +774,7 @@ def detect_format(path: Path, label: Path) -> str:
         cols = set(obj)
     else:
         kind = "csv"
-        cols = {c.strip() for c in next(csv.reader([first]))}
+        cols = {c.strip() for c in next(csv.reader([first], delimiter=separator_of(first)))}
         if re.fullmatch(r"chunk-.+-trace\.csv", label.name):
             raise ReplayError(f"{label}: a ServeGen client's rate windows, not a trace; draw a workload from it with "
                               "replay synth --servegen")
@@ -778,7 +798,7 @@ def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
         plan = _IMPORTERS[fmt](real, src)
         if fmt in _CSV_FORMATS or real.suffix == ".csv":
             cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
-            plan.blocks = _csv_blocks(real, src, cols, ",")
+            plan.blocks = _csv_blocks(real, src, cols, _separator(real))
             plan.blocks_are_source = real == src
         res = _run_plan(plan, src, out, fmt)
     res.format = fmt

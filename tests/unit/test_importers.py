@@ -282,7 +282,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
 def test_wrong_columns_named(tmp_path: Path) -> None:
     p = tmp_path / "w.csv"
     p.write_text("time,in,out\n1,2,3\n")
-    with pytest.raises(ReplayError, match=r"w\.csv:1: not a azure file: missing column\(s\) TIMESTAMP"):
+    with pytest.raises(ReplayError, match=r"w\.csv:1: not an azure file: missing column\(s\) TIMESTAMP"):
         import_trace("azure", p, tmp_path / "o.jsonl")
 
 
@@ -566,3 +566,29 @@ def test_numbers_read_as_numbers_keep_their_text_where_it_matters(block: int, tm
     res = import_trace("burstgpt", src, tmp_path / "t.jsonl")
     assert (res.rows_read, res.quarantined) == (19, 0)
     assert [r["input_tokens"] for r in iter_requests(tmp_path / "t.jsonl")] == [120, *[1] * 8, 44, *[1] * 8, 1200]
+
+
+@pytest.mark.parametrize("fmt,rel", [("azure", "traces/azure/AzureLLMInferenceTrace_conv.csv"),
+                                     ("burstgpt", "traces/burstgpt/burstgpt1_quoted_head_rows.csv")])
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_semicolon_and_tab_separated_files_import_as_the_comma_one(fmt: str, rel: str, sep: str, tmp_path: Path) -> None:
+    """A trace re-saved by a spreadsheet in a locale whose decimal mark is a comma (';' between fields,
+    '12,5' seconds), or as TSV, gives the requests of the comma-separated file (it was refused: 'missing
+    columns TIMESTAMP;ContextTokens;…'); and `auto` tells its format."""
+    src = shared(rel)
+    with src.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    if fmt == "burstgpt":  # (seconds with a fraction, to show the decimal comma read)
+        rows = [rows[0]] + [[f"{r[0]}.5", *r[1:]] for r in rows[1:]]
+    plain, other = tmp_path / "plain.csv", tmp_path / "other.csv"
+    with plain.open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    with other.open("w", newline="") as fh:
+        csv.writer(fh, delimiter=sep).writerows([r if sep == "\t" or fmt != "burstgpt" or i == 0 else
+                                                 [r[0].replace(".", ","), *r[1:]] for i, r in enumerate(rows)])
+    a, b = import_trace(fmt, plain, tmp_path / "a.jsonl"), import_trace("auto", other, tmp_path / "b.jsonl")
+    assert b.format == fmt and (b.rows_read, b.rows_emitted, b.input_tokens_sum) == (a.rows_read, a.rows_emitted, a.input_tokens_sum)
+    assert a.rows_emitted == len(rows) - 1 and b.quarantined == 0
+    drop = ("src_ts",)  # (the time as written: "5,5" against "5.5")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in iter_requests(tmp_path / "b.jsonl")] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in iter_requests(tmp_path / "a.jsonl")]
