@@ -117,6 +117,14 @@ def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
                 f"{held:.2f} GiB was held by something else (another engine, an orphaned EngineCore of an earlier "
                 f"start, another container; `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` names "
                 f"it); at most gpu_memory_utilization {fits:.2f} fits beside it", "high", ev))
+        elif e.get("initial_free_gib") is not None:
+            grew = e["current_free_gib"] - e["initial_free_gib"]
+            out.setdefault("startup:profiling", Finding(
+                "startup:profiling", "vLLM could not start: free GPU memory changed while it profiled",
+                f"free memory was {e['initial_free_gib']:.2f} GiB before the profiling run and "
+                f"{e['current_free_gib']:.2f} GiB after it ({grew:+.2f} GiB): another process on the GPU released "
+                "memory while vLLM measured, so its KV budget would have been sized on memory it does not have; "
+                "run vLLM alone on the GPU (or start it after the other process settles)", "high", ev))
         elif e.get("kv_needed_gib") is not None:  # V1 states what one request needs and what there is
             fits = e.get("estimated_max_model_len")
             out.setdefault("startup:max_model_len", Finding(

@@ -167,6 +167,10 @@ R_DUMP_PROMPT_LEN = re.compile(r"\bprompt_token_ids_len=(\d+)")
 R_KV_NEEDED = re.compile(r"max seq len \(" + _NUM + r"\), \(" + _NUM + r" GiB KV cache is needed, which is larger than the "
                          r"available KV cache memory \(" + _NUM + r" GiB\)(?:\. Based on the available memory, the estimated "
                          r"maximum model length is " + _NUM + ")?")
+# the check after profiling that free memory did not grow (0.6.4 on): another process on the GPU released
+# memory while vLLM measured, so what it measured is not what it has
+R_PROFILE_ERR = re.compile(r"Error in memory profiling\. Initial free memory " + _NUM + r" GiB, current free memory "
+                           + _NUM + " GiB")
 R_INSUFF_KV = re.compile(r"(?:To serve at least one request with the models's max seq len|is larger than the available KV cache memory|KV cache is needed, which is larger than the available KV cache memory)")
 
 # --- runtime ----------------------------------------------------------------------------------
@@ -639,6 +643,11 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
             out.append(("vllm_memory_error", {"error": text.strip()[:300], "free_gib": _f(m.group(1)),
                                               "total_gib": _f(m.group(2)), "gpu_memory_utilization": _f(m.group(3)),
                                               "budget_gib": _f(m.group(4))}))
+    if "Error in memory profiling" in text:
+        m = R_PROFILE_ERR.search(text)
+        if m:
+            out.append(("vllm_memory_error", {"error": text.strip()[:300], "initial_free_gib": _f(m.group(1)),
+                                              "current_free_gib": _f(m.group(2))}))
     if R_NO_CACHE.search(text) or R_INSUFF_KV.search(text):
         m = R_KV_NEEDED.search(text)
         out.append(("vllm_memory_error", {"error": text.strip()[:300], **({

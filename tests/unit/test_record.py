@@ -360,6 +360,25 @@ def test_python_logging_json_records_are_read_as_vllms_lines(asctime: str, tmp_p
         assert any(n.startswith("log year 2025") for n in summary["notes"])
 
 
+@pytest.mark.parametrize("why", [
+    "This happens when the GPU memory was not properly cleaned up before initializing the vLLM instance.",  # (0.6-0.7)
+    "This happens when other processes sharing the same container release GPU memory while vLLM is profiling "
+    "during initialization. To fix this, ensure consistent GPU memory allocation or isolate vLLM in its own container."])
+def test_memory_profiling_assertion_gives_the_free_memory_it_saw(why: str, tmp_path: Path) -> None:
+    """vLLM refuses to start when free memory grew while it profiled (a co-tenant released memory): the
+    event keeps both free-memory figures and the finding says what happened."""
+    from replay.analysis.pipeline import analyze_bundle
+    log = tmp_path / "prof.log"
+    log.write_text("(EngineCore_DP0 pid=418) ERROR 01-29 15:38:21 [core.py:946] AssertionError: Error in memory "
+                   f"profiling. Initial free memory 22.5 GiB, current free memory 30.3 GiB. {why}\n")
+    record([log], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    err = next(e for e in b.events if e["kind"] == "vllm_memory_error")
+    assert (err["initial_free_gib"], err["current_free_gib"]) == (22.5, 30.3) and err["source"] == "prof.log:1"
+    f = next(f for f in analyze_bundle(b).findings if f.id == "startup:profiling")
+    assert "22.50 GiB before the profiling run and 30.30 GiB after it (+7.80 GiB)" in f.detail
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
