@@ -212,10 +212,19 @@ def analyze_bundle(b: Bundle) -> Analysis:
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:
         findings += _machines_unchosen(machines, machines_total)
-    for e in b.events:  # GPU errors from the kernel log end engines without any CUDA OOM
+    cuda: dict[str, Finding] = {}
+    for e in b.events:  # GPU errors from the kernel log, or CUDA's, end engines without any CUDA OOM
+        if e.get("kind") == "cuda_error":
+            cuda.setdefault(str(e.get("error")), Finding(
+                f"gpu:cuda_error:{str(e.get('error')).replace(' ', '_')}", f"CUDA error, not an OOM: {e.get('error')}",
+                "the engine failed on a CUDA error that is not out-of-memory: more memory or a smaller KV budget does "
+                "not prevent it; an Xid in the node's kernel log (dmesg) at the same time says whether the GPU or "
+                "the driver reported it, and CUDA_LAUNCH_BLOCKING=1 names the kernel", "high",
+                [{"t_us": e.get("t_us"), "source": e.get("source")}]))
         if e.get("kind") == "gpu_xid":
             findings.append(Finding(f"gpu:xid{e.get('xid')}", f"GPU error Xid {e.get('xid')}: {e.get('meaning')}",
                                     f"NVIDIA driver error on PCI {e.get('pci')}: {e.get('message') or ''}".strip(),
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
+    findings += cuda.values()
     return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings, layers_frame(b.samples), outages(b.events),
                     machines=machines, machines_total=machines_total)

@@ -209,6 +209,12 @@ R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out
 # a CUDA library that could not allocate its workspace (cuBLAS at its first call in a process is the
 # usual one): device memory ran out, with no figures
 R_LIB_ALLOC = re.compile(r"\b(?:CUBLAS|CUDNN|CUSPARSE|CUSOLVER|CUFFT|CURAND)_STATUS_ALLOC_FAILED\b")
+# a CUDA error that is not an OOM ('RuntimeError: CUDA error: an illegal memory access was encountered',
+# torch 2.8 on 'torch.AcceleratorError: …'): it ends the engine as an OOM does, and more memory does not help
+R_CUDA_ERROR = re.compile(r"(?:CUDA|HIP) error: (an illegal memory access was encountered|unspecified launch failure|"
+                          r"device-side assert triggered|misaligned address|an illegal instruction was encountered|"
+                          r"uncorrectable ECC error encountered|the launch timed out and was terminated|"
+                          r"operation not permitted when stream is capturing|unknown error)")
 R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
 R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
@@ -675,6 +681,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
                                 "tried_to_allocate_bytes": None, "gpu_total_bytes": None, "free_bytes": None,
                                 "process_in_use_bytes": None, "allocated_by_pytorch_bytes": None,
                                 "reserved_unallocated_bytes": None}))
+    if "error: " in text and ("CUDA error" in text or "HIP error" in text):
+        m = R_CUDA_ERROR.search(text)
+        if m and not text.lstrip().startswith(("File ", "raise ")):
+            out.append(("cuda_error", {"error": m.group(1), "message": text.strip()[:300]}))
     if "Dumping " in text:
         out += _dump(text)
     if "Sleep mode freed" in text:

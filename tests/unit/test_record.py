@@ -379,6 +379,33 @@ def test_memory_profiling_assertion_gives_the_free_memory_it_saw(why: str, tmp_p
     assert "22.50 GiB before the profiling run and 30.30 GiB after it (+7.80 GiB)" in f.detail
 
 
+def test_a_cuda_error_that_is_not_an_oom_is_said_so(tmp_path: Path) -> None:
+    """GIVEN two workers failing on 'CUDA error: an illegal memory access was encountered' (as V1 logs
+    it, traceback and all) THEN each rank's error is an event once, the traceback's source lines are
+    not, no OOM is read, and the finding says that more memory does not prevent it."""
+    from replay.analysis.pipeline import analyze_bundle
+    lines = []
+    for r in (0, 1):
+        head = f"(VllmWorker TP{r} pid=20{r}) ERROR 02-11 08:00:0{r} [multiproc_executor.py:546] "
+        lines += [head + "Traceback (most recent call last):",
+                  head + '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 1500, in execute_model',
+                  head + "    raise RuntimeError('CUDA error: an illegal memory access was encountered')",
+                  head + "RuntimeError: CUDA error: an illegal memory access was encountered",
+                  head + "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                         "below might be incorrect."]
+    lines.append("(EngineCore_DP0 pid=150) ERROR 02-11 08:00:02 [core.py:710] RuntimeError: CUDA error: out of memory")
+    log = tmp_path / "ima.log"
+    log.write_text("\n".join(lines) + "\n")
+    record([log], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    errs = [(e["rank"], e["error"]) for e in b.events if e["kind"] == "cuda_error"]
+    assert errs == [("VllmWorker TP0 pid=200", "an illegal memory access was encountered"),
+                    ("VllmWorker TP1 pid=201", "an illegal memory access was encountered")]
+    assert [e["kind"] for e in b.events].count("oom") == 1  # (the bare OOM is an OOM, not a CUDA error)
+    found = [f for f in analyze_bundle(b).findings if f.id.startswith("gpu:cuda_error")]
+    assert len(found) == 1 and "not prevent it" in found[0].detail and found[0].evidence[0]["source"] == "ima.log:4"
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
