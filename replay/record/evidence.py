@@ -1254,10 +1254,22 @@ def _k8s_fact(t: int | None, line: int | None, data: dict[str, Any]) -> dict[str
     """A Kubernetes event as a bundle event: a k8s_event, except node-problem-detector's OOMKilling,
     which reports the kernel's OOM kill on the node and is the kernel log's fact (a host OOM kill,
     with its pid, process and memory), its event fields kept beside."""
-    oom = _K_OOM.search(str(data.get("message") or "")) if data.get("reason") == "OOMKilling" else None
+    message = str(data.get("message") or "")
+    oom = _K_OOM.search(message) if data.get("reason") == "OOMKilling" else None
     if oom:
-        return {"t": t, "kind": "host_oom_killed", "line": line, "data": data | _host_oom(oom, str(data["message"]))}
+        return {"t": t, "kind": "host_oom_killed", "line": line, "data": data | _host_oom(oom, message)}
+    ev = _EVICTED.search(message) if data.get("reason") == "Evicted" else None
+    if ev:  # the kubelet evicted the pod for the node's memory: killed for host memory too
+        return {"t": t, "kind": "host_oom_killed", "line": line, "data": data | {
+            "container": ev["container"], "used": ev["used"], "text": message.strip()[:300],
+            "meaning": "the kubelet evicted the pod because the node ran low on memory (host memory, not the GPU's); "
+                       "a CUDA OOM is an application error and never shows up here"}}
     return {"t": t, "kind": "k8s_event", "line": line, "data": data}
+
+
+# the kubelet's eviction for node memory pressure ('The node was low on resource: memory. … Container vllm
+# was using 61Gi, request is 0, has larger consumption of memory.')
+_EVICTED = re.compile(r"low on resource: memory\.(?:.*?Container (?P<container>\S+) was using (?P<used>\S+?),)?")
 
 
 def parse_k8s(path: Path, text: str) -> Parsed:

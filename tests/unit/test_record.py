@@ -2198,7 +2198,8 @@ def test_k8s_events_in_every_shape_kubectl_writes(tmp_path: Path) -> None:
 def test_event_exporter_json_lines_without_kind(tmp_path: Path) -> None:
     """GIVEN an event exporter's JSON lines (an event a line, no 'kind': kubernetes-event-exporter's
     shape) THEN each is an event at its time, node-problem-detector's OOMKilling a host OOM kill with
-    its pid and the analysis says so; the file's line count is its lines."""
+    its pid and the analysis says so; the file's line count is its lines. A pod evicted for the node's
+    memory is killed for host memory too."""
     from replay.analysis.pipeline import analyze_bundle
     a = {k: v for k, v in _event("OOMKilling", "Memory cgroup out of memory: Killed process 2214 (python3) total-vm:1234kB, "
                                  "anon-rss:98765kB", "2025-03-01T10:05:01Z").items() if k not in ("kind", "apiVersion")}
@@ -2213,6 +2214,12 @@ def test_event_exporter_json_lines_without_kind(tmp_path: Path) -> None:
     oom = bundle.events[0]
     assert oom["pid"] == 2214 and oom["cgroup"] is True and oom["anon_rss_bytes"] == 98765 * 1024
     assert any(f.id == "oom:host" for f in analyze_bundle(bundle).findings)
+    ev = _event("Evicted", "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. "
+                "Container vllm was using 61Gi, request is 0, has larger consumption of memory.", "2025-03-01T10:05:09Z")
+    (tmp_path / "evicted.json").write_text(json.dumps(ev))
+    record([tmp_path / "evicted.json"], tmp_path / "e", RecordOptions())
+    (got,) = read_bundle(tmp_path / "e").events
+    assert (got["kind"], got["reason"], got["container"], got["used"]) == ("host_oom_killed", "Evicted", "vllm", "61Gi")
 
 
 def test_gke_events_from_cloud_logging(tmp_path: Path) -> None:
