@@ -862,12 +862,12 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
     """``nvidia-smi -q -x`` (one document, or one per interval with ``-l``): what ``-q`` says, as XML:
     per GPU its framebuffer total, reserved, used and free, its name, UUID and bus, and per process its
     used memory, at the document's timestamp (local). A document that is not well-formed (a file cut
-    while nvidia-smi wrote it) is quarantined at its first line."""
+    while nvidia-smi wrote it) is quarantined line by line."""
     p = Parsed(kind="nvidia-smi-q")
     p.lines = len(text.splitlines())
-    covered = 0  # lines inside documents read
+    covered, pos, no = 0, 0, 1  # lines inside documents read; where the line count stands
     for m in _XML_DOC.finditer(text):
-        no = text.count("\n", 0, m.start()) + 1
+        no, pos = no + text.count("\n", pos, m.start()), m.start()  # (counted on from the last document)
         n_lines = m.group(0).count("\n") + 1
         try:
             doc = ElementTree.fromstring(m.group(0))
