@@ -221,6 +221,16 @@ def analyze_bundle(b: Bundle) -> Analysis:
                 "not prevent it; an Xid in the node's kernel log (dmesg) at the same time says whether the GPU or "
                 "the driver reported it, and CUDA_LAUNCH_BLOCKING=1 names the kernel", "high",
                 [{"t_us": e.get("t_us"), "source": e.get("source")}]))
+        if e.get("kind") == "collective_timeout":
+            ranks = sorted({int(x["nccl_rank"]) for x in b.events if x.get("kind") == "collective_timeout"
+                            and x.get("nccl_rank") is not None})
+            cuda.setdefault("nccl", Finding(
+                "gpu:nccl_timeout", f"NCCL collective timed out, not an OOM: {e.get('op')}",
+                f"{e.get('op')} #{e.get('seq')} ran {int(e.get('ran_ms') or 0) / 1000:.0f} s without completing on "
+                f"rank(s) {', '.join(map(str, ranks)) or '?'} and torch's watchdog took the process down: a peer stopped "
+                "answering (a hung or crashed worker, a GPU fault, an NVLink or network failure); the ranks that "
+                "do not time out are the ones to look at; more memory does not prevent it", "high",
+                [{"t_us": e.get("t_us"), "source": e.get("source")}]))
         if e.get("kind") == "gpu_xid":
             findings.append(Finding(f"gpu:xid{e.get('xid')}", f"GPU error Xid {e.get('xid')}: {e.get('meaning')}",
                                     f"NVIDIA driver error on PCI {e.get('pci')}: {e.get('message') or ''}".strip(),

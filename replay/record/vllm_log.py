@@ -215,6 +215,10 @@ R_CUDA_ERROR = re.compile(r"(?:CUDA|HIP) error: (an illegal memory access was en
                           r"device-side assert triggered|misaligned address|an illegal instruction was encountered|"
                           r"uncorrectable ECC error encountered|the launch timed out and was terminated|"
                           r"operation not permitted when stream is capturing|unknown error)")
+# torch's NCCL watchdog ending a tensor-parallel engine: a collective no peer completed ('[Rank 0] Watchdog
+# caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, …) ran for 600059 milliseconds …')
+R_NCCL_TIMEOUT = re.compile(r"(?:\[Rank (\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), "
+                            r"OpType=(\w+).*?\) ran for (\d+) milliseconds")
 R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
 R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
@@ -685,6 +689,12 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
         m = R_CUDA_ERROR.search(text)
         if m and not text.lstrip().startswith(("File ", "raise ")):
             out.append(("cuda_error", {"error": m.group(1), "message": text.strip()[:300]}))
+    # (each rank says it twice: the second time after 'watchdog thread terminated with exception: ')
+    if "Watchdog caught collective" in text and not -1 < text.find("terminated with exception") < text.find("Watchdog caught"):
+        m = R_NCCL_TIMEOUT.search(text)
+        if m:
+            out.append(("collective_timeout", {"nccl_rank": int(m.group(1)) if m.group(1) else None,
+                                               "seq": int(m.group(2)), "op": m.group(3), "ran_ms": int(m.group(4))}))
     if "Dumping " in text:
         out += _dump(text)
     if "Sleep mode freed" in text:

@@ -406,6 +406,33 @@ def test_a_cuda_error_that_is_not_an_oom_is_said_so(tmp_path: Path) -> None:
     assert len(found) == 1 and "not prevent it" in found[0].detail and found[0].evidence[0]["source"] == "ima.log:4"
 
 
+def test_an_nccl_watchdog_timeout_is_said_to_be_no_oom(tmp_path: Path) -> None:
+    """GIVEN torch's NCCL watchdog taking a tensor-parallel engine down (real lines of a vLLM report:
+    each rank says it twice, the second time inside 'watchdog thread terminated with exception') THEN
+    there is one event per rank with the collective, its sequence number and how long it ran, nothing
+    is quarantined, and the finding names the ranks and says it is no OOM."""
+    from replay.analysis.pipeline import analyze_bundle
+    work = "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=134217728, NumelOut=134217728, Timeout(ms)=600000)"
+    lines = ["INFO 07-01 13:44:40 metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 "
+             "tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%."]
+    for r in (0, 1):
+        lines += [f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: {work} "
+                  f"ran for 60005{r} milliseconds before timing out.",
+                  f"[rank{r}]:[E ProcessGroupNCCL.cpp:1537] [PG 2 Rank {r}] Timeout at NCCL work: 2, last enqueued NCCL "
+                  "work: 2, last completed NCCL work: 1.",
+                  f"[rank{r}]:[E ProcessGroupNCCL.cpp:1414] [PG 2 Rank {r}] Process group watchdog thread terminated with "
+                  f"exception: [Rank {r}] Watchdog caught collective operation timeout: {work} ran for 60005{r} "
+                  "milliseconds before timing out."]
+    log = tmp_path / "nccl.log"
+    log.write_text("\n".join(lines) + "\n")
+    reps, _ = record([log], tmp_path / "b", RecordOptions(year=2024))
+    b = read_bundle(tmp_path / "b")
+    got = [(e["nccl_rank"], e["op"], e["seq"], e["ran_ms"]) for e in b.events if e["kind"] == "collective_timeout"]
+    assert got == [(0, "ALLREDUCE", 2, 600050), (1, "ALLREDUCE", 2, 600051)] and reps[0].quarantined == 0
+    f = next(f for f in analyze_bundle(b).findings if f.id == "gpu:nccl_timeout")
+    assert "rank(s) 0, 1" in f.detail and "600 s" in f.detail and "not an OOM" in f.title
+
+
 def test_identical_line_within_rank_is_one_fact() -> None:
     ln = "INFO 03-22 18:53:23 [worker.py:267] model weights take 18.38GiB; non_torch_memory takes 0.15GiB; PyTorch activation peak memory takes 0.79GiB; the rest of the memory reserved for KV Cache is 2.96GiB."
     r = parse_log([ln, ln, "(VllmWorkerProcess pid=9) " + ln])
