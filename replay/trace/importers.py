@@ -215,6 +215,11 @@ class _Plan:
     blocks_are_source: bool = False  # the blocks read the source file as given (not a decompressed copy)
 
 
+def _typed_columns(plan: _Plan) -> dict[str, Any]:
+    """The columns the plan's cheap parsers may read as numbers (column -> dtype)."""
+    return dict(c.reads_as for c in [plan.abs_us, *plan.required.values()] if isinstance(c, _Parse) and c.reads_as)
+
+
 def _form(c: _Col, fast: bool) -> pl.Expr:
     if isinstance(c, _Parse):
         return c.fast if fast else c.full
@@ -267,7 +272,7 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
         cols.append(pl.struct([pl.col(c) for c in plan.extra_cols]).alias("extra"))
     whole: Block = functools.partial(_same, plan.lf)
     # the fast form reads integer columns as integers: a row it quarantines is redone in text (see caller)
-    typed = dict(c.reads_as for c in [plan.abs_us, *plan.required.values()] if fast and isinstance(c, _Parse) and c.reads_as)
+    typed = _typed_columns(plan) if fast else {}
     pieces = plan.blocks(None, hasher, typed) if (plan.blocks is not None and t_first is not None) else iter([whole])
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
@@ -431,10 +436,9 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
     stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher)
     if hasher is not None:
         sha = hasher.hexdigest() if t_first is not None else file_sha256(src)  # (no blocks were read without it)
-    typed = any(isinstance(c, _Parse) and c.reads_as for c in [plan.abs_us, *plan.required.values()])
     # the cheap parser missed rows, or quarantined rows whose numbers it read as numbers (their raw
     # values go to the quarantine as text): use the full one
-    if any(stats[f"null:{k}"] for k in has_full) or (typed and plan.blocks is not None and stats["bad"]):
+    if any(stats[f"null:{k}"] for k in has_full) or (_typed_columns(plan) and plan.blocks is not None and stats["bad"]):
         fast = False
         stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part)
     if stats["t_min"] is not None and (t_first is None or stats["backwards"] or stats["t_min"] < t_first):
