@@ -148,7 +148,9 @@ _AZURE_TIME = re.compile(r"^\d{4}-\d\d-\d\d([ T])\d\d:\d\d:\d\d(?:\.\d{1,9})?(Z|
 def _first_value(path: Path, col: str) -> str | None:
     """The first data row's value of ``col`` in a CSV (None when there is none)."""
     with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
-        for row in csv.DictReader(fh):
+        sep = separator_of(fh.readline())
+        fh.seek(0)
+        for row in csv.DictReader(fh, delimiter=sep):
             return row.get(col)
     return None
 

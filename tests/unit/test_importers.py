@@ -592,3 +592,12 @@ def test_semicolon_and_tab_separated_files_import_as_the_comma_one(fmt: str, rel
     drop = ("src_ts",)  # (the time as written: "5,5" against "5.5")
     assert [{k: v for k, v in r.items() if k not in drop} for r in iter_requests(tmp_path / "b.jsonl")] == \
         [{k: v for k, v in r.items() if k not in drop} for r in iter_requests(tmp_path / "a.jsonl")]
+
+
+def test_the_cheap_time_parser_is_shaped_on_a_semicolon_files_first_time(tmp_path: Path) -> None:
+    """The first time, which shapes the cheap parser, is read with the file's own separator (with ','
+    a ';' file gave none, and its 2024-shaped times all took the full parser)."""
+    from replay.trace.importers import _first_value
+    p = tmp_path / "t.csv"
+    p.write_text("trace;TIMESTAMP;ContextTokens;GeneratedTokens\ncode_1week;2024-05-10 00:00:00.009930+00:00;2162;5\n")
+    assert _first_value(p, "TIMESTAMP") == "2024-05-10 00:00:00.009930+00:00"
