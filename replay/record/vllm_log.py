@@ -316,6 +316,12 @@ class _Line:
 ASCTIME = re.compile(r"^(?:(?P<year>\d{4})-)?(?P<md>\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?$")
 
 
+def _one_line(body: str, exception: Any) -> str:
+    """A JSON log record's message and exception as one line: their lines joined as a message's
+    continuation lines are."""
+    return " ".join(p.strip() for p in (body + "\n" + str(exception or "")).splitlines() if p.strip())
+
+
 def _pylogging(obj: dict[str, Any]) -> tuple[str, int | None] | None:
     """A record of Python logging's JSON formatters (vLLM's built-in 'json' formatter, 0.32 on, or a
     pythonjsonlogger config: asctime, levelname, message, and the process where given) as the line
@@ -329,7 +335,7 @@ def _pylogging(obj: dict[str, Any]) -> tuple[str, int | None] | None:
     pid = obj.get("process")
     head = f"({proc} pid={pid}) " if isinstance(proc, str) and proc and proc != "MainProcess" and isinstance(pid, int) else ""
     frac = f".{m['frac']}" if m["frac"] else ""
-    text = " ".join(p.strip() for p in (obj["message"] + "\n" + str(obj.get("exc_info") or "")).splitlines() if p.strip())
+    text = _one_line(obj["message"], obj.get("exc_info"))
     return f"{head}{level} {m['md']} {m['hms']}{frac} {text}", int(m["year"]) if m["year"] else None
 
 
@@ -371,7 +377,7 @@ def _otel(raw: str) -> tuple[str, str] | None:
     if not CONTAINER_TS.match(t + " "):
         return None
     level = OTEL_LEVELS.get(str(obj.get("severity_text", "")).upper(), "INFO")
-    text = " ".join(p.strip() for p in (obj["body"] + "\n" + str(obj.get("exception") or "")).splitlines() if p.strip())
+    text = _one_line(obj["body"], obj.get("exception"))
     return f"{level} {t[5:10]} {t[11:19]} {text}", t
 
 
@@ -776,10 +782,9 @@ class LogParser:
         self.res = LogParse()
         self._seen: set[tuple[str, str | None, str]] = set()
         self._open: _Line | None = None
-        # the open message's continuation lines: line number, whether it was counted there, text, and what
-        # joins it to the text before it
-        self._cont: list[tuple[int, bool, str, str]] = []
-        self._width = 0  # characters in the last physical line of the open message
+        # the open message's continuation lines: line number, whether it was counted there, text, what
+        # joins it to the text before it, and the width of its physical line
+        self._cont: list[tuple[int, bool, str, str, int]] = []
         self._lo, self._hi = "0.0.0", "99.0.0"
         self._v1 = self._v0 = 0
         self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
@@ -796,12 +801,12 @@ class LogParser:
         msg, res = self._open, self.res
         if msg is None:
             return
-        text = msg.text + "".join(sep + t for _, _, t, sep in self._cont) if self._cont else msg.text
+        text = msg.text + "".join(sep + t for _, _, t, sep, _ in self._cont) if self._cont else msg.text
         facts = extract(text)
         if not msg.prefixed and not facts:  # (its line counts as quarantined, though a message glued after
             # this text on it is still read: each line is counted once, by its first part)
             res.quarantine.append((msg.no, "not a vLLM log line and no known fact", msg.text))
-            for no, counted, t, _ in self._cont:  # (its continuations are not vLLM's either)
+            for no, counted, t, _, _ in self._cont:  # (its continuations are not vLLM's either)
                 res.continuation_lines -= counted
                 res.quarantine.append((no, f"not a vLLM log line and no known fact (follows line {msg.no})", t))
         elif msg.counted:
@@ -862,7 +867,7 @@ class LogParser:
         if ln.prefixed:
             self._flush()
             ln.counted = self._first(ln.no)
-            self._open, self._width = ln, ln.width
+            self._open = ln
             return
         # un-prefixed: a continuation of the open message (wrapped line, traceback) unless it
         # stands on its own as a fact.
@@ -871,14 +876,13 @@ class LogParser:
         if msg is not None and (not alone or msg.prefixed and not extract(msg.text) and not ln.text.lstrip().startswith(
                 ("torch.", "RuntimeError", "ValueError"))) and len(self._cont) < 200:
             counted = self._first(ln.no)
-            before = self._cont[-1][2] if self._cont else msg.text
-            self._cont.append((ln.no, counted, ln.text.strip(), "" if _cut_mid_word(before, ln.text, self._width) else " "))
-            self._width = ln.width
+            before, width = (self._cont[-1][2], self._cont[-1][4]) if self._cont else (msg.text, msg.width)
+            self._cont.append((ln.no, counted, ln.text.strip(), "" if _cut_mid_word(before, ln.text, width) else " ", ln.width))
             res.continuation_lines += counted
             return
         self._flush()
         ln.counted = self._first(ln.no)
-        self._open, self._width = ln, ln.width
+        self._open = ln
 
     def finish(self) -> LogParse:
         self._flush()
