@@ -854,8 +854,7 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
 
 
 _XML_DOC = re.compile(r"<nvidia_smi_log\b.*?(?:</nvidia_smi_log>|\Z)", re.S)
-_XML_FB = {"total": "device_total_bytes", "reserved": "device_reserved_bytes", "used": "device_used_bytes",
-           "free": "device_free_bytes"}
+_XML_FB = {k.lower(): v for k, v in _Q_FB.items()}  # (-q's fields, as -x names them)
 
 
 def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
@@ -883,8 +882,8 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
         for gpu, g in enumerate(doc.findall("gpu")):
             info = p.gpus.setdefault(gpu, {"index": gpu})
             for key, tag in (("name", "product_name"), ("uuid", "uuid")):
-                if (g.findtext(tag) or "").strip():
-                    info[key] = (g.findtext(tag) or "").strip()
+                if value := (g.findtext(tag) or "").strip():
+                    info[key] = value
             if g.get("id"):
                 info["pci_bus_id"] = g.get("id")
             for tag, metric in _XML_FB.items():
