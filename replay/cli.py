@@ -54,7 +54,7 @@ def _window(text: str | None) -> tuple[int, int] | None:
 @app.command("import")
 def import_cmd(
     fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench, servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0), or auto to tell it from the file's columns.")],
-    src: Annotated[Path, typer.Argument(help="The public trace file (.csv, .jsonl, optionally .gz).")],
+    src: Annotated[Path, typer.Argument(help="The public trace file (.csv, .jsonl, optionally gzip, bzip2 or xz).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write (replay-trace/1 JSONL).")] = Path("trace.jsonl"),
 ) -> None:
     """Import a public LLM serving trace into the replay-trace/1 format (lossless: unmapped columns kept)."""
@@ -143,7 +143,7 @@ def synth(
 
 @app.command()
 def record(
-    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip; container, compose, shipper or journald envelopes; Google Cloud Logging, AWS CloudWatch Logs and Azure Monitor Logs exports), Prometheus/DCGM scrapes or exports (query_range JSON, promtool tsdb dump), Grafana CSV or JSON, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), gpustat, kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
+    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip/bzip2/xz; container, compose, shipper or journald envelopes; Google Cloud Logging, AWS CloudWatch Logs and Azure Monitor Logs exports), Prometheus/DCGM scrapes or exports (query_range JSON, promtool tsdb dump), Grafana CSV or JSON, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), gpustat, kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
@@ -226,6 +226,9 @@ def record(
         t.add_row(Path(r.path).name, r.kind, str(r.lines), str(r.parsed), str(r.quarantined),
                   f"{ts(r.t_first_us)} – {ts(r.t_last_us)}" if r.t_first_us else "—")
     err.print(t)
+    for r in reports:  # (why a file of a folder was left out: an archive to unpack, binary data)
+        if r.kind == "skipped":
+            err.print(f"[yellow]note:[/] {Path(r.path).name}: {'; '.join(r.notes)}")
     for n in summary["notes"]:
         err.print(f"[yellow]note:[/] {n}")
     err.print(f"t0 {summary['t0_utc']}: {summary['samples']} samples, {summary['events']} events, "

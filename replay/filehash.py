@@ -1,5 +1,5 @@
-"""Input files as given: whether they are gzip, what text encoding their byte-order mark says, and
-their sha256, which bundles and traces record for provenance.
+"""Input files as given: what they are compressed with, what text encoding their byte-order mark
+says, and their sha256, which bundles and traces record for provenance.
 
 A large input is hashed while it is read for parsing (``HashingReader``) rather than in a pass of
 its own; a small one, or one read through another route, with ``file_sha256``.
@@ -7,9 +7,15 @@ its own; a small one, or one read through another route, with ``file_sha256``.
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import gzip
 import hashlib
-from collections.abc import Iterator
+import io
+import lzma
+import re
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +26,58 @@ _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
          (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
-def damaged_gzip(path: Path, e: BaseException) -> ReplayError:
-    """The one message for a gzip input that cannot be read to its end, whoever reads it."""
-    return ReplayError(f"{path}: damaged or truncated gzip ({e}); re-download or re-export it")
+# how compressed files and archives open (bzip2's: 'BZh', the block size, then the first block's mark)
+_MAGIC = (("gzip", rb"\x1f\x8b"), ("bzip2", rb"BZh[1-9]1AY&SY"), ("xz", rb"\xfd7zXZ\x00"),
+          ("zstd", rb"\x28\xb5\x2f\xfd"), ("zip", rb"PK\x03\x04"))
+_UNPACK = {"zip": "unzip"}  # (the command that unpacks an archive)
+_SUFFIX = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": "zip"}
+# what reading a damaged or truncated stream raises (gzip.BadGzipFile and bz2's bad data are OSErrors)
+DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
-def is_gzip(path: Path) -> bool:
-    """By name or by content: a compressed log is often saved without its ``.gz``."""
+def damaged(path: Path, kind: str, e: BaseException) -> ReplayError:
+    """The one message for a compressed input that cannot be read to its end, whoever reads it."""
+    return ReplayError(f"{path}: damaged or truncated {kind} ({e}); re-download or re-export it")
+
+
+def compression(path: Path) -> str | None:
+    """What the file is compressed with (gzip, bzip2, xz, zstd) or archived in (zip), by its first
+    bytes or else its name: a compressed log is often saved without its suffix. None: neither."""
     with path.open("rb") as fh:
-        return path.suffix == ".gz" or fh.read(2) == b"\x1f\x8b"
+        head = fh.read(10)
+    return next((kind for kind, magic in _MAGIC if re.match(magic, head)), None) or _SUFFIX.get(path.suffix.lower())
+
+
+_STREAMS: dict[str, Callable[[Any], io.BufferedIOBase]] = {
+    "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
+_FILES: dict[str, Callable[[Path], io.BufferedIOBase]] = {
+    "gzip": lambda p: gzip.GzipFile(p, "rb"), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
+
+
+def _unreadable(path: Path, kind: str) -> ReplayError:
+    if kind == "zstd":  # (no reader in this Python's standard library, and one dependency less)
+        return ReplayError(f"{path}: zstd-compressed; decompress it first: zstd -d {path}")
+    return ReplayError(f"{path}: a {kind} archive; unpack it ({_UNPACK.get(kind, kind)} {path}) and pass the files inside it")
+
+
+def decompressed(raw: Any, kind: str | None, path: Path) -> Any:
+    """A binary stream of ``raw``'s content, decompressed by ``kind`` (``compression``'s answer); closing
+    it leaves ``raw`` open."""
+    if kind is None:
+        return raw
+    if kind not in _STREAMS:
+        raise _unreadable(path, kind)
+    return _STREAMS[kind](raw)
+
+
+def open_decompressed(path: Path) -> io.BufferedIOBase:
+    """The file opened for reading, decompressed where ``compression`` says it is compressed."""
+    kind = compression(path)
+    if kind is None:
+        return path.open("rb")
+    if kind not in _FILES:
+        raise _unreadable(path, kind)
+    return _FILES[kind](path)
 
 
 def text_bom(head: bytes) -> tuple[int, str] | None:

@@ -18,10 +18,8 @@ routes give the same facts.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +27,14 @@ from typing import Any, cast
 
 import polars as pl
 
-from replay.filehash import HashingReader, damaged_gzip, is_gzip, utf8_chunks
+from replay.filehash import (
+    DECOMPRESS_ERRORS,
+    HashingReader,
+    compression,
+    damaged,
+    decompressed,
+    utf8_chunks,
+)
 from replay.parallel import ordered_map
 from replay.record.vllm_log import (
     AFTER_TS_BODY,
@@ -180,10 +185,15 @@ class FastFacts:
 
 
 def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
-    """The file's text as UTF-8 in pieces that end at a line end (decompressing gzip and transcoding
-    UTF-16 as it goes); with ``hasher``, every byte of the file as given goes into it."""
+    """The file's text as UTF-8 in pieces that end at a line end (decompressing gzip, bzip2 or xz and
+    transcoding UTF-16 as it goes); with ``hasher``, every byte of the file as given goes into it."""
+    kind = compression(path)
     raw = HashingReader(path, hasher)
-    fh: Any = gzip.GzipFile(fileobj=cast(Any, raw), mode="rb") if is_gzip(path) else raw
+    try:
+        fh: Any = decompressed(cast(Any, raw), kind, path)
+    except BaseException:
+        raw.close()
+        raise
     try:
         with contextlib.closing(raw), contextlib.closing(fh):
             rest = b""
@@ -201,8 +211,10 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[by
                     continue
                 piece, rest = b"".join((rest, memoryview(chunk)[:cut])), chunk[cut:]
                 yield piece
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise damaged_gzip(path, e) from None
+    except DECOMPRESS_ERRORS as e:
+        if kind is None:
+            raise
+        raise damaged(path, kind, e) from None
 
 
 def _lines(piece: bytes, expect: int) -> pl.Series:

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import bisect
 import functools
-import gzip
 import hashlib
 import json
 import re
 import shutil
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,7 +22,14 @@ import polars as pl
 
 from replay.bundle import DEVICE_SOURCES, BundleMeta, BundleWriter
 from replay.errors import ReplayError
-from replay.filehash import damaged_gzip, file_sha256, is_gzip, text_bom
+from replay.filehash import (
+    DECOMPRESS_ERRORS,
+    compression,
+    damaged,
+    file_sha256,
+    open_decompressed,
+    text_bom,
+)
 from replay.parallel import ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
@@ -85,22 +90,23 @@ def _expand(paths: list[Path], out: Path) -> tuple[list[Path], set[Path]]:
 
 
 def _read_text(path: Path, limit: int = -1) -> str:
-    """The file's text, decompressed where it is gzip, or its first ``limit`` bytes; binary data is
-    refused with a clear message."""
+    """The file's text, decompressed where it is compressed, or its first ``limit`` bytes; binary data
+    (an archive among it) is refused with a clear message."""
     _check_file(path)
-    if is_gzip(path):
-        try:
-            with gzip.open(path, "rb") as gz:
-                raw = gz.read(limit)
-        except (EOFError, OSError, zlib.error) as e:
-            raise damaged_gzip(path, e) from None
-    else:
-        with path.open("rb") as fh:
+    kind = compression(path)
+    try:
+        with open_decompressed(path) as fh:
             raw = fh.read(limit)
+    except DECOMPRESS_ERRORS as e:
+        if kind is None:
+            raise
+        raise damaged(path, kind, e) from None
     bom = text_bom(raw)
     if bom is not None:  # UTF-8 with a mark, or UTF-16/32 (a cut at ``limit`` ends in U+FFFD at worst)
         return raw[bom[0]:].decode(bom[1], errors="replace")
     if b"\x00" in raw[:4096]:
+        if raw[257:262] == b"ustar":  # (a tar header's mark)
+            raise ReplayError(f"{path}: a tar archive; unpack it (tar xf {path}) and pass the files inside it")
         head = raw[:4096]
         for order, nuls, chars in (("LE", head[1::2], head[0::2]), ("BE", head[0::2], head[1::2])):
             # ASCII as UTF-16: every other byte NUL, the bytes between them not

@@ -7,7 +7,7 @@ multimodal items, prefix sharing). Unknown source columns are kept in ``extra`` 
 
 from __future__ import annotations
 
-import gzip
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
-from replay.filehash import is_gzip
+from replay.filehash import compression, open_decompressed
 from replay.units import is_uint
 
 SCHEMA = "replay-trace/1"
@@ -76,8 +76,8 @@ def _open_text(path: Path) -> Any:
         raise ReplayError(f"{path}: is a directory, expected a trace file")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
-    if is_gzip(path):
-        return gzip.open(path, "rt", encoding="utf-8")
+    if compression(path) is not None:
+        return io.TextIOWrapper(open_decompressed(path), encoding="utf-8")
     return path.open("r", encoding="utf-8")
 
 

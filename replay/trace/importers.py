@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import csv
 import functools
-import gzip
 import hashlib
 import json
 import re
 import tempfile
-import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,7 +23,16 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
-from replay.filehash import HashingReader, damaged_gzip, file_sha256, is_gzip, text_bom, utf8_chunks
+from replay.filehash import (
+    DECOMPRESS_ERRORS,
+    HashingReader,
+    compression,
+    damaged,
+    file_sha256,
+    open_decompressed,
+    text_bom,
+    utf8_chunks,
+)
 from replay.parallel import ordered_map
 from replay.trace.format import TraceHeader
 
@@ -54,8 +61,8 @@ class ImportResult:
 
 
 def _materialise(src: Path, tmpdir: Path) -> Path:
-    """Check the source exists and is a non-empty file. A gzip (by content: a compressed export is often
-    saved without its .gz) is decompressed, with a clear truncation error, and text that starts with a
+    """Check the source exists and is a non-empty file. A gzip, bzip2 or xz file (by content: a compressed
+    export is often saved without its suffix) is decompressed, with a clear truncation error, and text that starts with a
     byte-order mark (Excel's 'CSV UTF-8', UTF-16 from Windows tools) is copied as plain UTF-8: the
     readers take UTF-8 without a mark."""
     if src.is_dir():
@@ -64,18 +71,20 @@ def _materialise(src: Path, tmpdir: Path) -> Path:
         raise ReplayError(f"{src}: no such file")
     if src.stat().st_size == 0:
         raise ReplayError(f"{src}: empty file")
-    gz = is_gzip(src)
-    if not gz:
+    kind = compression(src)
+    if kind is None:
         with src.open("rb") as fh:
             if text_bom(fh.read(4)) is None:
                 return src
-    out = tmpdir / (src.stem if src.suffix == ".gz" else src.name)
+    out = tmpdir / (src.stem if kind is not None and src.suffix.lower() in (".gz", ".bz2", ".xz") else src.name)
     try:
-        with (gzip.open(src, "rb") if gz else src.open("rb")) as fin, out.open("wb") as fout:
+        with open_decompressed(src) as fin, out.open("wb") as fout:
             for chunk in utf8_chunks(fin, 1 << 20):
                 fout.write(chunk)
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
-        raise damaged_gzip(src, e) from None
+    except DECOMPRESS_ERRORS as e:
+        if kind is None:
+            raise
+        raise damaged(src, kind, e) from None
     if out.stat().st_size == 0:
         raise ReplayError(f"{src}: empty after decompression")
     return out

@@ -3,12 +3,15 @@ logs and on a generated log with every kind of mess, whatever the piece size."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import json
+import lzma
 import random
 import re
 import tempfile
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -238,17 +241,21 @@ def test_messy_log_fast_lane_equals_reference(seed: int, chunk: int, bucket: int
     assert res.lines_parsed + res.continuation_lines <= res.lines_read  # counts are of the file's lines
 
 
-@pytest.mark.parametrize("name", ["log.gz", "saved-without-suffix.log"])
-def test_record_gzip_log_equals_plain(name: str, tmp_path: Path) -> None:
-    """A gzip log, named as such or not, records as the plain log does."""
+@pytest.mark.parametrize("name,compress", [("log.gz", gzip.compress), ("saved-without-suffix.log", gzip.compress),
+                                           ("log.bz2", bz2.compress), ("log.xz", lzma.compress),
+                                           ("xz-without-suffix.log", lzma.compress)])
+def test_record_compressed_log_equals_plain(name: str, compress: Callable[[bytes], bytes], tmp_path: Path) -> None:
+    """A gzip, bzip2 or xz log, named as such or not, records as the plain log does, and the bundle
+    names the file as given (its sha256 is the compressed file's)."""
     src = shared("vllm-logs/v017_v1_stats_kv_ramp.log")
-    gz = tmp_path / name
-    gz.write_bytes(gzip.compress(src.read_bytes()))
+    packed = tmp_path / name
+    packed.write_bytes(compress(src.read_bytes()))
     a, b = tmp_path / "a", tmp_path / "b"
     record([src], a, RecordOptions(year=2025))
-    record([gz], b, RecordOptions(year=2025))
+    record([packed], b, RecordOptions(year=2025))
     ia, ib = inspect_bundle(read_bundle(a)), inspect_bundle(read_bundle(b))
     assert ia == ib and ia["stats_lines"] > 0 and ia["kv_usage_pct"]
+    assert read_bundle(b).meta.inputs[0]["sha256"] == hashlib.sha256(packed.read_bytes()).hexdigest()
     assert not (a / ".spill").exists()  # spilled pieces are cleaned up
 
 

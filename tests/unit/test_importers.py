@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import json
+import lzma
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -271,11 +274,12 @@ def test_directory(tmp_path: Path) -> None:
         import_trace("azure", tmp_path, tmp_path / "o.jsonl")
 
 
-def test_truncated_gzip(tmp_path: Path) -> None:
-    data = gzip.compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n" + b"2023-11-16 18:15:46.6805900,374,44\n" * 2000)
-    p = tmp_path / "t.csv.gz"
+@pytest.mark.parametrize("kind,compress", [("gzip", gzip.compress), ("bzip2", bz2.compress), ("xz", lzma.compress)])
+def test_truncated_compressed_trace(kind: str, compress: Callable[[bytes], bytes], tmp_path: Path) -> None:
+    data = compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n" + b"2023-11-16 18:15:46.6805900,374,44\n" * 2000)
+    p = tmp_path / "t.csv"
     p.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ReplayError, match="truncated gzip"):
+    with pytest.raises(ReplayError, match=f"t.csv: damaged or truncated {kind}"):
         import_trace("azure", p, tmp_path / "o.jsonl")
 
 
@@ -384,21 +388,24 @@ def test_failed_reimport_leaves_the_last_good_import(tmp_path: Path) -> None:
     assert "not a time" in (tmp_path / "t.jsonl.rejected.jsonl").read_text()
 
 
-@pytest.mark.parametrize("fmt,rel", [("azure", "traces/azure/AzureLLMInferenceTrace_code.csv"),
-                                     ("mooncake", "traces/mooncake/conversation_trace.jsonl")])
-def test_gzip_saved_without_its_suffix_imports_as_the_plain_file(fmt: str, rel: str, tmp_path: Path) -> None:
-    """A compressed export is recognised by its content, not its name: the same requests as the plain
-    file (it used to be parsed as raw bytes and end in an internal error)."""
+@pytest.mark.parametrize("fmt,rel,compress", [("azure", "traces/azure/AzureLLMInferenceTrace_code.csv", gzip.compress),
+                                              ("mooncake", "traces/mooncake/conversation_trace.jsonl", gzip.compress),
+                                              ("azure", "traces/azure/AzureLLMInferenceTrace_code.csv", lzma.compress),
+                                              ("mooncake", "traces/mooncake/conversation_trace.jsonl", bz2.compress)])
+def test_compressed_saved_without_its_suffix_imports_as_the_plain_file(fmt: str, rel: str, compress: Callable[[bytes], bytes],
+                                                                        tmp_path: Path) -> None:
+    """A compressed export (gzip, bzip2, xz) is recognised by its content, not its name: the same
+    requests as the plain file (it used to be parsed as raw bytes and end in an internal error)."""
     src = shared(rel)
-    disguised = tmp_path / src.name  # gzip bytes under the plain name
-    disguised.write_bytes(gzip.compress(src.read_bytes()))
+    disguised = tmp_path / src.name  # compressed bytes under the plain name
+    disguised.write_bytes(compress(src.read_bytes()))
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     ra, rb = import_trace(fmt, src, a), import_trace(fmt, disguised, b)
     assert (rb.rows_read, rb.rows_emitted, rb.input_tokens_sum) == (ra.rows_read, ra.rows_emitted, ra.input_tokens_sum)
     assert ra.rows_emitted > 100
     assert list(iter_requests(b)) == list(iter_requests(a))
     plain = tmp_path / "plain.jsonl"  # and a trace file itself, gzipped under a plain name, reads as one
-    plain.write_bytes(gzip.compress(a.read_bytes()))
+    plain.write_bytes(compress(a.read_bytes()))
     assert read_header(plain).import_counts == read_header(a).import_counts
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import io
 import json
+import lzma
 import re
+import tarfile
 import tempfile
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -1031,6 +1035,27 @@ def test_bad_inputs(tmp_path: Path) -> None:
     gz.write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(ReplayError, match="truncated gzip"):
         record([gz], tmp_path / "b", RecordOptions())
+    text = (DATA / "v017_v1_stats_kv_ramp.log").read_bytes()
+    for kind, packed in (("xz", lzma.compress(text)), ("bzip2", bz2.compress(text))):
+        cut = tmp_path / "t.log"  # (cut short, and without its suffix: told by its content)
+        cut.write_bytes(packed[: len(packed) // 2])
+        with pytest.raises(ReplayError, match=f"t.log: damaged or truncated {kind}"):
+            record([cut], tmp_path / "b", RecordOptions())
+    # compressed or archived in a form that is not read here: said so, with what to do
+    zst = tmp_path / "t.log.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 64)
+    with pytest.raises(ReplayError, match="zstd-compressed; decompress it first: zstd -d"):
+        record([zst], tmp_path / "b", RecordOptions())
+    zipped = tmp_path / "incident.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("vllm.log", text)
+    with pytest.raises(ReplayError, match="a zip archive; unpack it"):
+        record([zipped], tmp_path / "b", RecordOptions())
+    tarred = tmp_path / "incident.tar.gz"
+    with tarfile.open(tarred, "w:gz") as t:
+        t.add(DATA / "v017_v1_stats_kv_ramp.log", arcname="vllm.log")
+    with pytest.raises(ReplayError, match="a tar archive; unpack it"):
+        record([tarred], tmp_path / "b", RecordOptions())
     (tmp_path / "empty-dir").mkdir()
     with pytest.raises(ReplayError, match="a directory with no evidence files"):
         record([tmp_path / "empty-dir"], tmp_path / "b", RecordOptions())
@@ -2133,6 +2158,16 @@ def test_an_incident_folder_is_its_files(tmp_path: Path) -> None:
     assert len(reps2) == 3
     with pytest.raises(ReplayError, match="binary data"):
         record([inc / "screenshot.png"], tmp_path / "c", RecordOptions())
+    # the command says why each file it skipped was left out, and what to do (an archive: unpack it)
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    with zipfile.ZipFile(inc / "more.zip", "w") as z:
+        z.writestr("vllm.log", "x")
+    out = CliRunner().invoke(app, ["record", str(inc), "-o", str(tmp_path / "d"), "--year", "2026"],
+                             env={"COLUMNS": "400"}).output
+    assert "note: more.zip: skipped: a zip archive; unpack it (unzip " in out
+    assert "note: screenshot.png: skipped: binary data" in out
 
 
 def test_openmetrics_and_timestamped_scrapes_place_their_own_samples(tmp_path: Path) -> None:
