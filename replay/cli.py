@@ -60,8 +60,11 @@ def import_cmd(
     """Import a public LLM serving trace into the replay-trace/1 format (lossless: unmapped columns kept)."""
     from replay.trace.importers import import_trace
     try:
-        with err.status(f"importing {src}"):
-            r = import_trace(fmt, src, out)
+        with Progress(TextColumn("[bold]import[/] {task.description}"), BarColumn(), DownloadColumn(),
+                      TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True) as prog:
+            task = prog.add_task("", total=None)
+            r = import_trace(fmt, src, out, progress=lambda done, total, what: prog.update(
+                task, completed=done, total=total, description=what))
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: nothing written; {out} is as it was")
         raise typer.Exit(130) from None

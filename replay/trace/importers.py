@@ -147,6 +147,9 @@ class _Parse:
 
 _Col = pl.Expr | _Parse
 Block = Callable[[], pl.LazyFrame]  # a piece of the input, parsed when called (in a worker thread)
+# told (bytes read so far, bytes to read, what the pass does) as an import reads its file: a CSV block
+# by block, any other format once it is read whole
+Progress = Callable[[int, int, str], None]
 
 
 # an Azure time: date, ' ' or 'T', time, up to 9 fraction digits, and no zone, 'Z' or ±hh:mm (the 2023
@@ -261,7 +264,7 @@ BLOCKS_AHEAD = BLOCK_WORKERS + 1  # blocks in the works at once: with only BLOCK
 
 
 def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
-              q_path: Path, hasher: Any = None) -> dict[str, Any]:
+              q_path: Path, hasher: Any = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Parse once and, in the same streaming query, write body and quarantine and compute the counts.
 
     With ``t_first`` (the first good row's arrival) the body is written in file order relative to it,
@@ -284,7 +287,8 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     whole: Block = functools.partial(_same, plan.lf)
     # the fast form reads integer columns as integers: a row it quarantines is redone in text (see caller)
     typed = _typed_columns(plan) if fast else {}
-    pieces = plan.blocks(None, hasher, typed) if (plan.blocks is not None and t_first is not None) else iter([whole])
+    blocks = plan.blocks is not None and t_first is not None
+    pieces = plan.blocks(None, hasher, typed, progress) if plan.blocks is not None and blocks else iter([whole])
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
@@ -333,6 +337,8 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
                     last_t = st["t_last"]
         except pl.exceptions.PolarsError as e:
             raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
+    if progress is not None and not blocks:  # (read whole: done at once)
+        progress(src.stat().st_size, src.stat().st_size)
     return total
 
 
@@ -372,18 +378,24 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
         end.set_result(row0 + df.height)
         return df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
 
-    def gen(first_bytes: int | None = None, hasher: Any = None, typed: dict[str, Any] | None = None) -> Iterator[Block]:
+    def gen(first_bytes: int | None = None, hasher: Any = None, typed: dict[str, Any] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> Iterator[Block]:
         """The blocks; with ``first_bytes``, a first block of about that size (for a quick look); with
         ``hasher``, every byte of the file read goes into it too (the file is then read once); with
-        ``typed`` (column -> dtype), those columns read as that dtype where every value of a block parses."""
+        ``typed`` (column -> dtype), those columns read as that dtype where every value of a block parses;
+        with ``progress``, told (bytes read, the file's size) as each block is handed on."""
         size = first_bytes or block_bytes or CSV_BLOCK_BYTES
+        total = path.stat().st_size
         start: Future[int] = Future()
         start.set_result(0)
         with HashingReader(path, hasher) as fh:
-            fh.readline()
+            done = len(fh.readline())
             rest = b""
             while True:  # one copy per block: the rest of the last read joined to this read's lines
                 chunk = fh.read(size)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
                 if chunk:
                     cut = chunk.rfind(b"\n") + 1
                     if cut == 0:  # no line end yet
@@ -410,22 +422,27 @@ def _same(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf
 
 
-def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str) -> ImportResult:
+def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str, progress: Progress | None = None) -> ImportResult:
     """Import through part files renamed into place at the end: a failed or interrupted import leaves
     the trace and quarantine of the last good import as they were."""
     part = out.with_name(out.name + ".part")
     q_part = out.with_name(out.name + ".quarantine.jsonl.part")
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return _import_into(plan, src, out, part, fmt, q_part)
+        return _import_into(plan, src, out, part, fmt, q_part, progress)
     finally:
         part.unlink(missing_ok=True)
         q_part.unlink(missing_ok=True)
 
 
-def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part: Path) -> ImportResult:
+def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part: Path,
+                 progress: Progress | None = None) -> ImportResult:
     """Import into ``part`` and ``q_part`` (renamed to ``out`` and its quarantine file on success):
     usually one streaming pass over the file."""
+
+    def told(what: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else lambda done, total: progress(done, total, what)
+
     q_path = out.with_name(out.name + ".quarantine.jsonl")
     # a plain CSV is hashed as its blocks are read; anything else (gzip, JSON lines) beforehand
     hasher = hashlib.sha256() if plan.blocks is not None and plan.blocks_are_source else None
@@ -444,16 +461,18 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
         t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
     except pl.exceptions.PolarsError as e:
         raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
-    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher)
+    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher, told("reading"))
     if hasher is not None:
         sha = hasher.hexdigest() if t_first is not None else file_sha256(src)  # (no blocks were read without it)
     # the cheap parser missed rows, or quarantined rows whose numbers it read as numbers (their raw
     # values go to the quarantine as text): use the full one
     if any(stats[f"null:{k}"] for k in has_full) or (_typed_columns(plan) and plan.blocks is not None and stats["bad"]):
         fast = False
-        stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part)
+        stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part,
+                          progress=told("reading again (times or numbers in other shapes)"))
     if stats["t_min"] is not None and (t_first is None or stats["backwards"] or stats["t_min"] < t_first):
-        stats = _one_pass(plan, src, fmt, fast, None, part, room, q_part)  # out of order: sort
+        stats = _one_pass(plan, src, fmt, fast, None, part, room, q_part,  # out of order
+                          progress=told("sorting (rows out of time order)"))
     n, n_bad = int(stats["n"]), int(stats["bad"])
     if n == 0:
         raise ReplayError(f"{src}: no data rows")
@@ -801,9 +820,9 @@ def detect_format(path: Path, label: Path) -> str:
                       f"{', '.join(_IMPORTERS)}", 2)
 
 
-def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
+def import_trace(fmt: str, src: Path, out: Path, progress: Progress | None = None) -> ImportResult:
     """Import ``src`` (format ``fmt``, or ``auto`` to tell it from the columns) to the trace file
-    ``out``; see FORMATS for the choices."""
+    ``out``; see FORMATS for the choices. ``progress`` is told how far each pass over the file is."""
     if fmt not in _IMPORTERS and fmt != "auto":
         raise ReplayError(f"unknown format {fmt!r}; choose one of: {', '.join(_IMPORTERS)}, or auto", 2)
     with tempfile.TemporaryDirectory() as td:
@@ -815,6 +834,6 @@ def import_trace(fmt: str, src: Path, out: Path) -> ImportResult:
             cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
             plan.blocks = _csv_blocks(real, src, cols, _separator(real))
             plan.blocks_are_source = real == src
-        res = _run_plan(plan, src, out, fmt)
+        res = _run_plan(plan, src, out, fmt, progress)
     res.format = fmt
     return res

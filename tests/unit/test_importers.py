@@ -608,3 +608,30 @@ def test_the_cheap_time_parser_is_shaped_on_a_semicolon_files_first_time(tmp_pat
     p = tmp_path / "t.csv"
     p.write_text("trace;TIMESTAMP;ContextTokens;GeneratedTokens\ncode_1week;2024-05-10 00:00:00.009930+00:00;2162;5\n")
     assert _first_value(p, "TIMESTAMP") == "2024-05-10 00:00:00.009930+00:00"
+
+
+def test_import_tells_its_progress_through_the_file(tmp_path: Path) -> None:
+    """`replay import` draws a progress bar: a CSV import says, block by block, how many of the file's
+    bytes it has read, up to all of them; a pass it has to make again (rows out of time order) starts
+    again from the beginning under its own name; a JSON lines import, read whole, says so at its end."""
+    src = shared("traces/azure/AzureLLMInferenceTrace_conv.csv")
+    rows = src.read_text().splitlines()
+    big = tmp_path / "big.csv"  # (several blocks' worth, in time order)
+    big.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:{i // 60000 % 60:02d}:{i // 1000 % 60:02d}.{i % 1000:03d}0000,{i % 4000 + 1},{i % 300}\n"
+        for i in range(300_000)))
+    seen: list[tuple[int, int, str]] = []
+    import_trace("azure", big, tmp_path / "a.jsonl", progress=lambda d, t, w: seen.append((d, t, w)))
+    size = big.stat().st_size
+    assert len(seen) > 3 and {w for _, _, w in seen} == {"reading"} and {t for _, t, _ in seen} == {size}
+    done = [d for d, _, _ in seen]
+    assert done == sorted(done) and done[0] < size and done[-1] == size
+    back = tmp_path / "back.csv"  # a row out of time order: read in order first, then sorted
+    back.write_text("\n".join([rows[0], rows[2], rows[1], *rows[3:]]) + "\n")
+    seen.clear()
+    import_trace("azure", back, tmp_path / "b.jsonl", progress=lambda d, t, w: seen.append((d, t, w)))
+    assert [w for _, _, w in seen][0] == "reading" and seen[-1][2].startswith("sorting") and seen[-1][0] == seen[-1][1]
+    seen.clear()
+    import_trace("mooncake", shared("traces/mooncake/conversation_trace.jsonl"), tmp_path / "c.jsonl",
+                 progress=lambda d, t, w: seen.append((d, t, w)))
+    assert seen and seen[-1][0] == seen[-1][1]
