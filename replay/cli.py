@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
     TextColumn,
     TimeRemainingColumn,
@@ -138,10 +139,17 @@ def synth(
         raise ReplayError("--arrival must be poisson or bursty", 2)
     if n <= 0 or rate <= 0:
         raise ReplayError("--requests and --rate must be positive", 2)
-    h, rs = make(SynthSpec(n, rate, arrival, context_len, input_median, output_median, multimodal,
-                           prompt_logprobs_share, 20, seed))
-    write_trace(out, h, rs)
-    err.print(f"[green]wrote[/] {out}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s")
+    header, drawn = make(SynthSpec(n, rate, arrival, context_len, input_median, output_median, multimodal,
+                                   prompt_logprobs_share, 20, seed))
+    try:
+        with Progress(TextColumn("[bold]synth[/]"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=err, transient=True) as prog:
+            task = prog.add_task("synth", total=n)
+            written, last_t = write_trace(out, header, drawn, progress=lambda k: prog.update(task, completed=k))
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: nothing written; {out} is as it was")
+        raise typer.Exit(130) from None
+    err.print(f"[green]wrote[/] {out}: {written} requests over {(last_t or 0) / 1e6:.1f} s")
 
 
 @app.command()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,12 +144,31 @@ def read_trace(path: Path) -> tuple[TraceHeader, list[dict[str, Any]]]:
     return header, list(iter_requests(path))
 
 
-def write_trace(path: Path, header: TraceHeader, requests: list[dict[str, Any]]) -> None:
+def write_trace(path: Path, header: TraceHeader, requests: Iterable[dict[str, Any]],
+                progress: Callable[[int], None] | None = None) -> tuple[int, int | None]:
+    """Write a trace: its header, then its requests as they come (an iterator is never held whole).
+    Written beside ``path`` and renamed into place, so that an interrupted write leaves the last trace
+    there as it was. ``progress`` is told how many requests are written, every few thousand. Returns
+    how many were written and the last one's ``t_us``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps(header.to_json(), sort_keys=False) + "\n")
-        for r in requests:
-            fh.write(json.dumps(r, separators=(",", ":")) + "\n")
+    part = path.with_name(path.name + ".part")
+    n, last_t = 0, None
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    try:
+        with part.open("w", encoding="utf-8") as fh:
+            fh.write(json.dumps(header.to_json(), sort_keys=False) + "\n")
+            for r in requests:
+                fh.write(dumps(r) + "\n")
+                n += 1
+                if progress is not None and n % 4096 == 0:
+                    progress(n)
+                last_t = r.get("t_us")
+        part.replace(path)
+    finally:
+        part.unlink(missing_ok=True)
+    if progress is not None:
+        progress(n)
+    return n, last_t
 
 
 def requests_frame(requests: list[dict[str, Any]]) -> pl.DataFrame:

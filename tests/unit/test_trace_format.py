@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,9 +32,9 @@ def test_bad_request_line_names_file_and_line(tmp_path: Path) -> None:
 
 
 def test_synth_is_deterministic_and_respects_context(tmp_path: Path) -> None:
-    a = synth(SynthSpec(requests=300, seed=7, context_len=2048, prompt_logprobs_share=0.2, multimodal_share=0.1))[1]
-    b = synth(SynthSpec(requests=300, seed=7, context_len=2048, prompt_logprobs_share=0.2, multimodal_share=0.1))[1]
-    c = synth(SynthSpec(requests=300, seed=8, context_len=2048))[1]
+    a = list(synth(SynthSpec(requests=300, seed=7, context_len=2048, prompt_logprobs_share=0.2, multimodal_share=0.1))[1])
+    b = list(synth(SynthSpec(requests=300, seed=7, context_len=2048, prompt_logprobs_share=0.2, multimodal_share=0.1))[1])
+    c = list(synth(SynthSpec(requests=300, seed=8, context_len=2048))[1])
     assert a == b and a != c
     assert all(r["input_tokens"] + r["output_tokens"] <= 2048 for r in a)
     share = sum(1 for r in a if r["sampling"].get("prompt_logprobs")) / len(a)
@@ -76,3 +79,27 @@ def test_export_leaves_out_an_unknown_output_and_names_the_block_size(tmp_path: 
     export_trace("aiperf-mooncake", p, tmp_path / "f.out")
     assert [json.loads(x).get("output_length") for x in (tmp_path / "f.out").read_text().splitlines()] == [64, None]
     assert export_notes("aiperf-mooncake", p) == []
+
+
+def test_synth_streams_its_requests_into_the_trace(tmp_path: Path) -> None:
+    """`replay synth --requests 10000000` neither holds its requests (drawn one at a time as they are
+    written: a million held took 0.9 GB) nor leaves a half-written trace when it is interrupted; the
+    progress bar is told how far it is."""
+    h, drawn = synth(SynthSpec(requests=10**9, seed=3))
+    first = list(itertools.islice(drawn, 3))  # (a billion requests: only drawn as asked for)
+    assert [r["id"] for r in first] == ["s0", "s1", "s2"] and h.import_counts["rows_emitted"] == 10**9
+    p = tmp_path / "t.jsonl"
+    seen: list[int] = []
+    n, last_t = write_trace(p, *synth(SynthSpec(requests=10_000, seed=3)), progress=seen.append)
+    rows = list(iter_requests(p))
+    assert n == len(rows) == 10_000 and last_t == rows[-1]["t_us"] and rows[:3] == first
+    assert seen == sorted(seen) and seen[0] == 4096 and seen[-1] == 10_000
+    before = p.read_bytes()
+
+    def interrupted() -> Iterator[dict[str, Any]]:
+        yield from itertools.islice(synth(SynthSpec(requests=10_000, seed=4))[1], 5000)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_trace(p, h, interrupted())
+    assert p.read_bytes() == before and not list(tmp_path.glob("*.part"))  # the last trace, as it was
