@@ -217,8 +217,10 @@ class Bundle:
         return [e for e in self.events if e.get("kind") in kinds]
 
 
-def read_bundle(path: Path) -> Bundle:
-    """Read a bundle; refuse one written by a newer schema with a clear message."""
+def read_bundle(path: Path, with_requests: bool = True) -> Bundle:
+    """Read a bundle; refuse one written by a newer schema with a clear message. Without
+    ``with_requests`` its request rows are not read (``requests`` is then empty): a summary that does
+    not need them should not hold millions of them (a day of log: a gigabyte)."""
     meta_path = path / "bundle.json"
     if not path.is_dir() or not meta_path.exists():
         raise ReplayError(f"{path}: not a replay bundle (no bundle.json)")
@@ -239,7 +241,7 @@ def read_bundle(path: Path) -> Bundle:
     frames = [pl.read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
     samples = pl.concat(frames).sort("t_us", maintain_order=True) if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
     req_path = path / "requests.parquet"
-    requests = pl.read_parquet(req_path) if req_path.exists() else pl.DataFrame(schema=REQUESTS_SCHEMA)
+    requests = pl.read_parquet(req_path) if with_requests and req_path.exists() else pl.DataFrame(schema=REQUESTS_SCHEMA)
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():
@@ -250,5 +252,8 @@ def read_bundle(path: Path) -> Bundle:
                 except json.JSONDecodeError:
                     continue  # a torn last line from a crash; everything before it is kept
     q_path = path / "quarantine.jsonl"
-    q = sum(1 for ln in q_path.read_text(encoding="utf-8").splitlines() if ln.strip()) if q_path.exists() else 0
+    q = 0
+    if q_path.exists():  # (counted line by line: a quarantine can be as large as the evidence)
+        with q_path.open(encoding="utf-8", errors="replace") as fh:
+            q = sum(1 for ln in fh if ln.strip())
     return Bundle(path, meta, samples, requests, events, q)

@@ -254,7 +254,8 @@ def inspect(
     """Summarise what a bundle says (null where the evidence is silent)."""
     from replay.bundle import read_bundle
     from replay.record.inspect import inspect_bundle
-    d = inspect_bundle(read_bundle(bundle))
+    b = read_bundle(bundle, with_requests=False)  # (the summary states no request's facts)
+    d = inspect_bundle(b)
     if as_json:
         print(json.dumps(d, indent=2))
         return
@@ -266,7 +267,6 @@ def inspect(
     from replay.analysis.memory import accounting
     from replay.analysis.outages import crash_line
     from replay.record.inspect import accounting_line
-    b = read_bundle(bundle)
     line = accounting_line(accounting(b))
     if line:
         out_console.print(f"vLLM's accounting: {line}")

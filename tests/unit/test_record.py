@@ -77,6 +77,23 @@ def test_v064_accounting_adds_up_to_vllms_own_budget(tmp_path: Path) -> None:
     assert acc.accounted_bytes is not None and abs(acc.accounted_bytes - 23.58 * 0.90 * 2**30) < 0.01 * 2**30
 
 
+def test_inspect_reads_no_request_rows(tmp_path: Path) -> None:
+    """`replay inspect` summarises without reading the bundle's request rows (a day of log holds
+    millions; reading them took a gigabyte): with requests.parquet unreadable it says the same."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    record([DATA / "v072_80gb_qwen25_72b_awq_runtime_oom_head.log", DATA / "v017_v1_stats_kv_ramp.log"], tmp_path / "b",
+           RecordOptions(year=2025))
+    assert read_bundle(tmp_path / "b").requests.height > 0
+    assert read_bundle(tmp_path / "b", with_requests=False).requests.height == 0
+    before = [CliRunner().invoke(app, ["inspect", str(tmp_path / "b"), *a], env={"COLUMNS": "400"}) for a in ([], ["--json"])]
+    (tmp_path / "b" / "requests.parquet").write_bytes(b"not parquet")
+    after = [CliRunner().invoke(app, ["inspect", str(tmp_path / "b"), *a], env={"COLUMNS": "400"}) for a in ([], ["--json"])]
+    assert [r.exit_code for r in before + after] == [0, 0, 0, 0]
+    assert [r.output for r in after] == [r.output for r in before] and json.loads(after[1].output)["stats_lines"] > 0
+
+
 def test_inspect_shows_vllms_accounting_against_its_budget(tmp_path: Path) -> None:
     """`replay inspect` ends with vLLM's parts as one sum beside its budget, and names the parts the
     log does not state: on the real 0.6.4 log they make the budget; without its weights line, torch's
