@@ -49,16 +49,19 @@ def attribute(requests: pl.DataFrame, onset_us: int | None, *, before_us: int = 
     if onset_us is None or requests.height == 0:
         return []
     t = pl.coalesce(pl.col("sent_us"), pl.col("arrival_us"))
-    r = requests.with_columns(_t=t, **{f"f_{k}": v for k, v in FEATURES.items()})
-    near_mask = (pl.col("_t") >= onset_us - before_us) & (pl.col("_t") <= onset_us + after_us)
-    near = r.filter(near_mask)
-    rest = r.filter(~near_mask)
+    # (a query, not copies: a day of log holds millions of requests, and only those near the onset
+    # are kept as rows; the rest are only averaged)
+    r = requests.lazy().select("id", _near=(t >= onset_us - before_us) & (t <= onset_us + after_us),
+                               **{f"f_{k}": v for k, v in FEATURES.items()})
+    near, rest = pl.collect_all([
+        r.filter("_near"),
+        r.filter(~pl.col("_near")).select(pl.len().alias("n"), *(pl.col(f"f_{k}").mean() for k in FEATURES))])
     if near.height == 0:
         return []
     out = []
     for k in FEATURES:
         nm = float(near[f"f_{k}"].mean() or 0.0)  # type: ignore[arg-type]
-        rm = float(rest[f"f_{k}"].mean() or 0.0) if rest.height else 0.0  # type: ignore[arg-type]
+        rm = float(rest[f"f_{k}"][0] or 0.0) if rest["n"][0] else 0.0
         if nm <= 0:
             continue
         score = math.log((nm + 1.0) / (rm + 1.0))
