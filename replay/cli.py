@@ -80,14 +80,22 @@ def export_cmd(
     fmt: Annotated[str | None, typer.Option("--format", "-f", help="Trace export format: vllm-bench, aiperf-mooncake.")] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="File to write.")] = None,
     perfetto: Annotated[Path | None, typer.Option("--perfetto", help="Write the bundle's timeline as Chrome trace events.")] = None,
+    window: Annotated[str | None, typer.Option(help="With --perfetto: only the slice START:END of the timeline (from its t0), e.g. 10m:20m.")] = None,
 ) -> None:
     """Export a trace to another tool's format, or a bundle's timeline to Perfetto."""
     if perfetto is not None:
         from replay.bundle import read_bundle
-        from replay.report.perfetto import write_perfetto
-        n = write_perfetto(read_bundle(src), perfetto)
+        from replay.report.perfetto import LARGE_BYTES, write_perfetto
+        with err.status(f"writing {perfetto}"):
+            n = write_perfetto(read_bundle(src), perfetto, _window(window))
         err.print(f"[green]wrote[/] {perfetto}: {n} trace events (open in ui.perfetto.dev)")
+        size = perfetto.stat().st_size
+        if size > LARGE_BYTES:
+            err.print(f"[yellow]note:[/] {size >> 20} MiB is more than Perfetto's UI loads of a JSON trace; "
+                      "export a slice of the timeline with --window START:END (e.g. --window 10m:20m)")
         return
+    if window is not None:
+        raise ReplayError("--window goes with --perfetto", 2)
     if fmt is None or out is None:
         raise ReplayError("give --format and -o for a trace export, or --perfetto FILE for a bundle", 2)
     from replay.trace.exporters import export_notes, export_trace

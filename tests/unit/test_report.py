@@ -87,10 +87,32 @@ def test_long_incident_renders_under_15_mb(tmp_path: Path) -> None:
 
 def test_perfetto_export(tmp_path: Path) -> None:
     p = make_bundle(tmp_path / "b", "leak")
-    n = write_perfetto(read_bundle(p), tmp_path / "t.json")
+    b = read_bundle(p)
+    n = write_perfetto(b, tmp_path / "t.json")
     obj = json.loads((tmp_path / "t.json").read_text())
-    phases = {e["ph"] for e in obj["traceEvents"]}
-    assert n == len(obj["traceEvents"]) and {"C", "X", "i", "M"} <= phases
+    evs = obj["traceEvents"]
+    phases = {e["ph"] for e in evs}
+    assert n == len(evs) and {"C", "X", "i", "M"} <= phases and obj["displayTimeUnit"] == "ms"
+    # every request a slice from its send (else arrival) to its finish, on its row's thread; every counter
+    # named by metric, source and GPU
+    rows = b.requests.with_row_index("i").filter(pl.coalesce("sent_us", "arrival_us").is_not_null()).to_dicts()
+    slices = [e for e in evs if e["ph"] == "X"]
+    assert len(slices) == len(rows) > 100
+    for e, r in zip(slices, rows, strict=True):
+        start = r["sent_us"] if r["sent_us"] is not None else r["arrival_us"]
+        end = r["finish_us"] if r["finish_us"] is not None else start
+        assert (e["name"], e["tid"], e["ts"], e["dur"]) == (r["id"], r["i"] % 64, start, max(1, end - start))
+        assert e["args"] == {k: r[k] for k in ("input_tokens", "output_tokens", "prompt_logprobs", "status", "error")}
+    counters = [e for e in evs if e["ph"] == "C"]
+    assert counters and all(re.fullmatch(r"\w+ \([\w:-]+( gpu\d+)?\)", e["name"]) for e in counters)
+    # a window keeps the slice of the timeline asked for, and says which
+    lo, hi = 60_000_000, 90_000_000
+    m = write_perfetto(b, tmp_path / "w.json", (lo, hi))
+    w = json.loads((tmp_path / "w.json").read_text())
+    assert m == len(w["traceEvents"]) < n and w["metadata"]["window_us"] == [lo, hi]
+    assert all(lo <= e["ts"] <= hi for e in w["traceEvents"] if e["ph"] in ("C", "i"))
+    assert all(e["ts"] <= hi and e["ts"] + e["dur"] >= lo for e in w["traceEvents"] if e["ph"] == "X")
+    assert any(e["ph"] == "X" for e in w["traceEvents"])
 
 
 def test_timeline_stacks_accounted_parts_and_draws_measured_layers(tmp_path: Path) -> None:
