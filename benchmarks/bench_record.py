@@ -7,7 +7,9 @@ stats and preemption warnings), then a CUDA OOM with its traceback and the engin
 restart. Prints, from one run, the recorder's time as a ratio to grep's and its peak anonymous RSS
 (sampled; the page cache of the log is not the recorder's memory), for --gib and a tenth of it, so
 that memory growth with file size shows; then for a tenth of --gib logged at DEBUG level (three
-DEBUG lines per request, real shapes). Usage: python benchmarks/bench_record.py [--gib 1.0]
+DEBUG lines per request, real shapes), and for a tenth of --gib in V0's request logging (0.6-0.7: each
+request's prompt, sampling parameters and token ids on its 'Received request' line).
+Usage: python benchmarks/bench_record.py [--gib 1.0]
 """
 
 from __future__ import annotations
@@ -44,6 +46,22 @@ OOM = ["ERROR {t} [core.py:330] EngineCore encountered a fatal error.\n",
        "(APIServer pid=3646) ERROR {t} [async_llm.py:420] EngineDeadError: EngineCore encountered an issue.\n"]
 
 
+# V0's request logging (0.6-0.7, the default before --disable-log-requests): the prompt as logged, its
+# sampling parameters and its token ids, then Added/Finished, and V0's stats line
+RECEIVED_V0 = ("INFO {t} logger.py:36] Received request cmpl-{i:032x}-0: prompt: '{prompt}', params: SamplingParams("
+               "n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.7, top_p=1.0, "
+               "top_k=-1, min_p=0.0, seed=None, use_beam_search=False, length_penalty=1.0, early_stopping=False, "
+               "stop=[], stop_token_ids=[], include_stop_str_in_output=False, ignore_eos=False, max_tokens={mt}, "
+               "min_tokens=0, logprobs=None, prompt_logprobs=None, skip_special_tokens=True, "
+               "spaces_between_special_tokens=True, truncate_prompt_tokens=None), prompt_token_ids: [{ids}], "
+               "lora_request: None, prompt_adapter_request: None.\n")
+ADDED_V0 = "INFO {t} async_llm_engine.py:208] Added request cmpl-{i:032x}-0.\n"
+FINISHED_V0 = "INFO {t} async_llm_engine.py:176] Finished request cmpl-{i:032x}-0.\n"
+STATS_V0 = ("INFO {t} metrics.py:351] Avg prompt throughput: 1201.4 tokens/s, Avg generation throughput: 310.2 tokens/s, "
+            "Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: {kv}%, CPU KV cache usage: 0.0%.\n")
+WORDS = ("the memory of a model server is its weights, the cache of keys and values for every token it holds, and "
+         "what its kernels need while they run; a long prompt asks for more of the last").split()
+
 # DEBUG-level logging (VLLM_LOGGING_LEVEL=DEBUG), as quoted in vLLM's issues: a few lines per step
 DEBUG = ["(VllmWorker rank={r} pid=24{r}) DEBUG {t} [parallel_state.py:867] world_size=8 rank={r} local_rank={r} "
          "distributed_init_method=tcp://127.0.0.1:39977 backend=nccl\n",
@@ -59,15 +77,24 @@ def _startup() -> list[str]:
     return [ln for ln in lines[:120] if "Added request" not in ln and "KV cache usage" not in ln]
 
 
-def lifetime(k: int, requests: int = 20_000, debug: bool = False) -> str:
+def lifetime(k: int, requests: int = 20_000, debug: bool = False, v0: bool = False) -> str:
     """One engine lifetime: startup, ``requests`` requests at 50/s, OOM, death; with ``debug``, DEBUG
-    lines between them."""
+    lines between them; with ``v0``, V0's request logging (prompts of 100-300 words, their token ids)."""
     out = _startup()
     for i in range(requests):
         sec = k * (requests // 50 + 600) + i // 50  # each lifetime later than the last: no line repeats
         t = f"{sec // 3600 % 24:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
         t = f"{5 + sec // 86400 // 28:02d}-{1 + sec // 86400 % 28:02d} {t}"
         rid = k * 10_000_000 + i
+        if v0:
+            n = 100 + (i * 7919) % 200
+            prompt = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(n))
+            ids = ", ".join(str((i * 31 + j * 7) % 128000) for j in range(n + n // 3))
+            out += [RECEIVED_V0.format(t=t, i=rid, prompt=prompt, mt=64 + i % 512, ids=ids), ADDED_V0.format(t=t, i=rid),
+                    ACCESS.format(port=40000 + i % 20000), FINISHED_V0.format(t=t, i=rid)]
+            if i % 500 == 0:
+                out.append(STATS_V0.format(t=t, r=18 + i % 7, w=i % 40, kv=f"{(i / requests) * 100:.1f}"))
+            continue
         out.append(ADDED.format(t=t, i=rid))
         out.append(ACCESS.format(port=40000 + i % 20000))
         out.append(FINISHED.format(t=t, i=rid))
@@ -81,11 +108,11 @@ def lifetime(k: int, requests: int = 20_000, debug: bool = False) -> str:
     return "".join(out)
 
 
-def build(path: Path, gib: float, debug: bool = False) -> int:
+def build(path: Path, gib: float, debug: bool = False, v0: bool = False) -> int:
     target, written, k = int(gib * 2**30), 0, 0
     with path.open("w") as fh:
         while written < target:
-            block = lifetime(k, debug=debug)
+            block = lifetime(k, debug=debug, v0=v0)
             fh.write(block)
             written += len(block)
             k += 1
@@ -97,10 +124,11 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0)
     a = ap.parse_args()
     peaks = []
-    for gib, debug in ((a.gib / 10, False), (a.gib, False), (a.gib / 10, True)):
+    for gib, debug, v0 in ((a.gib / 10, False, False), (a.gib, False, False), (a.gib / 10, True, False),
+                           (a.gib / 10, False, True)):
         with tempfile.TemporaryDirectory() as td:
             log = Path(td) / "big.log"
-            written = build(log, gib, debug)
+            written = build(log, gib, debug, v0)
             os.sync()  # the log is written back before anything is timed
             t = time.perf_counter()
             g = subprocess.run(["grep", "-c", "KV cache usage", str(log)], capture_output=True, text=True)
@@ -109,7 +137,7 @@ def main() -> None:
                                       "record([Path(sys.argv[1])], Path(sys.argv[2]), RecordOptions(year=2026))",
                                       str(log), str(Path(td) / "b"))
             peaks.append(peak)
-            print(f"{'DEBUG-level ' if debug else ''}log {written / 2**30:.2f} GiB, {g.stdout.strip()} stats lines: grep "
+            print(f"{'DEBUG-level ' if debug else 'V0 request-logging ' if v0 else ''}log {written / 2**30:.2f} GiB, {g.stdout.strip()} stats lines: grep "
                   f"{grep_s:.2f} s, recorder {secs:.2f} s, ratio x{secs / grep_s:.1f} (target <= 10), "
                   f"peak anon RSS {peak / 2**20:.0f} MiB")
             if len(peaks) == 2:

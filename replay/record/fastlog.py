@@ -315,19 +315,26 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     rv = rv.with_columns(request_id=msg.str.extract("^" + R_RECEIVED.pattern, 1)).filter(
         pl.col("request_id").is_not_null())
     rest = msg.str.slice(pl.col("request_id").str.len_chars() + len("Received request :"))
-    params = pl.when(rest.str.contains("params: ", literal=True)).then(
-        rest.str.extract(r"^.*(params: .*)$", 1)).otherwise(rest)
-    ids = rest.str.extract_groups(R_TOKEN_IDS.pattern)
-    listed = ids.struct.field("1")
-    prompt = rest.str.extract(R_PROMPT.pattern, 1)
+    # (over a prompt of kilobytes, a regex's capture groups cost some 20 times its match: the prompt and
+    # the id list are taken as whole matches and cut, the parameters after the last 'params: ' by a
+    # split; each once, as a column, for the expressions that use them)
     rv = rv.with_columns(
-        **{k: params.str.extract(rx.pattern, 1).cast(pl.Int64, strict=False) for k, rx in R_PARAM.items()
+        _params=pl.when(rest.str.contains("params: ", literal=True)).then(
+            pl.lit("params: ") + rest.str.split("params: ").list.last()).otherwise(rest),
+        _ids=rest.str.extract_all(R_TOKEN_IDS.pattern).list.first(),  # 'prompt_token_ids: [1, 2' then ']' or '...'
+        _prompt=rest.str.extract_all(R_PROMPT.pattern).list.first().str.slice(len("prompt: ")))
+    ids, prompt = pl.col("_ids"), pl.col("_prompt")
+    cut_short = ids.str.ends_with("...")
+    head = len("prompt_token_ids: [")
+    listed = ids.str.slice(head, ids.str.len_chars() - head - pl.when(cut_short).then(3).otherwise(1))
+    rv = rv.with_columns(
+        **{k: pl.col("_params").str.extract(rx.pattern, 1).cast(pl.Int64, strict=False) for k, rx in R_PARAM.items()
            if k in REQUEST_DETAILS},
-        input_tokens=pl.when(ids.struct.field("2") == "]").then(
+        input_tokens=pl.when(ids.is_not_null() & ~cut_short).then(
             pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
         prompt=pl.when(prompt != "None").then(prompt),
         kind=pl.lit("request_received"), key_ts=pl.col("ts"), msg=msg.str.slice(0, 2000),
-    ).with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars())
+    ).drop("_params", "_ids", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars())
     sha = [None if t is None else hashlib.sha256(t.encode()).hexdigest() for t in rv["prompt"].to_list()]
     rv = rv.with_columns(prompt_sha256=pl.Series(sha, dtype=pl.Utf8))
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))

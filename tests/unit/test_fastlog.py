@@ -496,3 +496,34 @@ def test_received_request_lines_take_the_fast_lane(keep: bool, tmp_path: Path) -
     assert rows["prompt_logprobs"][0] == 5 and rows["best_of"][0] is None and rows["prompt_sha256"].null_count() == 0
     assert (rows["prompt"].null_count() == 0) is keep
     assert [s for s in got[0] if s[0] == 2001] and not [r for r in got[1] if r[0] == 2001]  # the quoting line: stats
+
+
+def test_received_lines_of_every_shape_read_as_the_reference_reads_them(tmp_path: Path) -> None:
+    """The vectorised lane takes a 'Received request' line's prompt and token ids as whole matches and
+    its parameters by a split (captures over kilobytes of prompt were its slowest step): on lines whose
+    prompt quotes the markers themselves, is double-quoted with escapes, is None or runs to kilobytes,
+    whose id list is empty, cut short with '...', spaced oddly or missing, and whose parameters are
+    missing, it reads what the line-by-line reference reads."""
+    head = "(APIServer pid=1) INFO 05-19 10:15:{s:02d} [logger.py:39] Received request cmpl-{i}-0: "
+    params = "params: SamplingParams(n={n}, best_of=None, temperature=0.7, max_tokens={m}, logprobs=2, prompt_logprobs=None)"
+    bodies = [
+        "prompt: 'it says prompt_token_ids: [9, 9, 9] and params: n=7, max_tokens=1', " + params + ", prompt_token_ids: [1, 2, 3], lora_request: None.",
+        'prompt: "it\'s a \\"quoted\\" prompt", ' + params + ", prompt_token_ids: [], lora_request: None.",
+        "prompt: None, " + params + ", prompt_token_ids: [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16...",
+        "prompt: '" + "long words " * 400 + "', " + params + ", prompt_token_ids: [" + ", ".join(map(str, range(900))) + "], lora_request: None.",
+        "prompt: 'spaced ids', " + params + ", prompt_token_ids: [ 1 ,2,\u20033 ], lora_request: None.",
+        "prompt: 'no ids', " + params + ", lora_request: None.",
+        "prompt: 'no params at all', prompt_token_ids: [4, 5], lora_request: None.",
+        "prompt: 'unterminated , " + params,
+    ]
+    lines = [head.format(s=i % 60, i=i) + bodies[i % len(bodies)].format(n=i % 4 + 1, m=10 + i) for i in range(400)]
+    lines.append("(APIServer pid=1) INFO 05-19 10:16:00 [async_llm.py:587] Added request cmpl-x-0.")
+    log = tmp_path / "recv.log"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10, keep_prompts=True)
+    assert ff.lines >= 390  # (they took the vectorised lane)
+    got, want = _canon(res, ff), _canon(_reference(log))
+    assert got == want
+    rows = ff.requests_frame().filter(pl.col("kind") == "request_received").sort("line").collect()
+    assert rows["input_tokens"].to_list()[:8] == [3, 0, None, 900, 3, None, 2, None]
+    assert rows["max_tokens"].to_list()[:3] == [10, 11, 12] and rows["logprobs"][0] == 2
