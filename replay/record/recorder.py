@@ -457,6 +457,11 @@ def _json(path: Path, text: str) -> Any:
         raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
+# a line as vLLM's logger writes it, at any level: '(process) LEVEL MM-DD HH:MM:SS [file.py:N] '
+_VLLM_LINE = re.compile(r"^(?:\([^)\n]+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+                        r"\[?[\w./-]+\.py:\d+\] ", re.M)
+
+
 def detect_kind(text: str) -> str | None:
     head = text[:20000]
     s = head.lstrip()
@@ -502,7 +507,8 @@ def detect_kind(text: str) -> str | None:
             or re.search(r"^vllm[:_.]\w+(?:\{[^}]*\})? \S+$", head, re.M):  # (a grep of /metrics has no TYPE lines)
         return "prometheus-text"
     if any(k in head for k in ("INFO ", "WARNING ", "ERROR ", "vllm", "KV cache", "CUDA out of memory",
-                               "GPU blocks", "Memory profiling", "preempted", "model weights take")):
+                               "GPU blocks", "Memory profiling", "preempted", "model weights take")) \
+            or _VLLM_LINE.search(head):  # (an excerpt of a DEBUG-level log may hold nothing else)
         return "vllm-log"
     return None
 
