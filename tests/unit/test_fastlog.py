@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
-from replay.record import fastlog
+from replay.record import fastlog, vllm_log
 from replay.record.fastlog import _lines, inert, parse_log_file
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
@@ -527,3 +527,31 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(tmp_path
     rows = ff.requests_frame().filter(pl.col("kind") == "request_received").sort("line").collect()
     assert rows["input_tokens"].to_list()[:8] == [3, 0, None, 900, 3, None, 2, None]
     assert rows["max_tokens"].to_list()[:3] == [10, 11, 12] and rows["logprobs"][0] == 2
+
+
+_HEAD_PARTS = ["(APIServer pid=1) ", "(EngineCore_DP0 pid=2)", "[VllmWorker rank=0]", "INFO 05-19 10:13:09 ", "DEBUG 05-19 ",
+               "WARNING 12-31 23:59:59.123 ", "ERROR 2025-05-19 ", "INFO  | ", "0: ", "web-1  | ", "[pod/v/c] ",
+               "2025-05-19T10:13:09.5Z ", "stdout F ", "Mar  1 10:13:09 host vllm[1]: ", "\x1b[32m", "\x1b[0m", "\r", " ",
+               "[loggers.py:271] ", "text", "{", "x"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_HEAD_PARTS), min_size=1, max_size=8))
+def test_the_cheap_tests_of_a_line_agree_with_the_full_ones(parts: list[str]) -> None:
+    """The line-by-line parser skips its envelope patterns for a line that opens as vLLM's own, and its
+    search for a glued second message where no level and time follow the line's own head: whatever a
+    line is made of, that gives what trying them all gives."""
+    line = "".join(parts)
+    assert vllm_log._strip(line) == vllm_log._strip_envelopes(line)
+    if not vllm_log._glued(line):
+        assert vllm_log.GLUE.split(line) == [line]
+
+
+def test_a_debug_level_excerpt_is_a_vllm_log(tmp_path: Path) -> None:
+    """An excerpt of a DEBUG-level log (nothing but DEBUG lines in its head) is recognised as a vLLM
+    log by the shape of its lines; it was refused as of no known kind and every line quarantined."""
+    log = tmp_path / "debug.log"
+    log.write_text("".join(f"DEBUG 05-19 10:{i // 60:02d}:{i % 60:02d} [block_pool.py:200] Freed 16 blocks of request "
+                           f"cmpl-{i}\n" for i in range(3000)))
+    reps, summary = record([log], tmp_path / "b", RecordOptions(year=2025))
+    assert reps[0].kind == "vllm-log" and reps[0].parsed == 3000 and summary["quarantined"] == 0
