@@ -28,8 +28,8 @@ from replay.filehash import (
     HashingReader,
     compression,
     damaged,
+    decompressed,
     file_sha256,
-    open_decompressed,
     text_bom,
     utf8_chunks,
 )
@@ -60,11 +60,11 @@ class ImportResult:
     format: str = ""  # the format read (what ``auto`` found)
 
 
-def _materialise(src: Path, tmpdir: Path) -> Path:
+def _materialise(src: Path, tmpdir: Path, progress: Progress | None = None) -> Path:
     """Check the source exists and is a non-empty file. A gzip, bzip2 or xz file (by content: a compressed
     export is often saved without its suffix) is decompressed, with a clear truncation error, and text that starts with a
     byte-order mark (Excel's 'CSV UTF-8', UTF-16 from Windows tools) is copied as plain UTF-8: the
-    readers take UTF-8 without a mark."""
+    readers take UTF-8 without a mark. ``progress`` is told how much of the source is read."""
     if src.is_dir():
         raise ReplayError(f"{src}: is a directory, expected a trace file")
     if not src.exists():
@@ -77,10 +77,13 @@ def _materialise(src: Path, tmpdir: Path) -> Path:
             if text_bom(fh.read(4)) is None:
                 return src
     out = tmpdir / (src.stem if kind is not None and src.suffix.lower() in (".gz", ".bz2", ".xz") else src.name)
+    total = src.stat().st_size
     try:
-        with open_decompressed(src) as fin, out.open("wb") as fout:
+        with src.open("rb") as raw, decompressed(raw, kind, src) as fin, out.open("wb") as fout:
             for chunk in utf8_chunks(fin, 1 << 20):
                 fout.write(chunk)
+                if progress is not None:
+                    progress(raw.tell(), total, "decompressing" if kind else "copying as UTF-8")
     except DECOMPRESS_ERRORS as e:
         if kind is None:
             raise
@@ -826,7 +829,7 @@ def import_trace(fmt: str, src: Path, out: Path, progress: Progress | None = Non
     if fmt not in _IMPORTERS and fmt != "auto":
         raise ReplayError(f"unknown format {fmt!r}; choose one of: {', '.join(_IMPORTERS)}, or auto", 2)
     with tempfile.TemporaryDirectory() as td:
-        real = _materialise(src, Path(td))
+        real = _materialise(src, Path(td), progress)
         if fmt == "auto":
             fmt = detect_format(real, src)
         plan = _IMPORTERS[fmt](real, src)

@@ -635,3 +635,10 @@ def test_import_tells_its_progress_through_the_file(tmp_path: Path) -> None:
     import_trace("mooncake", shared("traces/mooncake/conversation_trace.jsonl"), tmp_path / "c.jsonl",
                  progress=lambda d, t, w: seen.append((d, t, w)))
     assert seen and seen[-1][0] == seen[-1][1]
+    packed = tmp_path / "big.csv.gz"  # decompressed first: how much of the compressed file is read, then the reading
+    packed.write_bytes(gzip.compress(big.read_bytes()))
+    seen.clear()
+    import_trace("azure", packed, tmp_path / "d.jsonl", progress=lambda d, t, w: seen.append((d, t, w)))
+    unpacking = [(d, t) for d, t, w in seen if w == "decompressing"]
+    assert len(unpacking) > 3 and unpacking[-1] == (packed.stat().st_size,) * 2
+    assert [w for _, _, w in seen][-1] == "reading" and seen[-1][:2] == (size, size)
