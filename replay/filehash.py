@@ -48,10 +48,8 @@ def compression(path: Path) -> str | None:
     return next((kind for kind, magic in _MAGIC if re.match(magic, head)), None) or _SUFFIX.get(path.suffix.lower())
 
 
-_STREAMS: dict[str, Callable[[Any], io.BufferedIOBase]] = {
-    "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
-_FILES: dict[str, Callable[[Path], io.BufferedIOBase]] = {
-    "gzip": lambda p: gzip.GzipFile(p, "rb"), "bzip2": bz2.BZ2File, "xz": lzma.LZMAFile}
+# each opens a path (and closes it with the stream) or reads a binary stream given (and leaves it open)
+_OPENERS: dict[str, Callable[[Any, str], Any]] = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}
 
 
 def _unreadable(path: Path, kind: str) -> ReplayError:
@@ -60,24 +58,20 @@ def _unreadable(path: Path, kind: str) -> ReplayError:
     return ReplayError(f"{path}: a {kind} archive; unpack it ({_UNPACK.get(kind, kind)} {path}) and pass the files inside it")
 
 
-def decompressed(raw: Any, kind: str | None, path: Path) -> Any:
-    """A binary stream of ``raw``'s content, decompressed by ``kind`` (``compression``'s answer); closing
-    it leaves ``raw`` open."""
+def decompressed(source: Any, kind: str | None, path: Path) -> Any:
+    """``source`` (``path`` itself, or a binary stream of it, which closing the result leaves open) read
+    decompressed by ``kind`` (``compression``'s answer for ``path``)."""
     if kind is None:
-        return raw
-    if kind not in _STREAMS:
+        return source.open("rb") if isinstance(source, Path) else source
+    if kind not in _OPENERS:
         raise _unreadable(path, kind)
-    return _STREAMS[kind](raw)
+    return _OPENERS[kind](source, "rb")
 
 
 def open_decompressed(path: Path) -> io.BufferedIOBase:
     """The file opened for reading, decompressed where ``compression`` says it is compressed."""
-    kind = compression(path)
-    if kind is None:
-        return path.open("rb")
-    if kind not in _FILES:
-        raise _unreadable(path, kind)
-    return _FILES[kind](path)
+    opened: io.BufferedIOBase = decompressed(path, compression(path), path)
+    return opened
 
 
 def text_bom(head: bytes) -> tuple[int, str] | None:

@@ -26,8 +26,8 @@ from replay.filehash import (
     DECOMPRESS_ERRORS,
     compression,
     damaged,
+    decompressed,
     file_sha256,
-    open_decompressed,
     text_bom,
 )
 from replay.parallel import ordered_map
@@ -95,8 +95,8 @@ def _read_text(path: Path, limit: int = -1) -> str:
     _check_file(path)
     kind = compression(path)
     try:
-        with open_decompressed(path) as fh:
-            raw = fh.read(limit)
+        with decompressed(path, kind, path) as fh:
+            raw: bytes = fh.read(limit)
     except DECOMPRESS_ERRORS as e:
         if kind is None:
             raise

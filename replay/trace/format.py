@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from replay.errors import ReplayError, where
-from replay.filehash import compression, open_decompressed
+from replay.filehash import open_decompressed
 from replay.units import is_uint
 
 SCHEMA = "replay-trace/1"
@@ -76,9 +76,7 @@ def _open_text(path: Path) -> Any:
         raise ReplayError(f"{path}: is a directory, expected a trace file")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
-    if compression(path) is not None:
-        return io.TextIOWrapper(open_decompressed(path), encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+    return io.TextIOWrapper(open_decompressed(path), encoding="utf-8")
 
 
 def read_header(path: Path) -> TraceHeader:
