@@ -40,6 +40,12 @@ out_console = Console()
 err = Console(stderr=True)
 
 
+def _bytes_progress(title: str) -> Progress:
+    """A progress bar over the bytes of the input read, with rate and time left, gone when done."""
+    return Progress(TextColumn(title), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                    console=err, transient=True)
+
+
 def _window(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
@@ -61,8 +67,7 @@ def import_cmd(
     """Import a public LLM serving trace into the replay-trace/1 format (lossless: unmapped columns kept)."""
     from replay.trace.importers import import_trace
     try:
-        with Progress(TextColumn("[bold]import[/] {task.description}"), BarColumn(), DownloadColumn(),
-                      TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True) as prog:
+        with _bytes_progress("[bold]import[/] {task.description}") as prog:
             task = prog.add_task("", total=None)
             r = import_trace(fmt, src, out, progress=lambda done, total, what: prog.update(
                 task, completed=done, total=total, description=what))
@@ -226,8 +231,7 @@ def record(
                          nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
                          rows_interval_s=rows_iv / 1e6, host=host)
     total = sum(p.stat().st_size for p in evidence if p.is_file())
-    with Progress(TextColumn("[bold]record[/]"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=err, transient=True) as prog:
+    with _bytes_progress("[bold]record[/]") as prog:
         task = prog.add_task("record", total=total or None)
         opts.progress = lambda n: prog.advance(task, n)
         try:

@@ -69,7 +69,8 @@ def _materialise(src: Path, tmpdir: Path, progress: Progress | None = None) -> P
         raise ReplayError(f"{src}: is a directory, expected a trace file")
     if not src.exists():
         raise ReplayError(f"{src}: no such file")
-    if src.stat().st_size == 0:
+    total = src.stat().st_size
+    if total == 0:
         raise ReplayError(f"{src}: empty file")
     kind = compression(src)
     if kind is None:
@@ -77,7 +78,6 @@ def _materialise(src: Path, tmpdir: Path, progress: Progress | None = None) -> P
             if text_bom(fh.read(4)) is None:
                 return src
     out = tmpdir / (src.stem if kind is not None and src.suffix.lower() in (".gz", ".bz2", ".xz") else src.name)
-    total = src.stat().st_size
     try:
         with src.open("rb") as raw, decompressed(raw, kind, src) as fin, out.open("wb") as fout:
             for chunk in utf8_chunks(fin, 1 << 20):
@@ -290,8 +290,8 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     whole: Block = functools.partial(_same, plan.lf)
     # the fast form reads integer columns as integers: a row it quarantines is redone in text (see caller)
     typed = _typed_columns(plan) if fast else {}
-    blocks = plan.blocks is not None and t_first is not None
-    pieces = plan.blocks(None, hasher, typed, progress) if plan.blocks is not None and blocks else iter([whole])
+    blocks = plan.blocks if t_first is not None else None
+    pieces = blocks(None, hasher, typed, progress) if blocks is not None else iter([whole])
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
@@ -340,8 +340,9 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
                     last_t = st["t_last"]
         except pl.exceptions.PolarsError as e:
             raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
-    if progress is not None and not blocks:  # (read whole: done at once)
-        progress(src.stat().st_size, src.stat().st_size)
+    if progress is not None and blocks is None:  # (read whole: done at once)
+        size = src.stat().st_size
+        progress(size, size)
     return total
 
 
