@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import polars as pl
 
+from replay.atomic import written_in_place
 from replay.bundle import Bundle
 
 COUNTERS = ["device_used_bytes", "process_rss_bytes", "kv_usage_ratio", "requests_running", "requests_waiting"]
@@ -76,20 +77,14 @@ class _Array:
 def write_perfetto(b: Bundle, out: Path, window: tuple[int, int] | None = None) -> int:
     """Write the bundle's timeline (or the slice ``window`` of it, µs from t0, both ends included) as a
     Chrome trace; returns how many trace events it holds."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".part")
-    try:
-        with part.open("wb") as fh:
-            fh.write(b'{"traceEvents": [\n')
-            arr = _Array(fh)
-            arr.add([{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}
-                     for pid, name in ((1, "memory"), (2, "requests"), (3, "events"))])
-            arr.add_frame(_counters(b, window))
-            arr.add_frame(_requests(b, window))
-            arr.add(_events(b, window))
-            fh.write(b"\n], " + json.dumps({"displayTimeUnit": "ms", "metadata": {
-                "t0_utc": b.meta.t0_utc, "source": "replay", "window_us": list(window) if window else None}})[1:].encode())
-        part.replace(out)
-    finally:
-        part.unlink(missing_ok=True)
+    with written_in_place(out) as part, part.open("wb") as fh:
+        fh.write(b'{"traceEvents": [\n')
+        arr = _Array(fh)
+        arr.add([{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}
+                 for pid, name in ((1, "memory"), (2, "requests"), (3, "events"))])
+        arr.add_frame(_counters(b, window))
+        arr.add_frame(_requests(b, window))
+        arr.add(_events(b, window))
+        fh.write(b"\n], " + json.dumps({"displayTimeUnit": "ms", "metadata": {
+            "t0_utc": b.meta.t0_utc, "source": "replay", "window_us": list(window) if window else None}})[1:].encode())
     return arr.n

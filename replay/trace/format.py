@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from replay.atomic import written_in_place
 from replay.errors import ReplayError, where
 from replay.filehash import open_decompressed
 from replay.units import is_uint
@@ -148,22 +149,16 @@ def write_trace(path: Path, header: TraceHeader, requests: Iterable[dict[str, An
     Written beside ``path`` and renamed into place, so that an interrupted write leaves the last trace
     there as it was. ``progress`` is told how many requests are written, every few thousand. Returns
     how many were written and the last one's ``t_us``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
     n, last_t = 0, None
     dumps = json.JSONEncoder(separators=(",", ":")).encode
-    try:
-        with part.open("w", encoding="utf-8") as fh:
-            fh.write(json.dumps(header.to_json(), sort_keys=False) + "\n")
-            for r in requests:
-                fh.write(dumps(r) + "\n")
-                n += 1
-                if progress is not None and n % 4096 == 0:
-                    progress(n)
-                last_t = r.get("t_us")
-        part.replace(path)
-    finally:
-        part.unlink(missing_ok=True)
+    with written_in_place(path) as part, part.open("w", encoding="utf-8") as fh:
+        fh.write(json.dumps(header.to_json(), sort_keys=False) + "\n")
+        for r in requests:
+            fh.write(dumps(r) + "\n")
+            n += 1
+            if progress is not None and n % 4096 == 0:
+                progress(n)
+            last_t = r.get("t_us")
     if progress is not None:
         progress(n)
     return n, last_t
