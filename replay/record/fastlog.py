@@ -42,6 +42,7 @@ from replay.record.vllm_log import (
     COMPOSE_PREFIX,
     ISO_TIME,
     KUBECTL_PREFIX,
+    LEVEL_TIME,
     OTEL_LEVELS,
     PROC_BODY,
     R_DP,
@@ -79,9 +80,10 @@ STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:,
             r"(?:GPU|CPU|XPU|\w+) KV cache usage: (?P<kv>" + _NUM + ")%")
 THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg generation throughput: (?P<gtps>" + _NUM + ")"
 # a second message glued onto the line (copy-paste): the reference parser splits those
-_GLUED = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
-# the same strict shape at any level: the lines that say nothing the reference parser would keep
-_STRICT_ANY = _STRICT.replace(")?INFO ", ")?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+_GLUED = LEVEL_TIME
+# the same strict shape at any level: the lines that say nothing the reference parser would keep (and
+# how ``recorder.detect_kind`` knows a log that holds nothing else)
+STRICT_ANY = _STRICT.replace(")?INFO ", ")?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 # Words (any case) without which a message gives ``vllm_log.extract`` no fact and tells
 # ``LogParser.observe`` nothing about version or engine from its text: each of their patterns needs
 # one of them. (What the process and call site say is read from one line per kind, as for the other
@@ -563,7 +565,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # logging): parsed, with no fact
     gen = df.select("line", "raw").filter(clean & ~is_fast)
     if gen.height:
-        gen, gheads = _fields(gen, _STRICT_ANY)
+        gen, gheads = _fields(gen, STRICT_ANY)
         gen = gen.filter(inert(pl.col("msg")))
         is_fast = is_fast.scatter(gen["line"] - first_no, True)
     # one row per (process, call site, shape) of this piece, with its first line and how many lines it

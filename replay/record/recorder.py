@@ -458,8 +458,7 @@ def _json(path: Path, text: str) -> Any:
 
 
 # a line as vLLM's logger writes it, at any level: '(process) LEVEL MM-DD HH:MM:SS [file.py:N] '
-_VLLM_LINE = re.compile(r"^(?:\([^)\n]+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-                        r"\[?[\w./-]+\.py:\d+\] ", re.M)
+_VLLM_LINE = re.compile(fastlog.STRICT_ANY, re.M)
 
 
 def detect_kind(text: str) -> str | None:

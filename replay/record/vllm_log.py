@@ -98,8 +98,10 @@ SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" +
 # (APIServer pid=1) INFO …', with --timestamps an ISO time after them): two lowercase DNS names, taken
 # off only where vLLM's own head or a container time follows
 STERN = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} (?=(?:" + ISO_TIME + r")\s|" + VLLM_HEAD + ")")
+# a message's level and logged time, wherever it stands in a line
+LEVEL_TIME = r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:(?:\(" + PROC_BODY + r"\)|\[" + PROC_BODY + r"\])\s*(?:\x1b\[[0-9;]*m)?\s*)?"
-                  r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d)")
+                  + LEVEL_TIME + ")")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
 
@@ -384,7 +386,7 @@ def _otel(raw: str) -> tuple[str, str] | None:
 # how vLLM's own line opens without a process prefix ('INFO 05-19 …'): no envelope below opens so
 _BARE_HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d ")
 # a level and time anywhere: a line holds a second, glued message only where one follows its own
-_LEVEL_TIME = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+_LEVEL_TIME = re.compile(LEVEL_TIME)
 
 
 def _glued(s: str) -> bool:
