@@ -261,7 +261,7 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
                 line=pl.col("line") + (owner[f] << POS_SHIFT)).rename({"rh": "h"})
             for f in files]
         return pl.concat(frames, how="diagonal_relaxed") if frames else pl.LazyFrame(schema={
-            "request_id": pl.Utf8, "h": pl.UInt64, "kind": pl.Utf8, "t": pl.Int64, **fastlog.REQUEST_DETAILS,
+            "request_id": pl.Utf8, "h": pl.UInt64, "kind": fastlog.REQUEST_KINDS, "t": pl.Int64, **fastlog.REQUEST_DETAILS,
             "line": pl.Int64})
 
     kind = pl.col("kind")
