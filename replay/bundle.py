@@ -209,18 +209,32 @@ class Bundle:
     path: Path
     meta: BundleMeta
     samples: pl.DataFrame
-    requests: pl.DataFrame
     events: list[dict[str, Any]]
     quarantine_count: int
+    _requests: pl.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def requests(self) -> pl.DataFrame:
+        """Every request row, read on first use. A day of log holds millions of them (a gigabyte in
+        memory): what reports and analysis need of them they ask ``scan_requests`` for."""
+        if self._requests is None:
+            self._requests = self.scan_requests().collect()
+        return self._requests
+
+    def scan_requests(self) -> pl.LazyFrame:
+        """The request rows as a query: only the columns and rows it asks for are read."""
+        if self._requests is not None:
+            return self._requests.lazy()
+        p = self.path / "requests.parquet"
+        return pl.scan_parquet(p) if p.exists() else pl.LazyFrame(schema=REQUESTS_SCHEMA)
 
     def events_of(self, *kinds: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("kind") in kinds]
 
 
-def read_bundle(path: Path, with_requests: bool = True) -> Bundle:
-    """Read a bundle; refuse one written by a newer schema with a clear message. Without
-    ``with_requests`` its request rows are not read (``requests`` is then empty): a summary that does
-    not need them should not hold millions of them (a day of log: a gigabyte)."""
+def read_bundle(path: Path) -> Bundle:
+    """Read a bundle; refuse one written by a newer schema with a clear message. Its request rows are
+    read when they are asked for (``Bundle.requests``, ``Bundle.scan_requests``)."""
     meta_path = path / "bundle.json"
     if not path.is_dir() or not meta_path.exists():
         raise ReplayError(f"{path}: not a replay bundle (no bundle.json)")
@@ -240,8 +254,6 @@ def read_bundle(path: Path, with_requests: bool = True) -> Bundle:
     meta = BundleMeta.from_json(obj)
     frames = [pl.read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
     samples = pl.concat(frames).sort("t_us", maintain_order=True) if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
-    req_path = path / "requests.parquet"
-    requests = pl.read_parquet(req_path) if with_requests and req_path.exists() else pl.DataFrame(schema=REQUESTS_SCHEMA)
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():
@@ -256,4 +268,4 @@ def read_bundle(path: Path, with_requests: bool = True) -> Bundle:
     if q_path.exists():  # (counted line by line: a quarantine can be as large as the evidence)
         with q_path.open(encoding="utf-8", errors="replace") as fh:
             q = sum(1 for ln in fh if ln.strip())
-    return Bundle(path, meta, samples, requests, events, q)
+    return Bundle(path, meta, samples, events, q)

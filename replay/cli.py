@@ -266,7 +266,7 @@ def inspect(
     """Summarise what a bundle says (null where the evidence is silent)."""
     from replay.bundle import read_bundle
     from replay.record.inspect import inspect_bundle
-    b = read_bundle(bundle, with_requests=False)  # (the summary states no request's facts)
+    b = read_bundle(bundle)  # (the summary states no request's facts: their rows are never read)
     d = inspect_bundle(b)
     if as_json:
         print(json.dumps(d, indent=2))

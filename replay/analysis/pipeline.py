@@ -162,7 +162,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
     actual, src = actual_frame(b.samples)
     gap = gap_frame(actual, acc)
     div = detect(gap) if acc.accounted_bytes is not None else Divergence(None, None, None, None, None, None, [])
-    attrs = attribute(b.requests, div.onset_us)
+    attrs = attribute(b.scan_requests(), div.onset_us)
     ooms = [e for e in b.events if e.get("kind") in OOM_KINDS]
     kv = kv_in_use(b.samples, acc)
     findings: list[Finding] = []

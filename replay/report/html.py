@@ -144,13 +144,13 @@ def timeline_figure(a: Analysis) -> go.Figure:
 
 
 def swimlane_figure(a: Analysis) -> go.Figure | None:
-    r = a.bundle.requests
-    if r.height == 0:
+    rows = a.bundle.scan_requests()
+    if rows.select(pl.len()).collect().item() == 0:
         return None
     highlight = {i for at in a.attributions[:1] for i in at.near_ids}
     # (the first 300 as a query on the columns drawn: sorting the whole frame copied a day of log's
     # millions of requests, every column, to keep 300)
-    lf = r.lazy().select("id", "input_tokens", "prompt_logprobs", "status", start=pl.coalesce("sent_us", "arrival_us"),
+    lf = rows.select("id", "input_tokens", "prompt_logprobs", "status", start=pl.coalesce("sent_us", "arrival_us"),
                          end=pl.coalesce("finish_us", "sent_us", "arrival_us"))
     if a.div.onset_us is not None:
         lo, hi = a.div.onset_us - 30_000_000, a.div.onset_us + 30_000_000
@@ -195,9 +195,8 @@ def _label(a: Analysis) -> str:
 
 
 def _first_arrival(a: Analysis) -> int:
-    r = a.bundle.requests
-    v = r["arrival_us"].min() if r.height else None
-    return int(v) if v is not None else 0  # type: ignore[arg-type]
+    v = a.bundle.scan_requests().select(pl.col("arrival_us").min()).collect().item()
+    return int(v) if v is not None else 0
 
 
 def compare_rows(analyses: list[Analysis]) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ def _requests(b: Bundle, window: tuple[int, int] | None) -> pl.LazyFrame:
     """A slice per request from its send (or arrival) to its finish; one thread per request modulo 64,
     by its place among the bundle's requests."""
     start = pl.coalesce("sent_us", "arrival_us")
-    r = b.requests.lazy().with_row_index("i").with_columns(_start=start, _end=pl.coalesce("finish_us", start))
+    r = b.scan_requests().with_row_index("i").with_columns(_start=start, _end=pl.coalesce("finish_us", start))
     r = r.filter(pl.col("_start").is_not_null())
     if window is not None:
         r = r.filter((pl.col("_start") <= window[1]) & (pl.col("_end") >= window[0]))
