@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -72,11 +73,11 @@ def import_cmd(
             r = import_trace(fmt, src, out, progress=lambda done, total, what: prog.update(
                 task, completed=done, total=total, description=what))
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted[/]: nothing written; {out} is as it was")
+        err.print(f"[yellow]interrupted[/]: nothing written; {escape(str(out))} is as it was")
         raise typer.Exit(130) from None
-    err.print(f"[green]wrote[/] {out}: {r.rows_emitted} requests of {r.rows_read} rows"
+    err.print(f"[green]wrote[/] {escape(str(out))}: {r.rows_emitted} requests of {r.rows_read} rows"
               + (f" (read as {r.format})" if fmt == "auto" else "")
-              + (f", [yellow]{r.quarantined} quarantined[/] -> {r.quarantine_path}" if r.quarantined else ""))
+              + (f", [yellow]{r.quarantined} quarantined[/] -> {escape(str(r.quarantine_path))}" if r.quarantined else ""))
 
 
 @app.command("export")
@@ -91,9 +92,9 @@ def export_cmd(
     if perfetto is not None:
         from replay.bundle import read_bundle
         from replay.report.perfetto import LARGE_BYTES, write_perfetto
-        with err.status(f"writing {perfetto}"):
+        with err.status(f"writing {escape(str(perfetto))}"):
             n = write_perfetto(read_bundle(src), perfetto, _window(window))
-        err.print(f"[green]wrote[/] {perfetto}: {n} trace events (open in ui.perfetto.dev)")
+        err.print(f"[green]wrote[/] {escape(str(perfetto))}: {n} trace events (open in ui.perfetto.dev)")
         size = perfetto.stat().st_size
         if size > LARGE_BYTES:
             err.print(f"[yellow]note:[/] {size >> 20} MiB is more than Perfetto's UI loads of a JSON trace; "
@@ -105,9 +106,9 @@ def export_cmd(
         raise ReplayError("give --format and -o for a trace export, or --perfetto FILE for a bundle", 2)
     from replay.trace.exporters import export_notes, export_trace
     n = export_trace(fmt, src, out)
-    err.print(f"[green]wrote[/] {out}: {n} requests")
+    err.print(f"[green]wrote[/] {escape(str(out))}: {n} requests")
     for note in export_notes(fmt, src):
-        err.print(f"[yellow]note:[/] {note}")
+        err.print(f"[yellow]note:[/] {escape(note)}")
 
 
 @app.command()
@@ -142,7 +143,7 @@ def synth(
             h, rs = synth_servegen(ServeGenSpec(servegen, None if start_us is None else start_us / 1e6, dur_us / 1e6,
                                                 rate_scale, requests, seed))
             write_trace(out, h, rs)
-        err.print(f"[green]wrote[/] {out}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s from "
+        err.print(f"[green]wrote[/] {escape(str(out))}: {len(rs)} requests over {rs[-1]['t_us'] / 1e6:.1f} s from "
                   f"{h.source['name']} (from {h.source['start_s']:g} s of its data)")
         return
     from replay.trace.synth import SynthSpec
@@ -160,9 +161,9 @@ def synth(
             task = prog.add_task("synth", total=n)
             written, last_t = write_trace(out, header, drawn, progress=lambda k: prog.update(task, completed=k))
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted[/]: nothing written; {out} is as it was")
+        err.print(f"[yellow]interrupted[/]: nothing written; {escape(str(out))} is as it was")
         raise typer.Exit(130) from None
-    err.print(f"[green]wrote[/] {out}: {written} requests over {(last_t or 0) / 1e6:.1f} s")
+    err.print(f"[green]wrote[/] {escape(str(out))}: {written} requests over {(last_t or 0) / 1e6:.1f} s")
 
 
 @app.command()
@@ -195,10 +196,10 @@ def record(
             raise ReplayError("--interval/--duration: use forms like 1s, 250ms, 10m", 2)
         res = record_live(live, out, interval_s=iv / 1e6, duration_s=None if dur is None else dur / 1e6,
                           use_nvml=nvml, console=err)
-        err.print(f"[green]wrote[/] {out}: {res['samples']} samples over {res['seconds']:.1f} s "
+        err.print(f"[green]wrote[/] {escape(str(out))}: {res['samples']} samples over {res['seconds']:.1f} s "
                   f"({res['metrics_errors']} failed scrapes)")
         for w in res["warnings"]:
-            err.print(f"[yellow]{w}[/]")
+            err.print(f"[yellow]{escape(w)}[/]")
         return
     if not evidence:
         raise ReplayError("give evidence files, or --live URL", 2)
@@ -237,23 +238,23 @@ def record(
         try:
             reports, summary = do_record(list(evidence), out, opts)
         except KeyboardInterrupt:
-            err.print(f"[yellow]interrupted[/]: {out} is incomplete; run the same command again to record it")
+            err.print(f"[yellow]interrupted[/]: {escape(str(out))} is incomplete; run the same command again to record it")
             raise typer.Exit(130) from None
-    t = Table(title=f"bundle {out}")
+    t = Table(title=escape(f"bundle {out}"))
     for c in ("file", "kind", "lines", "parsed", "quarantined", "time span"):
         t.add_column(c)
     from datetime import datetime, timezone
     def ts(u: int | None) -> str:
         return "—" if u is None else datetime.fromtimestamp(u / 1e6, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
     for r in reports:
-        t.add_row(Path(r.path).name, r.kind, str(r.lines), str(r.parsed), str(r.quarantined),
+        t.add_row(escape(Path(r.path).name), escape(r.kind), str(r.lines), str(r.parsed), str(r.quarantined),
                   f"{ts(r.t_first_us)} – {ts(r.t_last_us)}" if r.t_first_us else "—")
     err.print(t)
     for r in reports:  # (why a file of a folder was left out: an archive to unpack, binary data)
         if r.kind == "skipped":
-            err.print(f"[yellow]note:[/] {Path(r.path).name}: {'; '.join(r.notes)}")
+            err.print(f"[yellow]note:[/] {escape(Path(r.path).name)}: {escape('; '.join(r.notes))}")
     for n in summary["notes"]:
-        err.print(f"[yellow]note:[/] {n}")
+        err.print(f"[yellow]note:[/] {escape(n)}")
     err.print(f"t0 {summary['t0_utc']}: {summary['samples']} samples, {summary['events']} events, "
               f"{summary['quarantined']} quarantined lines")
 
@@ -271,20 +272,20 @@ def inspect(
     if as_json:
         print(json.dumps(d, indent=2))
         return
-    t = Table(title=f"{bundle}", show_header=False)
+    t = Table(title=escape(str(bundle)), show_header=False)
     for k, v in d.items():
         s = json.dumps(v) if not isinstance(v, str) else v
-        t.add_row(k, s if len(s) < 120 else s[:117] + "...")
+        t.add_row(k, escape(s if len(s) < 120 else s[:117] + "..."))
     out_console.print(t)
     from replay.analysis.memory import accounting
     from replay.analysis.outages import crash_line
     from replay.record.inspect import accounting_line
     line = accounting_line(accounting(b))
     if line:
-        out_console.print(f"vLLM's accounting: {line}")
+        out_console.print(f"vLLM's accounting: {line}", markup=False)
     crash = crash_line(b.events)
     if crash:
-        out_console.print(f"When its engine failed, vLLM reported: {crash}")
+        out_console.print(f"When its engine failed, vLLM reported: {crash}", markup=False)
 
 
 @app.command()
@@ -326,7 +327,7 @@ def run(
         err.print(f"overhead: replay process CPU {res.replay_cpu_s:.2f} s = "
                   f"{100 * res.replay_cpu_s / res.engine_cpu_s:.1f}% of the engine's {res.engine_cpu_s:.1f} s "
                   f"(sampler {res.sampler_cpu_s:.2f} s)")
-    err.print(f"bundle: {res.bundle}")
+    err.print(f"bundle: {res.bundle}", markup=False)
     raise typer.Exit(res.exit_code)
 
 
@@ -336,11 +337,11 @@ def versions_list() -> None:
     from replay.engine import envs
     dev = "cuda" if envs.has_nvidia_gpu() else "cpu"
     inst = envs.installed()
-    out_console.print(f"host: {dev}; environments under {envs.replay_home() / 'envs'}")
+    out_console.print(f"host: {dev}; environments under {envs.replay_home() / 'envs'}", markup=False)
     for s in inst:
-        out_console.print(f"  installed  {s.name}")
+        out_console.print(f"  installed  {s.name}", markup=False)
     pool = envs.CUDA_RELEASES if dev == "cuda" else envs.CPU_RELEASES_LOCAL
-    out_console.print("runnable here: " + ", ".join(pool))
+    out_console.print("runnable here: " + ", ".join(pool), markup=False)
 
 
 @versions_app.command("install")
@@ -351,8 +352,8 @@ def versions_install(versions: Annotated[list[str], typer.Argument(help="one or 
     for spec in specs:
         envs.adopt_existing(spec)
         with err.status(f"installing {spec.dist}=={spec.version}"):
-            envs.install(spec, log=lambda m: err.print(m))
-        err.print(f"[green]ready[/] {spec.path}")
+            envs.install(spec, log=lambda m: err.print(m, markup=False))
+        err.print(f"[green]ready[/] {escape(str(spec.path))}")
 
 
 @versions_app.command("remove")
@@ -360,7 +361,7 @@ def versions_remove(version: Annotated[str, typer.Argument(help="0.32 or 0.32.0"
     """Delete an installed environment."""
     from replay.engine import envs
     spec = envs.resolve(version)
-    err.print(f"removed {spec.path}" if envs.remove(spec) else f"{spec.path} was not installed")
+    err.print(f"removed {spec.path}" if envs.remove(spec) else f"{spec.path} was not installed", markup=False)
 
 
 @versions_app.command("doctor")
@@ -390,8 +391,8 @@ def versions_doctor(
                     s.stop()
                 status = "[green]starts[/]"
             except ReplayError as e:
-                status = f"[red]fails[/]: {e.message.splitlines()[0]}"
-        t.add_row(spec.name, info.get("vllm") or "?", info.get("torch") or "?", spec.device, status)
+                status = f"[red]fails[/]: {escape(e.message.splitlines()[0])}"
+        t.add_row(escape(spec.name), escape(info.get("vllm") or "?"), escape(info.get("torch") or "?"), spec.device, status)
     out_console.print(t)
 
 
@@ -410,7 +411,7 @@ def analyze(
     s = a.summary()
     def shown(v: object, unit: str) -> str:
         return "unknown" if v is None else f"{v} {unit}"
-    out_console.print(f"[bold]{bundle}[/]: peak actual {shown(s['peak_actual_gib'], 'GiB')}, accounted "
+    out_console.print(f"[bold]{escape(str(bundle))}[/]: peak actual {shown(s['peak_actual_gib'], 'GiB')}, accounted "
                       f"{shown(s['accounted_gib'], 'GiB')}, max gap {shown(s['max_gap_gib'], 'GiB')}, onset "
                       f"{shown(s['onset_s'], 's')}, OOM {shown(s['oom_s'], 's')}")
     for f in s["findings"]:
@@ -428,7 +429,7 @@ def report(
     path = out or Path("reports") / f"{bundle.name.removesuffix('.bundle')}.html"
     with err.status("rendering report"):
         size = write_report(bundle, compare or [], path)
-    err.print(f"[green]wrote[/] {path} ({size / 1e6:.1f} MB)")
+    err.print(f"[green]wrote[/] {escape(str(path))} ({size / 1e6:.1f} MB)")
 
 
 @app.command()
@@ -440,7 +441,7 @@ def postmortem(
     """Draft a postmortem (Google SRE shape) prefilled with what the evidence shows."""
     from replay.report.postmortem import write_postmortem
     write_postmortem(bundle, out, report_link)
-    err.print(f"[green]wrote[/] {out}")
+    err.print(f"[green]wrote[/] {escape(str(out))}")
 
 
 @app.command()
@@ -454,7 +455,7 @@ def check(
     from replay.report.check import run_check
     failures, lines = run_check(bundle, max_discrepancy, max_gap_bytes, no_oom)
     for ln in lines:
-        out_console.print(ln)
+        out_console.print(ln, markup=False)
     if failures:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -463,7 +464,7 @@ def main() -> None:
     try:
         app()
     except ReplayError as e:
-        err.print(f"[red]error:[/] {e.message}")
+        err.print(f"[red]error:[/] {escape(e.message)}")
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
@@ -473,5 +474,5 @@ def main() -> None:
     except BaseException as e:  # a bug, not bad input (a library's panic is a BaseException): say so in one
         if os.environ.get("REPLAY_DEBUG"):  # line (REPLAY_DEBUG=1 for the traceback)
             raise
-        err.print(f"[red]internal error:[/] {type(e).__name__}: {e} (set REPLAY_DEBUG=1 for the traceback)")
+        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (set REPLAY_DEBUG=1 for the traceback)")
         sys.exit(70)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from replay.bundle import BundleMeta, BundleWriter
@@ -99,13 +100,13 @@ def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: 
         return None
     where = f"this GPU has {local / 2**30:.1f} GiB, production's {prod.get('gpu_name') or ''} had {int(prod_total) / 2**30:.1f} GiB"
     if not opts.emulate_capacity or local < int(prod_total):
-        console.print(f"[yellow]warning:[/] {where}; memory headroom differs from the incident"
+        console.print(f"[yellow]warning:[/] {escape(where)}; memory headroom differs from the incident"
                       + ("" if local < int(prod_total) else " (--emulate-capacity holds the difference)"))
         return None
     util = float(engine_args.get("gpu_memory_utilization") or 0.9)
     scaled = scaled_utilization(util, int(prod_total), local)
     engine_args["gpu_memory_utilization"] = scaled
-    console.print(f"emulating production capacity: {where}; ballast {(local - int(prod_total)) / 2**30:.1f} GiB, "
+    console.print(f"emulating production capacity: {escape(where)}; ballast {(local - int(prod_total)) / 2**30:.1f} GiB, "
                   f"gpu_memory_utilization {util} -> {scaled}")
     return {"production_total_bytes": int(prod_total), "local_total_bytes": local,
             "ballast_bytes": local - int(prod_total), "gpu_memory_utilization_production": util,
@@ -127,8 +128,8 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     if not envs.is_installed(spec):
         if not opts.install:
             raise ReplayError(f"vLLM {spec.version} is not installed; run `replay versions install {spec.version}`", 4)
-        with console.status(f"installing {spec.dist}=={spec.version} into {spec.path} (once)"):
-            envs.install(spec, log=lambda m: console.print(f"[dim]{m}[/]"))
+        with console.status(f"installing {spec.dist}=={spec.version} into {escape(str(spec.path))} (once)"):
+            envs.install(spec, log=lambda m: console.print(f"[dim]{escape(m)}[/]"))
     engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
     engine_args.update(header.engine_args or {})
     if opts.engine_args_file:

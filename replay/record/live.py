@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 
 from replay.bundle import BundleMeta, BundleWriter, utc_now_iso
 from replay.drive.sampler import Sampler
@@ -39,7 +40,7 @@ def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: flo
         if nvml is None:
             raise ReplayError(msg + "; there is nothing to record (--nvml samples GPU memory alone)")
         warnings.append(msg + "; recording NVML alone")
-        console.print(f"[yellow]{warnings[-1]}[/]")
+        console.print(f"[yellow]{escape(warnings[-1])}[/]")
     meta = BundleMeta(kind="production", t0_utc=utc_now_iso(), extra={"live_url": base, "interval_s": interval_s},
                       notes=list(warnings))
     w = BundleWriter(out, meta, flush_every=500)
@@ -59,7 +60,7 @@ def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: flo
                         if growth > 0.05 * g.total_bytes and not any(f"GPU {g.index}" in x for x in warnings):
                             msg = f"GPU {g.index}: device memory grew {growth / 2**30:.2f} GiB since start while vLLM's KV pool is fixed"
                             warnings.append(msg)
-                            console.print(f"[yellow]{msg}[/]")
+                            console.print(f"[yellow]{escape(msg)}[/]")
                 n += 1
                 if n % 10 == 0:
                     w.flush()

@@ -9,6 +9,8 @@ import io
 import json
 import lzma
 import re
+import shutil
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -2835,3 +2837,25 @@ def test_cloud_export_entry_with_a_broken_time_keeps_its_line(tmp_path: Path) ->
     b = read_bundle(tmp_path / "b")
     assert reps[0].quarantined == 0 and inspect_bundle(b)["stats_lines"] == 1 and b.meta.t0_utc == "2026-03-17T15:38:10Z"
     assert any("0 of them at their own exact time" in n for n in reps[0].notes)
+
+
+def test_messages_show_brackets_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """File names and messages are printed as they are, not read as the console's markup: a
+    bracketed part ('[/x]', '[core.py:330]') made the error path itself crash with a traceback, or
+    vanished from a note."""
+    import replay.cli as cli
+    monkeypatch.delenv("REPLAY_DEBUG", raising=False)
+    monkeypatch.setenv("COLUMNS", "400")
+    missing = tmp_path / "[/b]"
+    monkeypatch.setattr(sys, "argv", ["replay", "inspect", str(missing)])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    err = " ".join(capsys.readouterr().err.split())
+    assert e.value.code not in (0, 70) and f"error: {missing}: not a replay bundle" in err
+    log = tmp_path / "[core.py:330] rank[0].log"
+    shutil.copy(DATA / "v017_v1_stats_kv_ramp.log", log)
+    monkeypatch.setattr(sys, "argv", ["replay", "record", str(log), "-o", str(tmp_path / "b"), "--year", "2025"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 0 and "[core.py:330] rank[0].log" in capsys.readouterr().err
