@@ -459,14 +459,14 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
     return df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(pattern, "", literal=literal)))
 
 
-def _marks(df: pl.DataFrame) -> pl.DataFrame:
+def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
     """Cheap tests of every line (literal searches, one anchored match), side by side in one lazy plan
-    so that both cores work: whether it opens a message, holds a colour code, may be a stats or
-    request line (one literal finds the three verbs: 'Adde|Finishe|Receive' + 'd request '), or an
-    access line."""
+    so that both cores work: whether it opens a message, holds a colour code (without ``esc``, none
+    can: an empty line alone is marked, as the search marks it), may be a stats or request line (one
+    literal finds the three verbs: 'Adde|Finishe|Receive' + 'd request '), or an access line."""
     raw = pl.col("raw")
     return df.lazy().select(
-        opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True),
+        opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True) if esc else raw.is_null(),
         want=raw.str.contains("KV cache usage", literal=True) | raw.str.contains("d request ", literal=True),
         ac=raw.str.contains(' - "', literal=True),
     ).collect()
@@ -499,14 +499,14 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     first = df["raw"][0] if df.height else None
     if first is not None and _ENVELOPED.match(first):
         df = _strip_envelopes(df, pl.int_range(0, df.height, dtype=pl.UInt32, eager=True))
-        marks = _marks(df)
+        marks = _marks(df, has_esc or json_lines)
     else:
-        marks = _marks(df)
+        marks = _marks(df, has_esc or json_lines)
         at = marks["opens"].not_().fill_null(False).arg_true()
         at = at.filter(df["raw"].gather(at).str.contains(_MAYBE_ENVELOPE))
         if at.len():
             df = _strip_envelopes(df, at)
-            again = _marks(df[at])
+            again = _marks(df[at], has_esc or json_lines)
             marks = marks.with_columns(marks[c].scatter(at, again[c]) for c in marks.columns)
     clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
     # (the frames below stay narrow: every filter copies every column; a line as the file has it is
@@ -545,7 +545,16 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     off = pl.when("added").then(14).otherwise(17)  # (one slice: cut at the full stop too)
     rq = cand.lazy().filter(added | msg.str.starts_with("Finished request ")).with_columns(added=added).with_columns(
         request_id=msg.str.slice(off, msg.str.len_chars() - off - msg.str.ends_with(".").cast(pl.Int64)),
-    ).filter((rid != "") & ~rid.str.contains(r"[\s\x1c-\x1f]")).collect()  # (Python's \s has those four too)
+    ).filter(rid != "").collect()
+    # no white space in the id (Python's \s has \x1c-\x1f too): in an ASCII id, one of these bytes (a
+    # third of the cost of the Unicode class, which only the others need)
+    ids = rq["request_id"]
+    spaced = ids.str.contains(r"(?-u)[\t-\r\x1c- ]")
+    wide = ids.str.len_bytes() != ids.str.len_chars()
+    if wide.any():
+        spaced = spaced | (wide & ids.str.contains(r"[\s\x1c-\x1f]"))
+    if spaced.any():
+        rq = rq.filter(~spaced)
     head_key = heads.select(pl.col("rank").hash(seed=7).xor(pl.col("ts").hash(seed=8)))[:, 0]
     rq = _heads(rq, heads.select("rank", "ts")).with_columns(
         kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")))

@@ -58,6 +58,7 @@ OLD_STATS = STATS_V0.replace("[metrics.py:455]", "metrics.py:455]")
 # character that Python counts as white space and a Rust regex's \s does not
 WIDE_ADDED = ADDED.replace("(APIServer pid=3646)", "(Wörker_ü pid=5)").replace("cmpl-", "cmpl-é")
 CTRL_ADDED = ADDED.replace("cmpl-", "cmpl-\x1c")
+WIDE_SPACED = ADDED.replace("cmpl-", "cmpl-é\u2003")  # (white space beyond ASCII, in an id beyond it)
 # DEBUG-level chatter: inert lines (parsed, no fact) and one the word 'memory' keeps off the fast lane
 DEBUG_PLAIN = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [core.py:10{r}] num_tokens={n} num_reqs={r}"
 DEBUG_WORD = "(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:{s:02d} [gpu_model_runner.py:2{r}] Free memory: {n} GiB"
@@ -114,7 +115,7 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
     for i in range(2500):
         r, s = rnd.random(), i % 60
         shapes = [STATS_V1, ADDED, ACCESS, KV, STATS_V0, RAY_STATS, RAY_ADDED, OLD_ADDED, OLD_STATS, RECEIVED, WIDE_ADDED,
-                  CTRL_ADDED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP, RAY_FOLDED, DP_STATS, DP_AGGREGATE]
+                  CTRL_ADDED, WIDE_SPACED, DEBUG_PLAIN, DEBUG_WORD, WARN_PLAIN, DEBUG_MQ, DEBUG_TP, RAY_FOLDED, DP_STATS, DP_AGGREGATE]
         if r < 0.5:
             out.append(rnd.choice(shapes).format(s=s, r=i % 7, n=i % 3))
         elif r < 0.56:
