@@ -232,9 +232,10 @@ def record(
                          nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
                          rows_interval_s=rows_iv / 1e6, host=host)
     total = sum(p.stat().st_size for p in evidence if p.is_file())
-    with _bytes_progress("[bold]record[/]") as prog:
-        task = prog.add_task("record", total=total or None)
+    with _bytes_progress("[bold]record[/] {task.description}") as prog:
+        task = prog.add_task("", total=total or None)
         opts.progress = lambda n: prog.advance(task, n)
+        opts.stage = lambda what: prog.update(task, description=escape(what))
         try:
             reports, summary = do_record(list(evidence), out, opts)
         except KeyboardInterrupt:

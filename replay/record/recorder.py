@@ -238,7 +238,7 @@ def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
 
 
 def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink: Callable[[pl.DataFrame], None],
-                        spill: Path) -> None:
+                        spill: Path, stage: Callable[[str], None] | None = None) -> None:
     """One row per request id seen in the logs: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
@@ -273,6 +273,8 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
     ).explode("h").unique().collect()["h"]  # ('Aborted request(s) a, b, c': few)
     sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in every]  # from the files' footers
     nb = buckets_for(sum(sizes))
+    if stage is not None:
+        stage(f"joining {sum(sizes):,} request lines" + (f" in {nb} parts" if nb > 1 else ""))
     if nb == 1:
         sink(_request_bucket(facts_of(every).filter(kind != "request_aborted"), aborted, names, t0, keep_prompts))
         return
@@ -304,9 +306,11 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
     with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
         for _ in ordered_map(split, range(len(groups)), workers=2, ahead=2):
             pass
-        for out in ordered_map(bucket, range(nb), workers=2, ahead=2):  # two buckets in the works at most
+        for b, out in enumerate(ordered_map(bucket, range(nb), workers=2, ahead=2)):  # two buckets in the works at most
             if out is not None:
                 sink(out)
+            if stage is not None:
+                stage(f"joining {sum(sizes):,} request lines: part {b + 1} of {nb} done")
 
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
@@ -525,6 +529,7 @@ class RecordOptions:
     metrics: list[str] = field(default_factory=list)
     clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
     progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
+    stage: Callable[[str], None] | None = None  # told what the recorder does once the evidence is read
 
     def clock_offset_us(self, path: Path) -> int:
         return self.clock_offsets_us.get(str(path), self.clock_offsets_us.get(path.name, 0))
@@ -835,7 +840,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     for log in logs:
         untimed += _write_stats(w, log, t0 or 0)
     if logs:
-        _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root)
+        _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, opts.stage)
     for we in events:
         t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
         w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
@@ -846,6 +851,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             w.quarantine(str(path), i, "unrecognised file kind", ln)
     if untimed:
         meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
+    if opts.stage is not None:
+        opts.stage("writing the bundle")
     w.close()
     shutil.rmtree(spill_root, ignore_errors=True)
     summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
