@@ -41,7 +41,7 @@ from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "victoriametrics-export", "grafana-csv", "grafana-json", "nvidia-smi",
          "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
-         "kernel-log", "log-export", "gpustat")
+         "kernel-log", "log-export", "gpustat", "dcgm-counters")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -488,6 +488,10 @@ def detect_kind(text: str) -> str | None:
         return "k8s-describe"
     if re.match(r"#Entity\s+\w", s):
         return "dcgmi-dmon"
+    fields = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("#")][:50]
+    matched = sum(1 for ln in fields if ev.DCGM_COUNTER_LINE.match(ln.strip()))
+    if matched >= 3 and matched >= 0.8 * len(fields):
+        return "dcgm-counters"  # (dcgm-exporter's -f file: which fields it exports; a stray line is quarantined)
     if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
         return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
     if ev.kernel_log_head(head):
@@ -636,6 +640,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             result = ev.parse_dmon(path, text, opts.tz_offset_s)
         elif kind == "gpustat":
             result = ev.parse_gpustat(path, text, opts.tz_offset_s)
+        elif kind == "dcgm-counters":
+            result = ev.parse_dcgm_counters(path, text)
         elif kind == "dcgmi-dmon":
             result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
         elif kind == "k8s":

@@ -2875,3 +2875,25 @@ def test_record_says_what_it_does_after_reading(tmp_path: Path, monkeypatch: pyt
                                                              for k in range(1, 5)), "writing the bundle"]
     assert read_bundle(tmp_path / "b").requests["finish_us"].null_count() == 0
     assert read_bundle(tmp_path / "b").requests.height == 40
+
+
+def test_dcgm_exporter_counters_file_says_which_memory_fields_its_scrapes_hold(tmp_path: Path) -> None:
+    """dcgm-exporter's counters file (its -f list) is read as what it is, not samples: every line is
+    accounted for, and the note names the memory fields a scrape of it can hold and those it cannot
+    (an older default list lacked FB_RESERVED: absent from every scrape, not zero). It was quarantined
+    whole as an unknown file."""
+    src = shared("evidence/dcgm/dcgm_exporter_default_counters.csv")
+    text = src.read_text()
+    fields = [ln.split(",")[0] for ln in text.splitlines() if ln.startswith("DCGM_")]
+    older = tmp_path / "counters-2022.csv"  # (the same list without FB_RESERVED, and one line of another shape)
+    older.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("DCGM_FI_DEV_FB_RESERVED"))
+                     + "\nDCGM_FI_DEV_FB_USED gauge Framebuffer memory used\n")
+    reports, _ = record([src, older], tmp_path / "b", RecordOptions())
+    new, old = reports
+    assert (new.kind, new.lines, new.parsed, new.quarantined) == ("dcgm-counters", len(text.splitlines()),
+                                                                  len(text.splitlines()), 0)
+    assert f"{len(fields)} fields it exports" in new.notes[0] and "FB_USED, FB_FREE, FB_RESERVED;" in new.notes[0]
+    assert old.kind == "dcgm-counters" and old.quarantined == 1
+    assert "not exported, so absent from its scrapes: FB_RESERVED, FB_TOTAL" in old.notes[0]
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["raw"]) for r in q] == [(len(text.splitlines()), "DCGM_FI_DEV_FB_USED gauge Framebuffer memory used")]
