@@ -279,10 +279,10 @@ def _fields(df: pl.DataFrame, shape: str = _STRICT) -> tuple[pl.DataFrame, pl.Da
     INFO date time [file:line]') ends at the line's first '] ' (neither process nor call site can hold
     one), so the shape is a property of the prefix; the lines of a piece come in runs that share a
     prefix, so each run's prefix is matched and split once, and its fields are copied only onto the
-    lines that end up as facts (``_heads``). The shape is matched to the end of the prefix: the cut
-    is at a byte offset and slices count characters, which agree only where the prefix is ASCII."""
-    end = pl.col("raw").str.find("] ", literal=True)  # found by a literal search, cut by slicing (a split copies more)
-    df = df.with_columns(prefix=pl.col("raw").str.slice(0, end), msg=pl.col("raw").str.slice(end + 2)).drop("raw")
+    lines that end up as facts (``_heads``). The shape is matched to the end of the prefix."""
+    # (one split in two: a third cheaper than a search and two slices; a line without '] ' is a prefix)
+    df = df.select(pl.exclude("raw"), pl.col("raw").str.splitn("] ", 2).struct.rename_fields(["prefix", "msg"])
+                   .alias("_cut")).unnest("_cut")
     # consecutive lines mostly share their prefix: number the runs and split the first line of each
     starts = (pl.col("prefix") != pl.col("prefix").shift(1)).fill_null(True)
     df = df.with_columns(pid=starts.cast(pl.UInt32).cum_sum() - 1)
