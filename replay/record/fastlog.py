@@ -462,8 +462,9 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
 def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
     """Cheap tests of every line (literal searches, one anchored match), side by side in one lazy plan
     so that both cores work: whether it opens a message, holds a colour code (without ``esc``, none
-    can: an empty line alone is marked, as the search marks it), may be a stats or request line (one
-    literal finds the three verbs: 'Adde|Finishe|Receive' + 'd request '), or an access line."""
+    can; an empty line, which the search leaves unmarked, is marked, which keeps it off the fast lane
+    alike), may be a stats or request line (one literal finds the three verbs: 'Adde|Finishe|Receive'
+    + 'd request '), or an access line."""
     raw = pl.col("raw")
     return df.lazy().select(
         opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True) if esc else raw.is_null(),
