@@ -1045,9 +1045,6 @@ DCGMI_COLUMNS = {"FBTTL": ("device_total_bytes", MiB), "FBFRE": ("device_free_by
                  "FBUSD": ("device_used_bytes", MiB), "GPUTL": ("util_gpu_pct", 1.0), "MCUTL": ("util_mem_pct", 1.0)}
 
 
-# gpustat (NVML's figures, memory in MiB): a header per query, 'host  Wed Nov 19 20:16:36 2025  550.54.15'
-# (the C locale's date and time, local), then a line per GPU, '[0] NVIDIA H100 80GB HBM3 | 45°C, 100 % |
-# 78123 / 81559 MB | root(78000M) python3/12345(…M)'; or `gpustat --json` (one document per query)
 # dcgm-exporter's counters file (its -f): 'DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).'
 DCGM_COUNTER_LINE = re.compile(r"^\s*(?P<field>DCGM_(?:FI|EXP)_[A-Z0-9_]+)\s*,\s*(?P<type>gauge|counter|label)\s*,"
                                r"\s*(?P<help>.*)$", re.I)
@@ -1069,14 +1066,17 @@ def parse_dcgm_counters(path: Path, text: str) -> Parsed:
             p.quarantine.append((i, "not a counters line ('DCGM_FI_…, gauge|counter|label, help') or a comment", ln))
             continue
         p.parsed += 1
-    memory = [f for f in DCGM_METRICS if f in fields]
+    memory = [f.removeprefix("DCGM_FI_DEV_") for f in DCGM_METRICS if f in fields]
     missing = [f.removeprefix("DCGM_FI_DEV_") for f in DCGM_METRICS if f not in fields]
     p.notes.append(f"dcgm-exporter's counters file: {len(fields)} fields it exports (no samples); device memory: "
-                   + (", ".join(f.removeprefix("DCGM_FI_DEV_") for f in memory) if memory else "none")
+                   + (", ".join(memory) if memory else "none")
                    + (f"; not exported, so absent from its scrapes: {', '.join(missing)}" if missing else ""))
     return p
 
 
+# gpustat (NVML's figures, memory in MiB): a header per query, 'host  Wed Nov 19 20:16:36 2025  550.54.15'
+# (the C locale's date and time, local), then a line per GPU, '[0] NVIDIA H100 80GB HBM3 | 45°C, 100 % |
+# 78123 / 81559 MB | root(78000M) python3/12345(…M)'; or `gpustat --json` (one document per query)
 _GPUSTAT_HEAD = re.compile(r"^(?P<host>\S+)\s+(?P<t>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} [ \d]\d "
                            r"\d\d:\d\d:\d\d \d{4})(?:\s+\S+)?\s*$")
 _GPUSTAT_GPU = re.compile(r"^\[(?P<idx>\d+)\]\s+(?P<name>[^|]*?)\s*\|[^|]*\|\s*(?P<used>\d+)\s*/\s*(?P<total>\d+)\s*MB\s*"

@@ -131,8 +131,9 @@ REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_log
 # a request fact's kind, spilled as an enum: as text it was a fifth of every request file's bytes, and
 # comparing it was most of the time it took to read them back (its repeat key hashes the text)
 REQUEST_KINDS = pl.Enum(["request_received", "request_added", "request_finished", "request_aborted"])
-_REQUEST_COLS: dict[str, pl.DataType | type[pl.DataType]] = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": REQUEST_KINDS,
-                 "h": pl.UInt64, "repeatable": pl.Boolean, "request_id": pl.Utf8, "rh": pl.UInt64, **REQUEST_DETAILS}
+_REQUEST_COLS: dict[str, pl.DataType | type[pl.DataType]] = {
+    "line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "kind": REQUEST_KINDS, "h": pl.UInt64,
+    "repeatable": pl.Boolean, "request_id": pl.Utf8, "rh": pl.UInt64, **REQUEST_DETAILS}
 ID_SEED = 11  # every hash of a request id (``rh``, aborted ids): requests are joined on it, bucket by bucket
 ID_HASH = pl.col("request_id").hash(seed=ID_SEED)
 STATS_SCHEMA = {k: v for k, v in _STATS_COLS.items() if k not in ("h", "repeatable")}
@@ -492,7 +493,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # colour codes (vLLM colours its prefix on a terminal)
     if has_cr or json_lines:
         df = _take_out(df, "\r", "\r", literal=True)
-    if has_esc or json_lines:
+    esc = has_esc or json_lines  # (whether any line can hold a colour code)
+    if esc:
         df = _take_out(df, "\x1b", ANSI.pattern, literal=False)
     # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
     # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
@@ -500,14 +502,14 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     first = df["raw"][0] if df.height else None
     if first is not None and _ENVELOPED.match(first):
         df = _strip_envelopes(df, pl.int_range(0, df.height, dtype=pl.UInt32, eager=True))
-        marks = _marks(df, has_esc or json_lines)
+        marks = _marks(df, esc)
     else:
-        marks = _marks(df, has_esc or json_lines)
+        marks = _marks(df, esc)
         at = marks["opens"].not_().fill_null(False).arg_true()
         at = at.filter(df["raw"].gather(at).str.contains(_MAYBE_ENVELOPE))
         if at.len():
             df = _strip_envelopes(df, at)
-            again = _marks(df[at], has_esc or json_lines)
+            again = _marks(df[at], esc)
             marks = marks.with_columns(marks[c].scatter(at, again[c]) for c in marks.columns)
     clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
     # (the frames below stay narrow: every filter copies every column; a line as the file has it is

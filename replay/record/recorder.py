@@ -272,9 +272,10 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
         h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=fastlog.ID_SEED))
     ).explode("h").unique().collect()["h"]  # ('Aborted request(s) a, b, c': few)
     sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in every]  # from the files' footers
-    nb = buckets_for(sum(sizes))
+    n_facts = sum(sizes)
+    nb = buckets_for(n_facts)
     if stage is not None:
-        stage(f"joining {sum(sizes):,} request lines" + (f" in {nb} parts" if nb > 1 else ""))
+        stage(f"joining {n_facts:,} request lines" + (f" in {nb} parts" if nb > 1 else ""))
     if nb == 1:
         sink(_request_bucket(facts_of(every).filter(kind != "request_aborted"), aborted, names, t0, keep_prompts))
         return
@@ -310,7 +311,7 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
             if out is not None:
                 sink(out)
             if stage is not None:
-                stage(f"joining {sum(sizes):,} request lines: part {b + 1} of {nb} done")
+                stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
 
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
