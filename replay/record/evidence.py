@@ -1236,11 +1236,21 @@ def _walk_container_statuses(obj: Any) -> list[dict[str, Any]]:
     return out
 
 
+class _YamlLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML is untyped here)
+    """YAML's safe loader, with times left as the text they are: the readers parse them as they parse
+    JSON's, and a time out of range ('hour 25') is then an unreadable time, not a file that cannot be read."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def _k8s_documents(text: str) -> list[Any]:
     """Every object in the text: one JSON value, JSON objects one after another (what
     ``kubectl get events -w -o json`` streams), or YAML documents ('---' between them)."""
     if not text.lstrip().startswith(("{", "[")):
-        return [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
     dec, i = json.JSONDecoder(), 0
     docs: list[Any] = []
     while True:

@@ -93,7 +93,10 @@ def _csv_columns(header: str | list[str]) -> tuple[int, int] | None:
     if isinstance(header, str):
         if "," not in header:
             return None
-        header = next(csv.reader([header]), [])
+        try:
+            header = next(csv.reader([header]), [])
+        except csv.Error:  # (a CR inside the line, as a progress bar writes: not a CSV export's header)
+            return None
     names = [c.strip().lower() for c in header]
     t = next((names.index(c) for c in TIME_COLUMNS if c in names), None)
     m = next((names.index(c) for c in MESSAGE_COLUMNS if c in names), None)

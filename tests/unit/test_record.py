@@ -2897,3 +2897,42 @@ def test_dcgm_exporter_counters_file_says_which_memory_fields_its_scrapes_hold(t
     assert "not exported, so absent from its scrapes: FB_RESERVED, FB_TOTAL" in old.notes[0]
     q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
     assert [(r["line"], r["raw"]) for r in q] == [(len(text.splitlines()), "DCGM_FI_DEV_FB_USED gauge Framebuffer memory used")]
+
+
+def test_log_that_opens_with_a_progress_bar_is_read(tmp_path: Path) -> None:
+    """A log cut where the weights load opens with a progress bar, its updates joined by CRs on one line
+    (as tqdm writes them; the line holds a comma). Telling whether the file is a CSV export broke on the
+    CR and ended the record with an internal error; now the log is read as any other."""
+    real = (DATA / "v0102_v1_qwen3_14b_kv_cache_startup.log").read_text()
+    bar = ("Loading safetensors checkpoint shards:   0% Completed | 0/8 [00:00<?, ?it/s]\r"
+           "Loading safetensors checkpoint shards:  12% Completed | 1/8 [00:01<00:09,  1.30s/it]\n")
+    log = tmp_path / "vllm.log"
+    log.write_text(bar + real)
+    reports, _ = record([log], tmp_path / "b", RecordOptions(year=2025))
+    plain = inspect_bundle(read_bundle(_record_to(tmp_path / "plain", DATA / "v0102_v1_qwen3_14b_kv_cache_startup.log")))
+    assert reports[0].kind == "vllm-log" and reports[0].lines == len(real.splitlines()) + 1
+    got = inspect_bundle(read_bundle(tmp_path / "b"))
+    assert got["kv_cache_tokens"] is not None and got["kv_cache_tokens"] == plain["kv_cache_tokens"]
+    assert got["kv_cache_gib"] == plain["kv_cache_gib"]
+
+
+def _record_to(out: Path, src: Path) -> Path:
+    record([src], out, RecordOptions(year=2025))
+    return out
+
+
+def test_kubernetes_yaml_with_a_time_out_of_range_keeps_the_rest(tmp_path: Path) -> None:
+    """A pod's YAML whose one time cannot be a time (hour 25, as a hand edit or a broken export leaves
+    it): the YAML reader turned unquoted times into datetimes and raised on it, which ended the record
+    with an internal error. Times are now read as text, as JSON's are: the pod's OOMKilled state is
+    kept, and its time is what the broken one says: none."""
+    text = (DATA / "pod_laststate_oomkilled.yaml").read_text()
+    assert "finishedAt: 2017-06-20T20:52:19Z" in text
+    broken = tmp_path / "pod.yaml"
+    broken.write_text(text.replace("finishedAt: 2017-06-20T20:52:19Z", "finishedAt: 2017-06-20T25:52:19Z"))
+    record([DATA / "pod_laststate_oomkilled.yaml"], tmp_path / "good", RecordOptions())
+    record([broken], tmp_path / "b", RecordOptions())
+    good = [e for e in read_bundle(tmp_path / "good").events if e["kind"] == "host_oom_killed"]
+    ev = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "host_oom_killed"]
+    assert good and good[0]["t_us"] is not None  # (the unbroken file's time is read, as before)
+    assert len(ev) == len(good) and ev[0]["exit_code"] == 137 and ev[0]["t_us"] is None
