@@ -232,6 +232,27 @@ class Bundle:
         return [e for e in self.events if e.get("kind") in kinds]
 
 
+def _iso_time(v: Any) -> datetime | None:
+    """An ISO 8601 time ('Z' for UTC), or None where ``v`` is not one."""
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00")) if isinstance(v, str) else None
+    except ValueError:
+        return None
+
+
+def _read_parquet(p: Path, schema_only: bool = False) -> pl.DataFrame:
+    """A bundle's Parquet table; one that cannot be read (cut short by a copy, overwritten) is named in a
+    clear error rather than failing deep inside the analysis."""
+    try:
+        if schema_only:
+            pl.read_parquet_schema(p)
+            return pl.DataFrame()
+        return pl.read_parquet(p)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise ReplayError(f"{p}: cannot be read as Parquet ({str(e).splitlines()[0][:200]}); the bundle is "
+                          "damaged or cut short: copy it again, or record it again") from None
+
+
 def read_bundle(path: Path) -> Bundle:
     """Read a bundle; refuse one written by a newer schema with a clear message. Its request rows are
     read when they are asked for (``Bundle.requests``, ``Bundle.scan_requests``)."""
@@ -242,6 +263,8 @@ def read_bundle(path: Path) -> Bundle:
         obj = json.loads(meta_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ReplayError(f"{meta_path}:{e.lineno}: bundle.json is not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise ReplayError(f"{meta_path}: not a bundle's metadata (a JSON object is expected)")
     schema = str(obj.get("schema", ""))
     name, _, ver = schema.partition("/")
     if name != "replay-bundle" or not is_uint(ver):
@@ -251,18 +274,38 @@ def read_bundle(path: Path) -> Bundle:
             f"{meta_path}: written by a newer replay ({schema}); this replay reads {SCHEMA}. "
             "Upgrade replay to read this bundle."
         )
+    if obj.get("kind") not in ("production", "replay"):
+        raise ReplayError(f"{meta_path}: kind {obj.get('kind')!r}; expected 'production' or 'replay'")
+    t0 = obj.get("t0_utc")
+    if t0 is not None and _iso_time(t0) is None:
+        raise ReplayError(f"{meta_path}: t0_utc {t0!r} is not an ISO 8601 time such as 2025-05-01T10:00:00Z")
     meta = BundleMeta.from_json(obj)
-    frames = [pl.read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
+    frames = [_read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
     samples = pl.concat(frames).sort("t_us", maintain_order=True) if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
+    if (path / "requests.parquet").exists():  # (read when asked for; its footer is checked now, so that a
+        _read_parquet(path / "requests.parquet", schema_only=True)  # copy cut short is told here, by name)
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():
-        for line in ev_path.read_text(encoding="utf-8").splitlines():
+        lines = ev_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        bad: list[int] = []
+        for no, line in enumerate(lines, start=1):
             if line.strip():
                 try:
-                    events.append(json.loads(line))
+                    ev = json.loads(line)
                 except json.JSONDecodeError:
-                    continue  # a torn last line from a crash; everything before it is kept
+                    ev = None
+                if isinstance(ev, dict):
+                    events.append(ev)
+                else:
+                    bad.append(no)
+        if bad == [len(lines)]:  # a recording stopped while it wrote its last event
+            meta.notes.append(f"{ev_path.name}: its last line (line {bad[0]}) is cut short, as a recording that "
+                              f"stopped while writing leaves it; the {len(events)} events before it are read")
+        elif bad:
+            shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+            meta.notes.append(f"{ev_path.name}: {len(bad)} line(s) are not events (not a JSON object: line {shown}) "
+                              "and are left out; the bundle was changed or damaged after it was written")
     q_path = path / "quarantine.jsonl"
     q = 0
     if q_path.exists():  # (counted line by line: a quarantine can be as large as the evidence)

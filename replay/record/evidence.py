@@ -707,7 +707,7 @@ def _nv_value(cell: str, header: str) -> float | None:
     c = cell.strip()
     if c in NV_UNKNOWN or c in ("-", ""):
         return None
-    m = re.match(r"^([\d.]+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$", c)
+    m = re.match(r"^(\d+(?:\.\d*)?|\.\d+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$", c)  # (a number: not '.' or '1.2.3')
     if not m:
         return None
     v = float(m.group(1))
@@ -952,13 +952,18 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
         for k_src, k in (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"), ("hostname", "host")):
             if row.get(k_src) and row[k_src] not in NV_UNKNOWN:
                 info[k] = row[k_src]
-        for k_src, metric in NVSMI_GPU_FIELDS.items():
-            if k_src in row:
-                v = _nv_value(row[k_src], units[k_src])
-                if v is not None:
-                    p.samples.append((t, gpu, "nvidia-smi", metric, v))
-                    if metric == "device_total_bytes":
-                        info["total_bytes"] = int(v)
+        values = {metric: _nv_value(row[k_src], units[k_src]) for k_src, metric in NVSMI_GPU_FIELDS.items() if k_src in row}
+        garbled = next((k for k in NVSMI_GPU_FIELDS if k in row and values[NVSMI_GPU_FIELDS[k]] is None
+                        and row[k] not in ("-", "") and not (row[k].startswith("[") and row[k].endswith("]"))), None)
+        if garbled is not None:  # (neither a value nor one of nvidia-smi's '[N/A]', '[Unknown Error]', …:
+            # the line was damaged on its way here)
+            p.quarantine.append((i, f"{garbled}: {row[garbled]!r} is not a number", ln))
+            continue
+        for metric, v in values.items():
+            if v is not None:
+                p.samples.append((t, gpu, "nvidia-smi", metric, v))
+                if metric == "device_total_bytes":
+                    info["total_bytes"] = int(v)
         p.parsed += 1
     p.samples = [s for s in p.samples if not (isinstance(s[4], float) and s[4] != s[4])]
     if by_bus and p.kind == "nvidia-smi":

@@ -14,6 +14,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -2936,3 +2937,66 @@ def test_kubernetes_yaml_with_a_time_out_of_range_keeps_the_rest(tmp_path: Path)
     ev = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "host_oom_killed"]
     assert good and good[0]["t_us"] is not None  # (the unbroken file's time is read, as before)
     assert len(ev) == len(good) and ev[0]["exit_code"] == 137 and ev[0]["t_us"] is None
+
+
+def test_a_damaged_bundle_is_named_in_a_clear_error_or_a_note(tmp_path: Path) -> None:
+    """A bundle cut short by a copy or edited by hand: each part that cannot be read is named in a
+    clear error (it failed deep inside the analysis as an internal error), and an events file with
+    lines that are not events says how many were left out (they were dropped without a word)."""
+    good = tmp_path / "good"
+    record([DATA / "v072_80gb_qwen25_72b_awq_runtime_oom_head.log", DATA / "h200_dmon_load.txt"], good,
+           RecordOptions(year=2025, at="2025-01-01T00:00:00Z"))
+    n_events = len(read_bundle(good).events)
+    assert n_events >= 1 and (good / "requests.parquet").exists() and (good / "samples.parquet").exists()
+
+    def damaged(name: str, change: Callable[[Path], object]) -> Path:
+        d = tmp_path / name
+        shutil.copytree(good, d)
+        change(d)
+        return d
+
+    def cut(f: str) -> Callable[[Path], object]:
+        return lambda d: (d / f).write_bytes((d / f).read_bytes()[:100])
+
+    def meta(**kv: object) -> Callable[[Path], object]:
+        return lambda d: (d / "bundle.json").write_text(json.dumps(json.loads((d / "bundle.json").read_text()) | kv))
+
+    for name, change, message in [
+        ("cut-requests", cut("requests.parquet"), r"requests\.parquet: cannot be read as Parquet .*copy it again"),
+        ("cut-samples", cut("samples.parquet"), r"samples\.parquet: cannot be read as Parquet"),
+        ("bad-t0", meta(t0_utc="yesterday"), r"bundle\.json: t0_utc 'yesterday' is not an ISO 8601 time"),
+        ("no-kind", meta(kind=None), r"bundle\.json: kind None; expected 'production' or 'replay'"),
+        ("a-list", lambda d: (d / "bundle.json").write_text("[1, 2]"), r"bundle\.json: not a bundle's metadata"),
+    ]:
+        with pytest.raises(ReplayError, match=message):
+            read_bundle(damaged(name, change))
+
+    lines = (good / "events.jsonl").read_text().splitlines()
+    torn = damaged("torn", lambda d: (d / "events.jsonl").write_text("\n".join(lines) + '\n{"kind": "oom", "t_'))
+    b = read_bundle(torn)
+    assert len(b.events) == n_events
+    assert any(f"its last line (line {n_events + 1}) is cut short" in n for n in b.meta.notes)
+    edited = damaged("edited", lambda d: (d / "events.jsonl").write_text("\n".join([lines[0], "not json", "[1]", *lines[1:]]) + "\n"))
+    b = read_bundle(edited)
+    assert len(b.events) == n_events
+    assert any("2 line(s) are not events (not a JSON object: line 2, 3) and are left out" in n for n in b.meta.notes)
+    assert not any("events.jsonl" in n for n in read_bundle(good).meta.notes)
+
+
+@pytest.mark.parametrize("cell", [". MiB", "1.2.3 MiB", "12x MiB"])
+def test_nvidia_smi_memory_value_that_is_no_number_is_quarantined_with_its_line(cell: str, tmp_path: Path) -> None:
+    """A memory cell damaged on its way here ('.', '1.2.3'): its row goes to the quarantine with the
+    field named, the rows around it are read as before, and nvidia-smi's own bracketed markers still
+    only leave a value out. The number pattern took '.' for a number and ended the record with an
+    internal error."""
+    head = "timestamp, index, memory.used [MiB], memory.total [MiB], memory.reserved [MiB]\n"
+    rows = ["2025/05/01 10:00:00.000, 0, 1200 MiB, 81559 MiB, [N/A]", f"2025/05/01 10:00:01.000, 0, {cell}, 81559 MiB, [N/A]",
+            "2025/05/01 10:00:02.000, 0, [Unknown Error], 81559 MiB, 0 MiB", "2025/05/01 10:00:03.000, 0, 1300 MiB, 81559 MiB, 0 MiB"]
+    src = tmp_path / "smi.csv"
+    src.write_text(head + "\n".join(rows) + "\n")
+    reports, _ = record([src], tmp_path / "b", RecordOptions())
+    assert (reports[0].kind, reports[0].parsed, reports[0].quarantined) == ("nvidia-smi", 4, 1)
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"]) for r in q] == [(3, f"memory.used: {cell!r} is not a number")]
+    used = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
+    assert used["value"].to_list() == [1200 * 2**20, 1300 * 2**20]
