@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -30,6 +31,16 @@ def parse_size_bytes(text: str) -> int | None:
     num = float(m.group(1).replace(",", ""))
     unit = (m.group(2) or "B").lower()
     return int(round(num * _SIZE_MULT.get(unit, 1)))
+
+
+def fraction(v: Any) -> float | None:
+    """A share in (0, 1] such as gpu_memory_utilization, from a number or its text ('0.92', as a
+    scrape's label gives it); None for anything else."""
+    try:
+        u = float(v)
+    except (TypeError, ValueError):
+        return None
+    return u if 0 < u <= 1 else None
 
 
 def gib(n_bytes: float | None) -> float | None:

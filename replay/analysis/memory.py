@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from replay.bundle import DEVICE_SOURCES, Bundle
-from replay.units import GiB
+from replay.units import GiB, fraction
 from replay.versioning import version_key
 
 ACTUAL_PREFERENCE = [*((source, "device_used_bytes") for source in DEVICE_SOURCES), ("process", "process_rss_bytes")]
@@ -76,7 +76,8 @@ def accounting(b: Bundle) -> Accounting:
         if g.get("total_bytes"):
             total = float(g["total_bytes"])
             break
-    util = b.meta.engine_args.get("gpu_memory_utilization") or _first(ev, "memory_budget", "gpu_memory_utilization")
+    # (fraction(): a bundle recorded before it was a number holds a scrape's label text, '0.92')
+    util = fraction(b.meta.engine_args.get("gpu_memory_utilization")) or fraction(_first(ev, "memory_budget", "gpu_memory_utilization"))
     budget_gib = _first(ev, "memory_budget", "budget_gib") or _first(ev, "startup_free", "budget_gib")
     if total is None:
         tg = _first(ev, "memory_budget", "total_gpu_gib") or _first(ev, "memory_profile", "total_gpu_gib") \

@@ -36,7 +36,7 @@ from replay.record import fastlog
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
 from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
-from replay.units import GiB, is_uint
+from replay.units import GiB, fraction, is_uint
 from replay.versioning import version_key
 
 KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "victoriametrics-export", "grafana-csv", "grafana-json", "nvidia-smi",
@@ -830,7 +830,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     meta = BundleMeta(kind="production", t0_utc=t0_utc, vllm_version=version, vllm_version_inferred=inferred,
                       engine=engine, gpus=[gpus[k] for k in sorted(gpus)], keep_prompts=opts.keep_prompts,
                       notes=[n for n in notes if n])
-    util = next((e["data"]["gpu_memory_utilization"] for e in events if e["data"].get("gpu_memory_utilization")), None)
+    # (a log states it as a number, a scrape's vllm:cache_config_info as a label's text: '0.92')
+    util = next((u for e in events if (u := fraction(e["data"].get("gpu_memory_utilization"))) is not None), None)
     if util is not None:
         meta.engine_args["gpu_memory_utilization"] = util
     reports = [rep for _, _, _, rep in parsed_items]
