@@ -226,7 +226,10 @@ class Bundle:
         if self._requests is not None:
             return self._requests.lazy()
         p = self.path / "requests.parquet"
-        return pl.scan_parquet(p) if p.exists() else pl.LazyFrame(schema=REQUESTS_SCHEMA)
+        if not p.exists():
+            return pl.LazyFrame(schema=REQUESTS_SCHEMA)
+        _read_parquet(p, schema_only=True)  # (its footer: a copy cut short is named here, not deep in a query)
+        return pl.scan_parquet(p)
 
     def events_of(self, *kinds: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("kind") in kinds]
@@ -282,8 +285,6 @@ def read_bundle(path: Path) -> Bundle:
     meta = BundleMeta.from_json(obj)
     frames = [_read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
     samples = pl.concat(frames).sort("t_us", maintain_order=True) if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
-    if (path / "requests.parquet").exists():  # (read when asked for; its footer is checked now, so that a
-        _read_parquet(path / "requests.parquet", schema_only=True)  # copy cut short is told here, by name)
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():

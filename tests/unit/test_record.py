@@ -3031,8 +3031,9 @@ def test_a_damaged_bundle_is_named_in_a_clear_error_or_a_note(tmp_path: Path) ->
     def meta(**kv: object) -> Callable[[Path], object]:
         return lambda d: (d / "bundle.json").write_text(json.dumps(json.loads((d / "bundle.json").read_text()) | kv))
 
+    with pytest.raises(ReplayError, match=r"requests\.parquet: cannot be read as Parquet .*copy it again"):
+        read_bundle(damaged("cut-requests", cut("requests.parquet"))).scan_requests()  # (read when asked for)
     for name, change, message in [
-        ("cut-requests", cut("requests.parquet"), r"requests\.parquet: cannot be read as Parquet .*copy it again"),
         ("cut-samples", cut("samples.parquet"), r"samples\.parquet: cannot be read as Parquet"),
         ("bad-t0", meta(t0_utc="yesterday"), r"bundle\.json: t0_utc 'yesterday' is not an ISO 8601 time"),
         ("no-kind", meta(kind=None), r"bundle\.json: kind None; expected 'production' or 'replay'"),
