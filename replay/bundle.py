@@ -10,6 +10,7 @@ recording runs, so a crash or Ctrl-C still leaves a readable bundle; ``close()``
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class BundleWriter:
         self._events = (path / "events.jsonl").open("a", encoding="utf-8")
         self._quarantine = (path / "quarantine.jsonl").open("a", encoding="utf-8")
         self.counts = {"samples": 0, "events": 0, "quarantined": 0, "requests": 0}
+        self._not_finite: dict[str, int] = {}  # metric -> values left out as NaN or infinite
         self._req_parts = 0
         self.write_meta()
 
@@ -108,6 +110,9 @@ class BundleWriter:
     def sample(self, t_us: int, gpu: int | None, source: str, metric: str, value: float | None) -> None:
         if value is None:
             return  # unknown is not recorded as a number
+        if not math.isfinite(value):  # (NaN: a gauge with no value, as Prometheus writes it; ±Inf: none either)
+            self._not_finite[metric] = self._not_finite.get(metric, 0) + 1
+            return
         self._samples.append((int(t_us), gpu, source, metric, float(value)))
         self.counts["samples"] += 1
         if len(self._samples) >= self._flush_every:
@@ -118,6 +123,11 @@ class BundleWriter:
         if df.height == 0:
             return
         df = df.select([pl.col(k).cast(v) for k, v in SAMPLES_SCHEMA.items()]).drop_nulls("value")
+        odd = ~df["value"].is_finite()
+        if odd.any():
+            for metric, n in df.filter(odd).group_by("metric").len().iter_rows():
+                self._not_finite[metric] = self._not_finite.get(metric, 0) + n
+            df = df.filter(~odd)
         df.write_parquet(self.path / f"samples.part{self._parts:05d}.parquet")
         self._parts += 1
         self.counts["samples"] += df.height
@@ -125,7 +135,9 @@ class BundleWriter:
     def samples_lazy(self, lf: pl.LazyFrame) -> None:
         """Append samples from a lazy query, streamed to a part file (never all in memory)."""
         part = self.path / f"samples.part{self._parts:05d}.parquet"
-        lf.select([pl.col(k).cast(v) for k, v in SAMPLES_SCHEMA.items()]).drop_nulls("value").sink_parquet(part)
+        lf = lf.select([pl.col(k).cast(v) for k, v in SAMPLES_SCHEMA.items()]).drop_nulls("value")
+        # (the numbers of log lines: never NaN where the pattern matched, but a sample is a finite number)
+        lf.filter(pl.col("value").is_finite()).sink_parquet(part)
         self._parts += 1
         self.counts["samples"] += pl.scan_parquet(part).select(pl.len()).collect().item()
 
@@ -175,6 +187,10 @@ class BundleWriter:
         self.write_meta()
 
     def close(self) -> None:
+        if self._not_finite:
+            n = sum(self._not_finite.values())
+            self.meta.notes.append(f"{n} value(s) were NaN or infinite, which measure nothing, and are left out of the "
+                                   "timeline: " + ", ".join(f"{m} ({k})" for m, k in sorted(self._not_finite.items())))
         self.flush()
         parts = sorted(self.path.glob("samples.part*.parquet"))
         target = self.path / "samples.parquet"

@@ -3088,3 +3088,20 @@ def test_scrape_utilization_label_with_a_gpu_gives_a_budget_not_an_internal_erro
     acc = accounting(b)
     assert total > 100 * 2**30 and acc.budget_bytes == pytest.approx(0.92 * total)
 
+
+
+def test_values_that_are_nan_or_infinite_are_left_out_and_said(tmp_path: Path) -> None:
+    """A scrape's gauge with no value is NaN in the exposition format (and a broken exporter's +Inf):
+    they measure nothing, so they are no samples (they went into the timeline as NaN and inf, where a
+    peak of them is no peak), and the bundle says how many of which metric were left out."""
+    lines = (DATA / "vllm_cpu_0320_metrics_excerpt.prom").read_text().splitlines()
+    running = next(ln for ln in lines if ln.startswith("vllm:num_requests_running{"))
+    scrape = tmp_path / "m.prom"
+    scrape.write_text("\n".join([*lines, running.replace("} 0.0", "} NaN").replace('engine="0"', 'engine="1"'),
+                                 running.replace("} 0.0", "} +Inf").replace('engine="0"', 'engine="2"'),
+                                 'vllm:kv_cache_usage_perc{engine="0",model_name="./tiny-llama"} -Inf']) + "\n")
+    _, summary = record([scrape], tmp_path / "b", RecordOptions(at="2026-07-03T22:11:09Z"))
+    s = read_bundle(tmp_path / "b").samples
+    assert s["value"].is_finite().all() and s.filter(pl.col("metric") == "requests_running")["value"].to_list() == [0.0]
+    assert "3 value(s) were NaN or infinite, which measure nothing, and are left out of the timeline: kv_usage_ratio (1), " \
+           "requests_running (2)" in summary["notes"]
