@@ -287,6 +287,8 @@ def inspect(
     crash = crash_line(b.events)
     if crash:
         out_console.print(f"When its engine failed, vLLM reported: {crash}", markup=False)
+    for n in b.meta.notes:  # (what the recorder assumed or could not read: the year, a scrape's time, …)
+        out_console.print(f"note: {n}", markup=False)
 
 
 @app.command()

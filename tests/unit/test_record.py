@@ -111,7 +111,7 @@ def test_inspect_shows_vllms_accounting_against_its_budget(tmp_path: Path) -> No
     def shown(log: Path, name: str) -> str:
         record([log], tmp_path / name, RecordOptions(year=2024))
         out = CliRunner().invoke(app, ["inspect", str(tmp_path / name)], env={"COLUMNS": "400"}).output
-        return " ".join(out[out.index("vLLM's accounting"):].split())
+        return " ".join(out[out.index("vLLM's accounting"):].split("\nnote: ")[0].split())  # (the notes follow it)
 
     assert shown(src, "a") == ("vLLM's accounting: weights 14.99 + non-torch 0.35 + activation peak (profiled) 2.99 + "
                                "KV pool 2.89 = 21.22 GiB of its budget 21.22 GiB")
@@ -3105,3 +3105,16 @@ def test_values_that_are_nan_or_infinite_are_left_out_and_said(tmp_path: Path) -
     assert s["value"].is_finite().all() and s.filter(pl.col("metric") == "requests_running")["value"].to_list() == [0.0]
     assert "3 value(s) were NaN or infinite, which measure nothing, and are left out of the timeline: kv_usage_ratio (1), " \
            "requests_running (2)" in summary["notes"]
+
+
+def test_inspect_ends_with_the_bundles_notes(tmp_path: Path) -> None:
+    """`replay inspect` is the one-screen summary: it ends with what the recorder assumed or could not
+    read (the year of a log's lines, values left out), which only `record`'s own output showed."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    record([DATA / "v017_v1_stats_kv_ramp.log"], tmp_path / "b", RecordOptions(year=2025))
+    notes = read_bundle(tmp_path / "b").meta.notes
+    out = CliRunner().invoke(app, ["inspect", str(tmp_path / "b")], env={"COLUMNS": "400"}).output
+    assert notes and any("2025" in n for n in notes)
+    assert out.rstrip().splitlines()[-len(notes):] == [f"note: {n}" for n in notes]
