@@ -454,7 +454,18 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
-    results = _list(_obj(_obj(obj).get("data")).get("result"))
+    data = _obj(_obj(obj).get("data"))
+    if _obj(obj).get("status") == "error" or data.get("resultType") in ("scalar", "string"):
+        # (an error answer holds no data; a scalar or string result is one value with no metric name)
+        p.lines = 1
+        why = (f"the Prometheus API answered with an error ({obj.get('errorType')}: {str(obj.get('error'))[:200]})"
+               if obj.get("status") == "error" else f"a {data['resultType']} result: one value with no metric name")
+        p.quarantine.append((1, why + ", not series", json.dumps(obj)[:300]))
+        p.notes.append(f"{path.name}: {why}: it holds no samples; " + (
+            "correct the query and export it again" if obj.get("status") == "error"
+            else "export a query that returns series (a range or instant vector)"))
+        return p
+    results = _list(data.get("result"))
     metrics = [{str(k): str(v) for k, v in _obj(_obj(r).get("metric")).items()} for r in results]
     tags = vllm_series_tags([(m.get("__name__", ""), m) for m in metrics])  # (several series of one vLLM metric)
     p.lines = len(results)

@@ -469,8 +469,8 @@ _VLLM_LINE = re.compile(fastlog.STRICT_ANY, re.M)
 def detect_kind(text: str) -> str | None:
     head = text[:20000]
     s = head.lstrip()
-    if s.startswith("{") and '"resultType"' in head:
-        return "prometheus-query-range"
+    if s.startswith("{") and ('"resultType"' in head or re.match(r'\{\s*"status"\s*:\s*"error"', s) and '"errorType"' in head):
+        return "prometheus-query-range"  # (or the API's answer to a query it refused)
     if ev.VM_EXPORT_LINE.match(s.split("\n", 1)[0]):
         return "victoriametrics-export"
     if export_kind(head):

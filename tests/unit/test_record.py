@@ -3118,3 +3118,24 @@ def test_inspect_ends_with_the_bundles_notes(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["inspect", str(tmp_path / "b")], env={"COLUMNS": "400"}).output
     assert notes and any("2025" in n for n in notes)
     assert out.rstrip().splitlines()[-len(notes):] == [f"note: {n}" for n in notes]
+
+
+def test_prometheus_api_answer_without_series_is_said_for_what_it_is(tmp_path: Path) -> None:
+    """What `curl …/api/v1/query` saves when the query was refused (status error, as the Prometheus HTTP
+    API documents it) was an unrecognised file; a scalar result was quarantined as 'series 0: not a
+    series' twice over. Both are now read as query answers with no series, quarantined once, and the
+    note says what to export instead. A vector result beside them still gives its samples."""
+    err = tmp_path / "err.json"
+    err.write_text('{"status":"error","errorType":"bad_data","error":"invalid parameter \\"query\\": 1:5: parse error"}\n')
+    scalar = tmp_path / "scalar.json"
+    scalar.write_text('{"status":"success","data":{"resultType":"scalar","result":[1714000000.123,"5"]}}')
+    vector = tmp_path / "vector.json"
+    vector.write_text('{"status":"success","data":{"resultType":"vector","result":[{"metric":{"__name__":'
+                      '"vllm:num_requests_running","engine":"0"},"value":[1714000000.123,"3"]}]}}')
+    reports, _ = record([err, scalar, vector], tmp_path / "b", RecordOptions())
+    assert [(r.kind, r.parsed, r.quarantined) for r in reports] == [
+        ("prometheus-query-range", 0, 1), ("prometheus-query-range", 0, 1), ("prometheus-query-range", 1, 0)]
+    assert "answered with an error (bad_data: invalid parameter \"query\": 1:5: parse error)" in reports[0].notes[0]
+    assert reports[0].notes[0].endswith("correct the query and export it again")
+    assert "a scalar result: one value with no metric name" in reports[1].notes[0]
+    assert read_bundle(tmp_path / "b").samples["value"].to_list() == [3.0]
