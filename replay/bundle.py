@@ -203,7 +203,9 @@ class BundleWriter:
         req_parts = sorted(self.path.glob("requests.part*.arrow"))
         if req_parts:
             frames = [_requests_df(self._requests).lazy(), *(pl.scan_ipc(p) for p in req_parts)]
-            pl.concat(frames, how="diagonal_relaxed").sink_parquet(self.path / "requests.parquet")
+            # (zstd level 2: of the 3.58M rows of a 1 GiB log, 39 MB in 1.3-1.6 s, against the default
+            # level 3's 44 MB in 1.5-2.1 s)
+            pl.concat(frames, how="diagonal_relaxed").sink_parquet(self.path / "requests.parquet", compression_level=2)
             for p in req_parts:
                 p.unlink()
         else:
