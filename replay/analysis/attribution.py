@@ -1,9 +1,11 @@
 """Attribution: which traffic drove the gap, and what kind of OOM the messages describe.
 
-Requests sent around the onset are compared with the rest of the traffic, feature by feature
-(input length, max_tokens, prompt_logprobs, logprobs, n/best_of, multimodal items, prefix
-sharing); each feature is scored by how over-represented it is near the onset, weighted by how
-much memory it is known to cost outside vLLM's budget.
+Requests sent around the onset, and those known to be still in flight at it (sent earlier, finished
+after it: a long prefill, such as one with prompt_logprobs, raises memory while it runs, seconds
+after it was sent), are compared with the rest of the traffic, feature by feature (input length,
+max_tokens, prompt_logprobs, logprobs, n/best_of, multimodal items, prefix sharing); each feature is
+scored by how over-represented it is near the onset, weighted by how much memory it is known to
+cost outside vLLM's budget.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def attribute(requests: pl.DataFrame | pl.LazyFrame, onset_us: int | None, *, be
     t = pl.coalesce(pl.col("sent_us"), pl.col("arrival_us"))
     # (a query, not copies: a day of log holds millions of requests, and only those near the onset
     # are kept as rows; the rest are only averaged)
-    r = requests.lazy().select("id", _near=(t >= onset_us - before_us) & (t <= onset_us + after_us),
+    # (in flight only where its finish is known: a log without finish lines would make every earlier
+    # request look in flight)
+    in_flight = (t < onset_us - before_us) & (pl.col("finish_us") > onset_us).fill_null(False)
+    r = requests.lazy().select("id", _near=((t >= onset_us - before_us) & (t <= onset_us + after_us)) | in_flight,
                                **{f"f_{k}": v for k, v in FEATURES.items()})
     near, rest = pl.collect_all([
         r.filter("_near"),

@@ -67,7 +67,9 @@ def test_replay_reproduces_the_divergence(replay_bundle: tuple[Path, subprocess.
     # before the prompt_logprobs requests actual memory stays at what vLLM sized; during them it rises far above
     assert before["gap_bytes"].max() < 0.2 * 2**30
     assert after["gap_bytes"].max() > 1.0 * 2**30
-    assert a.div.onset_us is not None and lp["sent_us"] <= a.div.onset_us <= lp["sent_us"] + 2_000_000
+    # the rise begins while the prompt_logprobs prefill runs: within 2 s of its send on a CPU with
+    # AVX-512, 6-8 s on one without (the prefill is that much slower), never after it finished
+    assert a.div.onset_us is not None and lp["sent_us"] <= a.div.onset_us < lp["finish_us"]
     assert a.attributions[0].feature == "prompt_logprobs"
     assert set(a.attributions[0].near_ids) >= {"logprobs-0"}
     # the allocator probe was loaded by the engine's own Python processes (API server, engine core, worker);
@@ -110,7 +112,7 @@ def test_version_comparison_on_the_real_engine(replay_bundle: tuple[Path, subpro
     for x, row in zip(runs, rows):
         lp = x.bundle.requests.filter(x.bundle.requests["id"] == "logprobs-0").row(0, named=True)
         first = int(x.bundle.requests["arrival_us"].min())
-        assert (lp["sent_us"] - first) / 1e6 - 0.5 <= row["onset_trace_s"] <= (lp["sent_us"] - first) / 1e6 + 2.5
+        assert (lp["sent_us"] - first) / 1e6 - 0.5 <= row["onset_trace_s"] <= (lp["finish_us"] - first) / 1e6  # (see above)
         assert row["oom_label"] == "no"
     html = tmp_path / "compare.html"
     rr = _replay("report", str(a_path), "--compare", str(b_path), "-o", str(html))

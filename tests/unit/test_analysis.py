@@ -5,9 +5,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from replay.analysis.attribution import classify_oom
+from replay.analysis.attribution import attribute, classify_oom
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.report.check import run_check
@@ -90,3 +91,24 @@ def test_check_thresholds(tmp_path: Path) -> None:
     assert failures == 1 and lines[0].startswith("FAIL discrepancy")
     failures, _ = run_check(tmp_path / "step", 10.0, 4 * GIB, False)
     assert failures == 0
+
+
+def test_a_request_still_in_flight_at_the_onset_is_attributed() -> None:
+    """A prompt_logprobs prefill raises memory while it runs, seconds after it was sent (on the CPU
+    engine of a machine without AVX-512: 6-8 s). It was only compared by its send time, so the chat
+    requests sent just before the onset took the blame; a request known to be in flight at the onset
+    (finished after it) is now among those near it. One whose finish is unknown is not: a log without
+    finish lines would make every earlier request look in flight."""
+    onset = 60_000_000
+    rows = [{"id": f"chat-{i}", "sent_us": i * 1_000_000, "finish_us": i * 1_000_000 + 700_000, "input_tokens": 300,
+             "max_tokens": 64 + 8 * (i >= 55), "prompt_logprobs": None} for i in range(90)]
+    rows.append({"id": "logprobs-0", "sent_us": onset - 8_000_000, "finish_us": onset + 50_000_000,
+                 "input_tokens": 2500, "max_tokens": 1, "prompt_logprobs": 20})
+    rows.append({"id": "logprobs-unknown-end", "sent_us": onset - 30_000_000, "finish_us": None,
+                 "input_tokens": 2500, "max_tokens": 1, "prompt_logprobs": 20})
+    df = pl.DataFrame(rows, schema_overrides={"finish_us": pl.Int64, "prompt_logprobs": pl.Int64}).with_columns(
+        arrival_us=pl.col("sent_us"), logprobs=pl.lit(None, pl.Int64), n=pl.lit(None, pl.Int64),
+        best_of=pl.lit(None, pl.Int64), mm_items=pl.lit(None, pl.Int64), prefix_blocks=pl.lit(None, pl.Int64))
+    got = attribute(df, onset)
+    assert got[0].feature == "prompt_logprobs" and got[0].near_ids == ["logprobs-0"]
+    assert all("logprobs-unknown-end" not in a.near_ids for a in got)
