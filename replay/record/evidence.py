@@ -711,12 +711,18 @@ _NVSMI_MIB_FIELDS = ("memory.used", "memory.free", "memory.total", "memory.reser
 NV_UNKNOWN = ("[N/A]", "N/A", "[Not Supported]")  # what nvidia-smi writes for a value it has not
 
 
+def _nv_unknown(c: str) -> bool:
+    """Whether a (stripped) cell is nvidia-smi's word for a value it has not: NV_UNKNOWN, any other
+    bracketed word ('[Unknown Error]', '[GPU requires reset]'), '-' or nothing."""
+    return c in NV_UNKNOWN or c in ("-", "") or (c.startswith("[") and c.endswith("]"))
+
+
 def _nv_value(cell: str, header: str) -> float | None:
     """A value of nvidia-smi's CSV in its base unit (bytes for memory). Memory fields are MiB in every
     nvidia-smi: a bare number is MiB whether the header says so ('memory.used [MiB]', as nvidia-smi
     writes it, nounits or not) or not (a column list typed for --nvsmi-columns)."""
     c = cell.strip()
-    if c in NV_UNKNOWN or c in ("-", ""):
+    if _nv_unknown(c):
         return None
     m = re.match(r"^(\d+(?:\.\d*)?|\.\d+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$", c)  # (a number: not '.' or '1.2.3')
     if not m:
@@ -964,10 +970,9 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             if row.get(k_src) and row[k_src] not in NV_UNKNOWN:
                 info[k] = row[k_src]
         values = {metric: _nv_value(row[k_src], units[k_src]) for k_src, metric in NVSMI_GPU_FIELDS.items() if k_src in row}
-        garbled = next((k for k in NVSMI_GPU_FIELDS if k in row and values[NVSMI_GPU_FIELDS[k]] is None
-                        and row[k] not in ("-", "") and not (row[k].startswith("[") and row[k].endswith("]"))), None)
-        if garbled is not None:  # (neither a value nor one of nvidia-smi's '[N/A]', '[Unknown Error]', …:
-            # the line was damaged on its way here)
+        garbled = next((k for k, metric in NVSMI_GPU_FIELDS.items()
+                        if k in row and values[metric] is None and not _nv_unknown(row[k])), None)
+        if garbled is not None:  # (neither a value nor nvidia-smi's word for none: damaged on its way here)
             p.quarantine.append((i, f"{garbled}: {row[garbled]!r} is not a number", ln))
             continue
         for metric, v in values.items():

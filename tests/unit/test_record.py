@@ -3062,11 +3062,12 @@ def test_nvidia_smi_memory_value_that_is_no_number_is_quarantined_with_its_line(
     internal error."""
     head = "timestamp, index, memory.used [MiB], memory.total [MiB], memory.reserved [MiB]\n"
     rows = ["2025/05/01 10:00:00.000, 0, 1200 MiB, 81559 MiB, [N/A]", f"2025/05/01 10:00:01.000, 0, {cell}, 81559 MiB, [N/A]",
-            "2025/05/01 10:00:02.000, 0, [Unknown Error], 81559 MiB, 0 MiB", "2025/05/01 10:00:03.000, 0, 1300 MiB, 81559 MiB, 0 MiB"]
+            "2025/05/01 10:00:02.000, 0, [Unknown Error], 81559 MiB, 0 MiB", "2025/05/01 10:00:03.000, 0, 1300 MiB, 81559 MiB, 0 MiB",
+            "2025/05/01 10:00:04.000, 0, N/A, 81559 MiB, -"]  # (N/A unbracketed, as some drivers write it)
     src = tmp_path / "smi.csv"
     src.write_text(head + "\n".join(rows) + "\n")
     reports, _ = record([src], tmp_path / "b", RecordOptions())
-    assert (reports[0].kind, reports[0].parsed, reports[0].quarantined) == ("nvidia-smi", 4, 1)
+    assert (reports[0].kind, reports[0].parsed, reports[0].quarantined) == ("nvidia-smi", 5, 1)
     q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
     assert [(r["line"], r["reason"]) for r in q] == [(3, f"memory.used: {cell!r} is not a number")]
     used = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
