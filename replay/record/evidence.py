@@ -1122,7 +1122,12 @@ def parse_gpustat(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
             continue
         m = _GPUSTAT_HEAD.match(s)
         if m:
-            t = _utc(datetime.strptime(" ".join(m["t"].split()), "%a %b %d %H:%M:%S %Y"), tz_offset_s)
+            try:
+                t = _utc(datetime.strptime(" ".join(m["t"].split()), "%a %b %d %H:%M:%S %Y"), tz_offset_s)
+            except ValueError:  # (a header of the shape whose time is none, 'Wed Nov 5 20:16:67': its rows have none)
+                t = None
+                p.quarantine.append((i, f"gpustat header time {m['t'].strip()!r} is not a time", ln))
+                continue
             p.naive_local_times = True
             p.parsed += 1
             continue

@@ -3140,3 +3140,19 @@ def test_prometheus_api_answer_without_series_is_said_for_what_it_is(tmp_path: P
     assert reports[0].notes[0].endswith("correct the query and export it again")
     assert "a scalar result: one value with no metric name" in reports[1].notes[0]
     assert read_bundle(tmp_path / "b").samples["value"].to_list() == [3.0]
+
+
+def test_gpustat_header_with_a_time_that_is_none_is_quarantined(tmp_path: Path) -> None:
+    """A gpustat header whose time cannot be one (second 67, a digit garbled on its way here) ended the
+    record with an internal error; it goes to the quarantine, and the rows under it have no time."""
+    text = (DATA / "gpustat_cup_and_default.txt").read_text()
+    first = text.splitlines()[0]
+    assert "20:16:36 2025" in first
+    src = tmp_path / "gpustat.txt"
+    src.write_text(text.replace(first, first.replace("20:16:36", "20:16:67"), 1))
+    good, _ = record([DATA / "gpustat_cup_and_default.txt"], tmp_path / "good", RecordOptions())
+    reports, _ = record([src], tmp_path / "b", RecordOptions())
+    assert reports[0].kind == "gpustat" and reports[0].quarantined == good[0].quarantined + 1
+    q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"]) for r in q if "header" in r["reason"]] == [
+        (1, "gpustat header time 'Wed Nov  5 20:16:67 2025' is not a time")]
