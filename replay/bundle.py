@@ -13,6 +13,8 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -246,7 +248,8 @@ class Bundle:
         p = self.path / "requests.parquet"
         if not p.exists():
             return pl.LazyFrame(schema=REQUESTS_SCHEMA)
-        _read_parquet(p, schema_only=True)  # (its footer: a copy cut short is named here, not deep in a query)
+        with _parquet_of_bundle(p):  # (its footer: a copy cut short is named here, not deep in a query)
+            pl.read_parquet_schema(p)
         return pl.scan_parquet(p)
 
     def events_of(self, *kinds: str) -> list[dict[str, Any]]:
@@ -261,17 +264,20 @@ def _iso_time(v: Any) -> datetime | None:
         return None
 
 
-def _read_parquet(p: Path, schema_only: bool = False) -> pl.DataFrame:
-    """A bundle's Parquet table; one that cannot be read (cut short by a copy, overwritten) is named in a
-    clear error rather than failing deep inside the analysis."""
+@contextmanager
+def _parquet_of_bundle(p: Path) -> Iterator[None]:
+    """A bundle's Parquet file that cannot be read (cut short by a copy, overwritten) is named in a clear
+    error rather than failing deep inside the analysis."""
     try:
-        if schema_only:
-            pl.read_parquet_schema(p)
-            return pl.DataFrame()
-        return pl.read_parquet(p)
+        yield
     except (pl.exceptions.PolarsError, OSError) as e:
         raise ReplayError(f"{p}: cannot be read as Parquet ({str(e).splitlines()[0][:200]}); the bundle is "
                           "damaged or cut short: copy it again, or record it again") from None
+
+
+def _read_parquet(p: Path) -> pl.DataFrame:
+    with _parquet_of_bundle(p):
+        return pl.read_parquet(p)
 
 
 def read_bundle(path: Path) -> Bundle:

@@ -455,14 +455,15 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
                       host: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
     data = _obj(_obj(obj).get("data"))
-    if _obj(obj).get("status") == "error" or data.get("resultType") in ("scalar", "string"):
+    refused = _obj(obj).get("status") == "error"
+    if refused or data.get("resultType") in ("scalar", "string"):
         # (an error answer holds no data; a scalar or string result is one value with no metric name)
         p.lines = 1
         why = (f"the Prometheus API answered with an error ({obj.get('errorType')}: {str(obj.get('error'))[:200]})"
-               if obj.get("status") == "error" else f"a {data['resultType']} result: one value with no metric name")
+               if refused else f"a {data['resultType']} result: one value with no metric name")
         p.quarantine.append((1, why + ", not series", json.dumps(obj)[:300]))
         p.notes.append(f"{path.name}: {why}: it holds no samples; " + (
-            "correct the query and export it again" if obj.get("status") == "error"
+            "correct the query and export it again" if refused
             else "export a query that returns series (a range or instant vector)"))
         return p
     results = _list(data.get("result"))
