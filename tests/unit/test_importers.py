@@ -419,7 +419,8 @@ _SUFFIXES = ["", "Z", "+01:00", "-05:30", "+0530", "-0000", " "]
 def test_azure_timestamp_fast_form_agrees_with_the_full_parser(rows: list[tuple[int, str, str, str]]) -> None:
     """Both parsers give the time Python's ISO parser gives (UTC where no zone is stated); the cheap
     one, shaped on the first row, either agrees exactly (any number of fraction digits, 'T' or ' ',
-    any zone) or leaves the row to the full parser, and it takes every row shaped like the first."""
+    any zone) or leaves the row to the full parser, and it takes every row shaped like the first (in
+    the first row's zone)."""
     import datetime as dt
 
     import polars as pl
@@ -437,7 +438,7 @@ def test_azure_timestamp_fast_form_agrees_with_the_full_parser(rows: list[tuple[
     assert (df["full"] == df["ref"]).all(), df.filter(pl.col("full") != pl.col("ref"))
     taken = df.filter(pl.col("fast").is_not_null())
     assert (taken["fast"] == taken["ref"]).all(), taken.filter(pl.col("fast") != pl.col("ref"))
-    kind = {"": "", "Z": "Z", "+01:00": "hh:mm", "-05:30": "hh:mm"}  # (other suffixes: the full parser's)
+    kind = {"": "", "Z": "Z", "+01:00": "+01:00", "-05:30": "-05:30"}  # (other suffixes: the full parser's)
 
     def shape(r: tuple[int, str, str, str]) -> tuple[str, str] | None:
         return (r[3], kind[r[2]]) if r[2] in kind and len(r[1]) <= 9 else None
@@ -608,6 +609,21 @@ def test_the_cheap_time_parser_is_shaped_on_a_semicolon_files_first_time(tmp_pat
     p = tmp_path / "t.csv"
     p.write_text("trace;TIMESTAMP;ContextTokens;GeneratedTokens\ncode_1week;2024-05-10 00:00:00.009930+00:00;2162;5\n")
     assert _first_value(p, "TIMESTAMP") == "2024-05-10 00:00:00.009930+00:00"
+
+
+def test_a_file_whose_zone_changes_is_read_in_each_rows_own_zone(tmp_path: Path) -> None:
+    """Times in local time across a change of summer time ('+01:00', then '+02:00'): every row is read in
+    its own zone, in order (the cheap parser takes only the first row's zone; the others send the file
+    to the full parser, not to a constant offset)."""
+    p = tmp_path / "dst.csv"
+    p.write_text("trace,TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "conv,2024-03-31 01:59:59.500000+01:00,10,1\n"
+                 "conv,2024-03-31 03:00:00.250000+02:00,20,2\n"
+                 "conv,2024-03-31 03:00:01+02:00,30,3\n")
+    res = import_trace("azure", p, tmp_path / "t.jsonl")
+    assert (res.rows_read, res.rows_emitted) == (3, 3)
+    assert [r["t_us"] for r in iter_requests(tmp_path / "t.jsonl")] == [0, 750_000, 1_500_000]
+    assert read_header(tmp_path / "t.jsonl").time["t0_src_us"] == 1_711_846_799_500_000  # 00:59:59.5 UTC
 
 
 def test_import_tells_its_progress_through_the_file(tmp_path: Path) -> None:
