@@ -1,4 +1,5 @@
-"""A function over items in worker threads, with results in order and bounded look-ahead.
+"""Work in threads: a function over items with results in order and bounded look-ahead, and the
+removal of spilled files behind the work that follows.
 
 The heavy work in the importers and the recorder is polars, which releases the GIL, so threads
 overlap it with the Python that reads input and writes output in order. ``Executor.map`` would
@@ -7,9 +8,12 @@ submit every item at once and hold all their inputs and results; this holds at m
 
 from __future__ import annotations
 
+import shutil
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -36,3 +40,25 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
         finally:
             for f in pending:
                 f.cancel()
+
+
+@contextmanager
+def background_removal() -> Iterator[Callable[[Path], None]]:
+    """A function that removes a file or folder (missing ones too) in a thread of its own; leaving
+    the block waits until everything handed to it is gone.
+
+    Spilled intermediate files are hundreds of megabytes. Once the kernel has written them back,
+    unlinking them waits on the file system's journal: 0.3-0.5 s for 400 MB on a virtual disk, with
+    next to no CPU. The work that follows need not wait for that."""
+    with ThreadPoolExecutor(1, thread_name_prefix="remove") as pool:
+        def remove(path: Path) -> None:
+            pool.submit(_remove, path)
+        yield remove
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with suppress(OSError):
+            path.unlink(missing_ok=True)

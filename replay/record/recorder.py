@@ -30,7 +30,7 @@ from replay.filehash import (
     file_sha256,
     text_bom,
 )
-from replay.parallel import ordered_map
+from replay.parallel import background_removal, ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog
 from replay.record.exports import convert, export_kind, renumber
@@ -238,7 +238,7 @@ def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
 
 
 def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink: Callable[[pl.DataFrame], None],
-                        spill: Path, stage: Callable[[str], None] | None = None) -> None:
+                        spill: Path, remove: Callable[[Path], None], stage: Callable[[str], None] | None = None) -> None:
     """One row per request id seen in the logs: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
@@ -250,7 +250,8 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
     hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and handed to
     ``sink`` before the next is read. Within a bucket rows are in log order; across buckets in bucket
     order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
-    of them measured twice the memory)."""
+    of them measured twice the memory). The spilled request facts are handed to ``remove`` as soon as
+    they are read for the last time."""
     owner = {f: i for i, log in enumerate(logs) for f in log.ff.requests}  # (slow_requests are among them)
     names = [log.name for log in logs]
 
@@ -290,6 +291,8 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
     def split(g: int) -> None:
         df = _partials(facts_of(groups[g]).filter(kind != "request_aborted").collect()).with_columns(
             bucket=pl.col("h") % nb)
+        for f in groups[g]:
+            remove(f)
         df = df.drop([c for c in fastlog.REQUEST_DETAILS if df[c].null_count() == df.height])  # fast-lane facts: none
         for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
             part.write_ipc(Path(tmp) / f"b{b:05d}.g{g:05d}.arrow")
@@ -299,12 +302,16 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
         if not files:
             return None
         partials = pl.concat([pl.scan_ipc(f) for f in files], how="diagonal_relaxed").collect()
+        for f in files:
+            remove(f)
         partials = partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
                                             if c not in partials.columns})
         return _request_rows(_merge(partials), aborted, names, t0, keep_prompts)
 
     # two groups, then two buckets, side by side (eager polars work is mostly single-threaded)
-    with tempfile.TemporaryDirectory(dir=spill, prefix="requests-") as tmp:
+    spill.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=spill, prefix="requests-")
+    try:
         for _ in ordered_map(split, range(len(groups)), workers=2, ahead=2):
             pass
         for b, out in enumerate(ordered_map(bucket, range(nb), workers=2, ahead=2)):  # two buckets in the works at most
@@ -312,6 +319,8 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
                 sink(out)
             if stage is not None:
                 stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
+    finally:
+        remove(Path(tmp))
 
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
@@ -847,8 +856,21 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         w.sample(st - (t0 or 0), sgpu, source, metric, value)
     for log in logs:
         untimed += _write_stats(w, log, t0 or 0)
+    with background_removal() as remove:  # (the spill goes while the bundle is written)
+        _write_rest(w, logs, t0, opts, spill_root, events, quarantine, unknown, untimed, remove)
+    summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
+               "quarantined": w.counts["quarantined"], "notes": meta.notes}
+    return reports, summary
+
+
+def _write_rest(w: BundleWriter, logs: list[_LogFacts], t0: int | None, opts: RecordOptions, spill_root: Path,
+                events: list[dict[str, Any]], quarantine: list[tuple[str, int | None, str, str]], unknown: list[Path],
+                untimed: int, remove: Callable[[Path], None]) -> None:
+    """The bundle's requests, events, quarantine and notes, and its close; ``remove`` takes the spill away."""
+    meta = w.meta
     if logs:
-        _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, opts.stage)
+        _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
+    remove(spill_root)
     for we in events:
         t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
         w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
@@ -861,8 +883,4 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
     if opts.stage is not None:
         opts.stage("writing the bundle")
-    w.close()
-    shutil.rmtree(spill_root, ignore_errors=True)
-    summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
-               "quarantined": w.counts["quarantined"], "notes": meta.notes}
-    return reports, summary
+    w.close(remove)

@@ -1,10 +1,12 @@
-"""ordered_map: results in order, never more than ``ahead`` items taken and not handed back."""
+"""ordered_map: results in order, never more than ``ahead`` items taken and not handed back; background
+removal: everything handed to it is gone when its block is left."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from replay.parallel import ordered_map
 
@@ -43,3 +45,24 @@ def test_stopping_early_cancels_what_was_not_started() -> None:
     assert next(gen) == 0
     gen.close()
     assert len(started) <= 5  # at most the look-ahead ran, not all 100
+
+
+def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> None:
+    """Files, folders with files in them, and paths already gone: all are gone once the block is left
+    (the recorder returns only then), and the block's own work runs meanwhile."""
+    from replay.parallel import background_removal
+    folder = tmp_path / "spill" / "requests-x"
+    folder.mkdir(parents=True)
+    files = [folder / f"b{i}.arrow" for i in range(50)] + [tmp_path / "part.arrow"]
+    for f in files:
+        f.write_bytes(b"x" * 100_000)
+    kept = tmp_path / "bundle.json"
+    kept.write_text("{}")
+    with background_removal() as remove:
+        for f in files[:10]:
+            remove(f)
+        remove(tmp_path / "never-there")
+        remove(tmp_path / "spill")
+        remove(files[-1])
+    assert not (tmp_path / "spill").exists() and not files[-1].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json"]
