@@ -37,6 +37,7 @@ from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
 from replay.trace.format import read_trace
 from replay.trace.prompts import synth_prompt_ids
+from replay.units import fraction
 
 CPU_DEFAULT_ARGS: dict[str, Any] = {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 8192,
                                     "max_logprobs": 20}
@@ -87,6 +88,23 @@ def _p99(xs: list[int]) -> float | None:
     return float(s[min(len(s) - 1, int(0.99 * len(s)))])
 
 
+def user_engine_args(opts: RunOptions) -> dict[str, Any]:
+    """The engine arguments the user gave: the --engine-args JSON file (an object of name: value),
+    then the --set overrides."""
+    out: dict[str, Any] = {}
+    if opts.engine_args_file:
+        try:
+            given = json.loads(opts.engine_args_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ReplayError(f"{opts.engine_args_file}: cannot read engine args JSON ({e})", 2) from None
+        if not isinstance(given, dict):
+            raise ReplayError(f"{opts.engine_args_file}: engine args must be a JSON object of argument names and values "
+                              f'(such as {{"max_model_len": 8192}}), not {type(given).__name__}', 2)
+        out.update(given)
+    out.update(eargs.parse_set(opts.set_args))
+    return out
+
+
 def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: dict[str, Any], opts: RunOptions,
                     console: Console) -> dict[str, Any] | None:
     """On a GPU other than production's: warn, or (--emulate-capacity, local GPU bigger) plan a ballast
@@ -103,7 +121,10 @@ def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: 
         console.print(f"[yellow]warning:[/] {escape(where)}; memory headroom differs from the incident"
                       + ("" if local < int(prod_total) else " (--emulate-capacity holds the difference)"))
         return None
-    util = float(engine_args.get("gpu_memory_utilization") or 0.9)
+    given = engine_args.get("gpu_memory_utilization")
+    util = 0.9 if given is None else fraction(given)  # (vLLM's default)
+    if util is None:
+        raise ReplayError(f"gpu_memory_utilization {given!r} is not a fraction of GPU memory in (0, 1] (such as 0.9)", 2)
     scaled = scaled_utilization(util, int(prod_total), local)
     engine_args["gpu_memory_utilization"] = scaled
     console.print(f"emulating production capacity: {escape(where)}; ballast {(local - int(prod_total)) / 2**30:.1f} GiB, "
@@ -123,6 +144,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             r["t_us"] -= a
     if not reqs:
         raise ReplayError(f"{trace_path}: no requests to replay (check --window)", 2)
+    user_args = user_engine_args(opts)  # (checked before an engine is installed for them)
     spec = envs.resolve(opts.vllm)
     envs.adopt_existing(spec)
     if not envs.is_installed(spec):
@@ -132,12 +154,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             envs.install(spec, log=lambda m: console.print(f"[dim]{escape(m)}[/]"))
     engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
     engine_args.update(header.engine_args or {})
-    if opts.engine_args_file:
-        try:
-            engine_args.update(json.loads(opts.engine_args_file.read_text()))
-        except (OSError, json.JSONDecodeError) as e:
-            raise ReplayError(f"{opts.engine_args_file}: cannot read engine args JSON ({e})", 2) from None
-    engine_args.update(eargs.parse_set(opts.set_args))
+    engine_args.update(user_args)
     nvml = open_nvml() if spec.device == "cuda" else None
     emulation = _plan_emulation(nvml, header.production or {}, engine_args, opts, console)
     with console.status(f"reading vLLM {spec.version}'s argument list"):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,43 @@ def test_sampler_with_fake_nvml(tmp_path) -> None:  # type: ignore[no-untyped-de
     assert used == [10 * 2**30, 20 * 2**30, 30 * 2**30]
     other = b.samples.filter(b.samples["metric"] == "other_processes_bytes")["value"].to_list()
     assert other == [2**30] * 3
+
+
+def test_engine_args_file_must_hold_an_object(tmp_path: Path) -> None:
+    """The --engine-args file is an object of argument names and values, and --set overrides it; a
+    list or a file that is no JSON is refused naming the file (a list ended in dict.update's error)."""
+    from replay.drive.runner import RunOptions, user_engine_args
+    f = tmp_path / "args.json"
+    f.write_text('{"max_model_len": 4096, "gpu_memory_utilization": 0.8}')
+    assert user_engine_args(RunOptions(engine_args_file=f, set_args=["max_model_len=2048"])) == {
+        "max_model_len": 2048, "gpu_memory_utilization": 0.8}
+    for text in ('["max_model_len", 4096]', "max_model_len: 4096"):
+        f.write_text(text)
+        with pytest.raises(ReplayError, match=str(f)):
+            user_engine_args(RunOptions(engine_args_file=f))
+
+
+def _gpu(total_gib: int) -> GpuMemory:
+    return GpuMemory(index=0, name="NVIDIA H200", uuid="GPU-1", total_bytes=total_gib << 30, used_bytes=1 << 30,
+                     free_bytes=(total_gib - 1) << 30, reserved_bytes=None)
+
+
+@pytest.mark.parametrize("given,expect", [(None, 0.9), (0.92, 0.92), ("0.92", 0.92), ("92%", None), (1.5, None)])
+def test_emulated_capacity_scales_the_utilization_given(given: object, expect: float | None) -> None:
+    """On a bigger GPU, production's budget in bytes (utilization x its total) is kept: the utilization as a
+    number, as text (a bundle's scrape gives it so), or vLLM's default 0.9; anything else is refused."""
+    from rich.console import Console
+
+    from replay.drive.runner import RunOptions, _plan_emulation
+    args = {} if given is None else {"gpu_memory_utilization": given}
+    prod = {"gpu_total_bytes": 80 << 30, "gpu_name": "NVIDIA A100-SXM4-80GB"}
+    call = lambda: _plan_emulation(FakeNvml([[_gpu(140)]]), prod, args, RunOptions(emulate_capacity=True),  # noqa: E731
+                                   Console(quiet=True))
+    if expect is None:
+        with pytest.raises(ReplayError, match="gpu_memory_utilization"):
+            call()
+        return
+    plan = call()
+    assert plan is not None and plan["ballast_bytes"] == 60 << 30
+    assert plan["gpu_memory_utilization_production"] == expect
+    assert args["gpu_memory_utilization"] == plan["gpu_memory_utilization_scaled"] == round(expect * 80 / 140, 4)
