@@ -299,7 +299,7 @@ def run(
     speed: Annotated[float, typer.Option(help="Time scale: 2 = twice as fast as recorded.")] = 1.0,
     window: Annotated[str | None, typer.Option(help="Replay a slice START:END of trace time, e.g. 10m:20m.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Cap outstanding requests (turns the open loop closed; off by default).")] = None,
-    engine_args: Annotated[Path | None, typer.Option(help="JSON file of engine arguments.")] = None,
+    engine_args: Annotated[Path | None, typer.Option(help='JSON file of engine arguments: an object such as {"max_model_len": 8192}.')] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override an engine argument: key=value.")] = None,
     model: Annotated[Path | None, typer.Option(help="A real model directory (GPU hosts); default: the tiny local Llama.")] = None,
     vocab: Annotated[int, typer.Option(help="Vocabulary of the tiny model (prompt_logprobs cost grows with it).")] = 131072,
