@@ -6,6 +6,7 @@ record -> bundle -> run (replay) -> analyze -> report / postmortem / check.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -57,6 +58,14 @@ def _window(text: str | None) -> tuple[int, int] | None:
     if lo is None or hi is None or hi <= lo:
         raise ReplayError(f"--window {text!r}: expected START:END such as 600s:1200s or 10m:20m", 2)
     return lo, hi
+
+
+def _capacity_bytes(gib: float | None) -> int | None:
+    if gib is None:
+        return None
+    if not math.isfinite(gib):  # (the others are judged with the run's options)
+        raise ReplayError(f"--capacity-gib: expected a limit above 0 GiB, got {gib}", 2)
+    return int(gib * 2**30)
 
 
 @app.command("import")
@@ -194,6 +203,8 @@ def record(
         dur = parse_duration_us(duration) if duration else None
         if iv is None or (duration and dur is None):
             raise ReplayError("--interval/--duration: use forms like 1s, 250ms, 10m", 2)
+        if iv < 10_000:  # (a scrape takes milliseconds: faster polling measures the poller)
+            raise ReplayError(f"--interval {interval!r}: expected 10ms or more between scrapes", 2)
         res = record_live(live, out, interval_s=iv / 1e6, duration_s=None if dur is None else dur / 1e6,
                           use_nvml=nvml, console=err)
         err.print(f"[green]wrote[/] {escape(str(out))}: {res['samples']} samples over {res['seconds']:.1f} s "
@@ -320,7 +331,7 @@ def run(
     opts = RunOptions(vllm=vllm, out=out, speed=speed, window=_window(window), concurrency=concurrency,
                       engine_args_file=engine_args, set_args=set_ or [], model=model, vocab=vocab, seed=seed,
                       interval_s=interval, kv_cache_gib=kv_cache_gib,
-                      capacity_bytes=int(capacity_gib * 2**30) if capacity_gib else None,
+                      capacity_bytes=_capacity_bytes(capacity_gib),
                       emulate_capacity=emulate_capacity, torch_history=torch_history)
     res = do_run(trace, opts, err)
     gib = 2**30

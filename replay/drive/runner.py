@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import signal
 import threading
 import time
@@ -36,7 +37,7 @@ from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
 from replay.trace.format import read_trace
-from replay.trace.prompts import synth_prompt_ids
+from replay.trace.prompts import PROMPT_VOCAB, synth_prompt_ids
 from replay.units import fraction
 
 CPU_DEFAULT_ARGS: dict[str, Any] = {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 8192,
@@ -62,6 +63,34 @@ class RunOptions:
     output_policy: str = "observed"
     torch_history: bool = False  # record allocation history in the engine for the OOM snapshot (costs time)
     emulate_capacity: bool = False  # on a bigger GPU: hold the difference in a ballast, scale the budget
+
+    def check(self) -> None:
+        """Refuse, by the option's name, a value that cannot make a replay: a time scale of zero
+        divides by it, a concurrency cap of zero was taken as none (and one below zero failed), a
+        sampling interval of zero spins, a capacity of zero was silently none."""
+        def positive(x: float) -> bool:
+            return math.isfinite(x) and x > 0
+        bad = [(name, why) for name, ok, why in (
+            ("--speed", positive(self.speed), "a time scale above 0 (2 = twice as fast as recorded)"),
+            ("--concurrency", self.concurrency is None or self.concurrency >= 1, "at least 1 outstanding request"),
+            ("--interval", math.isfinite(self.interval_s) and self.interval_s >= MIN_INTERVAL_S,
+             f"at least {MIN_INTERVAL_S} s between samples"),
+            ("--kv-cache-gib", positive(self.kv_cache_gib), "a KV cache size above 0 GiB"),
+            ("--capacity-gib", self.capacity_bytes is None or self.capacity_bytes > 0, "a limit above 0 GiB"),
+            ("--vocab", self.model is not None or self.vocab >= PROMPT_VOCAB,
+             f"at least {PROMPT_VOCAB} (synthesised prompts use token ids below {PROMPT_VOCAB})"),
+        ) if not ok]
+        if bad:
+            raise ReplayError("; ".join(f"{name}: expected {why}, got {self._given(name)}" for name, why in bad), 2)
+
+    def _given(self, name: str) -> str:
+        v = {"--speed": self.speed, "--concurrency": self.concurrency, "--interval": self.interval_s,
+             "--kv-cache-gib": self.kv_cache_gib, "--vocab": self.vocab,
+             "--capacity-gib": None if self.capacity_bytes is None else self.capacity_bytes / 2**30}[name]
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+MIN_INTERVAL_S = 0.01  # (NVML and /metrics answer in milliseconds; faster sampling measures the sampler)
 
 
 @dataclass
@@ -136,6 +165,7 @@ def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: 
 
 def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
     console = console or Console(stderr=True)
+    opts.check()
     header, reqs = read_trace(trace_path)
     if opts.window:
         a, b = opts.window

@@ -10,6 +10,7 @@ import hashlib
 import random
 
 FIRST_ID = 10  # ids below are special tokens in the tiny model's tokenizer
+PROMPT_VOCAB = 4000  # synthesised ids are below this: the model's vocabulary must be at least as large
 
 
 def _block_ids(key: str, n: int, vocab: int) -> list[int]:
@@ -18,7 +19,7 @@ def _block_ids(key: str, n: int, vocab: int) -> list[int]:
     return [FIRST_ID + rng.randrange(vocab - FIRST_ID) for _ in range(n)]
 
 
-def synth_prompt_ids(n_tokens: int, seed: int, request_id: str, *, vocab: int = 4000,
+def synth_prompt_ids(n_tokens: int, seed: int, request_id: str, *, vocab: int = PROMPT_VOCAB,
                      prefix_blocks: list[int] | None = None, block_size: int | None = None) -> list[int]:
     ids: list[int] = []
     if prefix_blocks and block_size:

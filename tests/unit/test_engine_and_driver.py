@@ -109,3 +109,31 @@ def test_emulated_capacity_scales_the_utilization_given(given: object, expect: f
     assert plan is not None and plan["ballast_bytes"] == 60 << 30
     assert plan["gpu_memory_utilization_production"] == expect
     assert args["gpu_memory_utilization"] == plan["gpu_memory_utilization_scaled"] == round(expect * 80 / 140, 4)
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--speed", "0"], "--speed"), (["--speed", "-2"], "--speed"), (["--speed", "nan"], "--speed"),
+    (["--concurrency", "0"], "--concurrency"), (["--interval", "0"], "--interval"),
+    (["--kv-cache-gib", "0"], "--kv-cache-gib"), (["--capacity-gib", "0"], "--capacity-gib"),
+    (["--capacity-gib", "inf"], "--capacity-gib"), (["--vocab", "1000"], "--vocab"),
+])
+def test_run_refuses_options_that_cannot_make_a_replay(args: list[str], named: str, tmp_path: Path) -> None:
+    """Each is refused by name before anything starts (no trace read, no engine): a time scale of 0
+    divided by zero, a concurrency cap of 0 was silently none, an interval of 0 spun, a capacity of 0
+    was silently none, a vocabulary below the synthesised prompts' ids failed every request."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "not-read.jsonl"), *args, "-o", str(tmp_path / "b")])
+    assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2, res.output
+    assert str(res.exception).startswith(named + ":") and not (tmp_path / "b").exists()
+
+
+def test_run_options_that_make_a_replay_pass_the_check() -> None:
+    """The defaults, and the edges that work: a real model with any vocabulary, a cap of 1, 10 ms."""
+    from replay.drive.runner import RunOptions
+    RunOptions().check()
+    RunOptions(speed=0.5, concurrency=1, interval_s=0.01, kv_cache_gib=0.5, capacity_bytes=1, vocab=100,
+               model=Path("/models/llama")).check()
+    with pytest.raises(ReplayError, match="--speed.*; --vocab"):  # (every problem at once)
+        RunOptions(speed=0, vocab=10).check()

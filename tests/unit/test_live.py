@@ -93,3 +93,14 @@ def test_live_refuses_an_endpoint_without_vllm_metrics(server: _Server, tmp_path
     b = read_bundle(tmp_path / "b")
     assert set(b.samples["source"]) == {"nvml"} and res["samples"] > 0
     assert any("recording NVML alone" in n for n in b.meta.notes)
+
+
+@pytest.mark.parametrize("interval", ["0s", "1ms"])
+def test_live_refuses_an_interval_that_would_spin(interval: str, tmp_path: Path) -> None:
+    """Polling faster than a scrape answers measures the poller: refused by name before any request."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    res = CliRunner().invoke(app, ["record", "--live", "http://127.0.0.1:9", "--interval", interval, "-o", str(tmp_path / "b")])
+    assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2
+    assert "--interval" in str(res.exception) and "reachable" not in str(res.exception)
