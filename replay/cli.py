@@ -158,10 +158,6 @@ def synth(
     from replay.trace.synth import SynthSpec
     from replay.trace.synth import synth as make
     n = 1000 if requests is None else requests
-    if arrival not in ("poisson", "bursty"):
-        raise ReplayError("--arrival must be poisson or bursty", 2)
-    if n <= 0 or rate <= 0:
-        raise ReplayError("--requests and --rate must be positive", 2)
     header, drawn = make(SynthSpec(n, rate, arrival, context_len, input_median, output_median, multimodal,
                                    prompt_logprobs_share, 20, seed))
     try:

@@ -258,8 +258,8 @@ class ServeGenSpec:
 
 def synth_servegen(spec: ServeGenSpec) -> tuple[TraceHeader, list[dict[str, Any]]]:
     """The trace of ``spec.clients`` over ``[start, start + duration)`` of their data, rebased to 0."""
-    if spec.duration_s <= 0 or spec.rate_scale <= 0:
-        raise ReplayError("--duration and --rate-scale must be positive", 2)
+    if not (spec.duration_s > 0 and 0 < spec.rate_scale < math.inf):  # (NaN fails both)
+        raise ReplayError("--duration and --rate-scale must be positive (and --rate-scale finite)", 2)
     clients = [load_client(t, d) for t, d in client_files(spec.clients)]
     busy = [w.start_s for c in clients for w in c.windows if w.rate > 0]
     if not busy:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from replay.errors import ReplayError
 from replay.trace.format import TraceHeader
 
 
@@ -29,10 +30,44 @@ class SynthSpec:
     prompt_logprobs: int = 20
     seed: int = 0
 
+    def check(self) -> None:
+        """Refuse, by the option's name, a spec that cannot make a trace: a median of 0 tokens (a
+        lognormal needs its log), a context of 16 tokens or fewer (16 are kept for the output, so
+        prompts had negative lengths), a share outside 0-1 (taken as always or never), a rate of no
+        number, or so slow that the arrival times overflow the trace's 64-bit microseconds."""
+        def share(x: float) -> bool:
+            return 0.0 <= x <= 1.0  # (NaN fails)
+        bad = [(name, why) for name, ok, why in (
+            ("--requests", self.requests >= 1, "at least 1"),
+            ("--rate", 0 < self.rate < math.inf, "a finite number of requests per second above 0"),
+            ("--arrival", self.arrival in ("poisson", "bursty"), "poisson or bursty"),
+            ("--context-len", self.context_len > CONTEXT_RESERVE, f"more than {CONTEXT_RESERVE} tokens (kept for the output)"),
+            ("--input-median", self.input_median >= 1, "at least 1 token"),
+            ("--output-median", self.output_median >= 1, "at least 1 token"),
+            ("--multimodal", share(self.multimodal_share), "a share from 0 to 1"),
+            ("--prompt-logprobs-share", share(self.prompt_logprobs_share), "a share from 0 to 1"),
+        ) if not ok]
+        if not bad and self.requests / self.rate * 4 > MAX_SPAN_S:  # (a bursty lull runs at a quarter of the rate)
+            bad.append(("--rate", f"a rate at which {self.requests} requests fit in the trace's time "
+                                  f"(about {self.requests / self.rate / 86400 / 365:.3g} years)"))
+        if bad:
+            raise ReplayError("; ".join(f"{name}: expected {why}, got {self._given(name)}" for name, why in bad), 2)
+
+    def _given(self, name: str) -> str:
+        return str({"--requests": self.requests, "--rate": self.rate, "--arrival": self.arrival,
+                    "--context-len": self.context_len, "--input-median": self.input_median,
+                    "--output-median": self.output_median, "--multimodal": self.multimodal_share,
+                    "--prompt-logprobs-share": self.prompt_logprobs_share}[name])
+
+
+CONTEXT_RESERVE = 16  # tokens of the context a prompt leaves for its output
+MAX_SPAN_S = 2**62 / 1e6  # arrival times are µs in 64 bits
+
 
 def synth(spec: SynthSpec) -> tuple[TraceHeader, Iterator[dict[str, Any]]]:
     """The trace's header and its requests, drawn one at a time as they are written (a million
     requests held as objects took 0.9 GB)."""
+    spec.check()
     header = TraceHeader(
         source={"format": "synth", "generator": "replay synth", "seed": spec.seed, "spec": spec.__dict__},
         time={"src_unit": "us", "src_origin": "synthetic", "tz_assumed": None, "clock": "synthetic",
@@ -54,7 +89,7 @@ def _requests(spec: SynthSpec) -> Iterator[dict[str, Any]]:
         else:
             rate = spec.rate
         t += rng.expovariate(rate)
-        n_in = min(spec.context_len - 16, max(1, int(rng.lognormvariate(math.log(spec.input_median), 0.8))))
+        n_in = min(spec.context_len - CONTEXT_RESERVE, max(1, int(rng.lognormvariate(math.log(spec.input_median), 0.8))))
         n_out = min(spec.context_len - n_in, max(1, int(rng.lognormvariate(math.log(spec.output_median), 0.7))))
         sampling: dict[str, Any] = {"temperature": 0.0}
         if rng.random() < spec.prompt_logprobs_share:

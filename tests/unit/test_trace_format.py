@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.errors import ReplayError
 from replay.trace.exporters import export_trace
@@ -103,3 +105,38 @@ def test_synth_streams_its_requests_into_the_trace(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         write_trace(p, h, interrupted())
     assert p.read_bytes() == before and not list(tmp_path.glob("*.part"))  # the last trace, as it was
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--multimodal", "2"], "--multimodal"), (["--prompt-logprobs-share", "-0.1"], "--prompt-logprobs-share"),
+    (["--rate", "nan"], "--rate"), (["--rate", "1e-300"], "--rate"), (["--context-len", "0"], "--context-len"),
+    (["--input-median", "0"], "--input-median"), (["--output-median", "-5"], "--output-median"),
+    (["--arrival", "uniform"], "--arrival"), (["--requests", "0"], "--requests"),
+])
+def test_synth_refuses_a_spec_that_cannot_make_a_trace(args: list[str], named: str, tmp_path: Path) -> None:
+    """By name, before writing: a share outside 0-1 was taken as always or never, a median of 0 or
+    a rate of NaN ended in an internal error, a context of 0 tokens gave prompts of -16 tokens, a rate
+    so slow that the times overflow wrote them anyway."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    res = CliRunner().invoke(app, ["synth", "--requests", "50", *args, "-o", str(tmp_path / "s.jsonl")])
+    assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2, res.output
+    assert str(res.exception).startswith(named + ":") and not (tmp_path / "s.jsonl").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 200), st.floats(1e-3, 1e4), st.sampled_from(["poisson", "bursty"]), st.integers(17, 1 << 17),
+       st.integers(1, 1 << 17), st.integers(1, 1 << 15), st.floats(0, 1), st.floats(0, 1), st.integers(0, 2**32))
+def test_every_spec_the_check_passes_gives_requests_a_server_can_take(
+        n: int, rate: float, arrival: str, ctx: int, in_med: int, out_med: int, mm: float, lp: float, seed: int) -> None:
+    """Whatever the spec that passes the check: prompts of at least 1 token, at least 1 output token,
+    both within the context, arrival times in order and within 64 bits."""
+    spec = SynthSpec(n, rate, arrival, ctx, in_med, out_med, mm, lp, 20, seed)
+    spec.check()
+    reqs = list(synth(spec)[1])
+    assert len(reqs) == n
+    assert all(r["input_tokens"] >= 1 and r["output_tokens"] >= 1 and r["input_tokens"] + r["output_tokens"] <= ctx
+               for r in reqs)
+    ts = [r["t_us"] for r in reqs]
+    assert ts == sorted(ts) and ts[-1] < 2**63
