@@ -222,9 +222,15 @@ def record(
             raise ReplayError(f"--as {a!r}: unknown kind {k!r}; choose one of: {', '.join(KINDS)}", 2)
         kinds[f or "*"] = k
     m = __import__("re").fullmatch(r"([+-])(\d\d):?(\d\d)", tz)
-    if not m:
-        raise ReplayError(f"--tz {tz!r}: expected an offset like +02:00", 2)
+    if not m or int(m.group(3)) > 59 or int(m.group(2)) * 60 + int(m.group(3)) > 14 * 60:  # (zones: -12:00 to +14:00)
+        raise ReplayError(f"--tz {tz!r}: expected an offset like +02:00 (from -14:00 to +14:00)", 2)
     off = (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
+    if year is not None and not 1970 <= year <= 9999:
+        raise ReplayError(f"--year {year}: expected a year from 1970 to 9999", 2)
+    from replay.record.evidence import parse_time
+    if at is not None and parse_time(at, off) is None:  # (unread, it was as if not given)
+        raise ReplayError(f"--at {at!r}: expected a time such as 2025-06-01T10:00:00Z (ISO 8601; without a "
+                          "zone, --tz applies)", 2)
     offsets: dict[str, int] = {}
     for spec in clock_offset or []:
         f, sep, d = spec.rpartition("=")

@@ -3156,3 +3156,23 @@ def test_gpustat_header_with_a_time_that_is_none_is_quarantined(tmp_path: Path) 
     q = [json.loads(ln) for ln in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
     assert [(r["line"], r["reason"]) for r in q if "header" in r["reason"]] == [
         (1, "gpustat header time 'Wed Nov  5 20:16:67 2025' is not a time")]
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--at", "garbage"], "--at"), (["--at", "2025-13-40T00:00:00"], "--at"), (["--year", "0"], "--year"),
+    (["--year", "99999"], "--year"), (["--tz", "+25:00"], "--tz"), (["--tz", "+05:60"], "--tz"),
+])
+def test_record_refuses_a_time_option_it_cannot_read(args: list[str], named: str, tmp_path: Path) -> None:
+    """An --at it cannot read was as if not given (the scrape it was to place went to the quarantine,
+    with a note that no time was found); a --year of 0 ended in an internal error and one of 99999 left
+    every logged time off the timeline; --tz +25:00 shifted times by a day. Each is refused by name."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    res = CliRunner().invoke(app, ["record", str(DATA / "scrape_a100_mps_vllm_pod.prom"), *args, "-o", str(tmp_path / "b")])
+    assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2, res.output
+    assert str(res.exception).startswith(named + " ") and not (tmp_path / "b").exists()
+    ok = CliRunner().invoke(app, ["record", str(DATA / "scrape_a100_mps_vllm_pod.prom"), "--at", "2025-06-01T12:00:00",
+                                  "--tz", "+02:00", "--year", "2025", "-o", str(tmp_path / "b")])
+    assert ok.exit_code == 0, ok.output
+    assert read_bundle(tmp_path / "b").meta.t0_utc.startswith("2025-06-01T10:00:00")
