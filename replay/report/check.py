@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import read_bundle
+from replay.errors import ReplayError
 from replay.units import GiB
 
 
 def run_check(bundle: Path, max_discrepancy_pct: float, max_gap_bytes: int | None, no_oom: bool) -> tuple[int, list[str]]:
+    if not 0 <= max_discrepancy_pct < math.inf:  # (a gate whose limit is no number fails or passes for no reason)
+        raise ReplayError(f"--max-discrepancy {max_discrepancy_pct}: expected a percentage of 0 or more", 2)
+    if max_gap_bytes is not None and max_gap_bytes < 0:
+        raise ReplayError(f"--max-gap-bytes {max_gap_bytes}: expected 0 bytes or more", 2)
     a = analyze_bundle(read_bundle(bundle))
     lines: list[str] = []
     failures = 0

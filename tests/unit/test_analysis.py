@@ -11,6 +11,7 @@ import pytest
 from replay.analysis.attribution import attribute, classify_oom
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
+from replay.errors import ReplayError
 from replay.report.check import run_check
 
 GIB = 2**30
@@ -112,3 +113,12 @@ def test_a_request_still_in_flight_at_the_onset_is_attributed() -> None:
     got = attribute(df, onset)
     assert got[0].feature == "prompt_logprobs" and got[0].near_ids == ["logprobs-0"]
     assert all("logprobs-unknown-end" not in a.near_ids for a in got)
+
+
+@pytest.mark.parametrize("pct,gap,named", [(float("nan"), None, "--max-discrepancy"), (-1.0, None, "--max-discrepancy"),
+                                           (float("inf"), None, "--max-discrepancy"), (3.0, -5, "--max-gap-bytes")])
+def test_check_refuses_a_limit_that_is_no_limit(pct: float, gap: int | None, named: str, tmp_path: Path) -> None:
+    """A gate whose limit is NaN, infinite or below zero fails (or passes) every bundle for no reason of
+    the bundle's: refused by name, before the bundle is read."""
+    with pytest.raises(ReplayError, match="^" + named):
+        run_check(tmp_path / "not-read", pct, gap, False)
