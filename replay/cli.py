@@ -5,12 +5,13 @@ record -> bundle -> run (replay) -> analyze -> report / postmortem / check.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,7 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from replay.errors import EXIT_CHECK_FAILED, ReplayError
+from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, ReplayError
 
 app = typer.Typer(
     name="replay", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
@@ -68,6 +69,35 @@ def _capacity_bytes(gib: float | None) -> int | None:
     return int(gib * 2**30)
 
 
+def _file_out(path: Path, example: str, flag: str = "-o") -> Path:
+    """An output file the user named: refused at once where a folder is in its place (it failed only
+    when the work was done, as an internal error)."""
+    if path.is_dir():
+        raise ReplayError(f"{flag} {path}: is a folder; name a file to write, such as {path / example}", 2)
+    return path
+
+
+def _bundle_out(path: Path) -> Path:
+    """An output bundle: a folder, so refused at once where a file is in its place."""
+    if path.exists() and not path.is_dir():
+        raise ReplayError(f"-o {path}: is a file; a bundle is a folder (name a new one, such as {path.with_suffix('.bundle')})", 2)
+    return path
+
+
+_OS_WHY = {errno.EISDIR: "is a folder", errno.ENOTDIR: "a part of the path is a file, not a folder",
+           errno.ENOENT: "no such file or folder", errno.EACCES: "permission denied", errno.EPERM: "not permitted",
+           errno.EROFS: "on a read-only file system", errno.ENOSPC: "no space left on the device",
+           errno.EDQUOT: "over the disk quota", errno.EEXIST: "is in the way: a file where a folder is needed"}
+
+
+def os_error_message(e: OSError) -> str:
+    """What a failed read or write of a named path says to the user: the path (the target of a rename)
+    and why, in words."""
+    path = os.fsdecode(e.filename2 if e.filename2 is not None else e.filename).removesuffix(".part")  # (what is
+    why = _OS_WHY.get(e.errno or 0) or (e.strerror or str(e)).lower()  # written goes to a part file first)
+    return f"{path}: {why}"
+
+
 @app.command("import")
 def import_cmd(
     fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench, servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0), or auto to tell it from the file's columns.")],
@@ -76,6 +106,7 @@ def import_cmd(
 ) -> None:
     """Import a public LLM serving trace into the replay-trace/1 format (lossless: unmapped columns kept)."""
     from replay.trace.importers import import_trace
+    _file_out(out, "trace.jsonl")
     try:
         with _bytes_progress("[bold]import[/] {task.description}") as prog:
             task = prog.add_task("", total=None)
@@ -99,6 +130,7 @@ def export_cmd(
 ) -> None:
     """Export a trace to another tool's format, or a bundle's timeline to Perfetto."""
     if perfetto is not None:
+        _file_out(perfetto, "timeline.json", "--perfetto")
         from replay.bundle import read_bundle
         from replay.report.perfetto import LARGE_BYTES, write_perfetto
         with err.status(f"writing {escape(str(perfetto))}"):
@@ -114,7 +146,7 @@ def export_cmd(
     if fmt is None or out is None:
         raise ReplayError("give --format and -o for a trace export, or --perfetto FILE for a bundle", 2)
     from replay.trace.exporters import export_notes, export_trace
-    n = export_trace(fmt, src, out)
+    n = export_trace(fmt, src, _file_out(out, f"trace.{fmt}.jsonl"))
     err.print(f"[green]wrote[/] {escape(str(out))}: {n} requests")
     for note in export_notes(fmt, src):
         err.print(f"[yellow]note:[/] {escape(note)}")
@@ -139,6 +171,7 @@ def synth(
 ) -> None:
     """Generate a deterministic synthetic workload: Poisson or bursty arrivals with lognormal lengths, or, with --servegen, the recorded rhythm and lengths of real clients of Alibaba's Model Studio (ServeGen's data/language, data/multimodal, data/reason)."""
     from replay.trace.format import write_trace
+    _file_out(out, "synth.jsonl")
     if servegen:
         from replay.trace.servegen import ServeGenSpec, synth_servegen
         from replay.units import parse_duration_us
@@ -193,6 +226,7 @@ def record(
 
     Give it everything at once, files or a folder: each file is recognised by its content. Logs of several ranks and restarts line up; a log saved twice over (kubectl logs at 10:00, then again at 10:30) gives each fact once; what cannot be read goes to the bundle's quarantine with its file and line. Then: replay inspect BUNDLE, replay report BUNDLE."""
     from replay.units import parse_duration_us
+    _bundle_out(out)
     if live:
         from replay.record.live import record_live
         iv = parse_duration_us(interval)
@@ -330,7 +364,7 @@ def run(
     """
     from replay.drive.runner import RunOptions
     from replay.drive.runner import run as do_run
-    opts = RunOptions(vllm=vllm, out=out, speed=speed, window=_window(window), concurrency=concurrency,
+    opts = RunOptions(vllm=vllm, out=_bundle_out(out), speed=speed, window=_window(window), concurrency=concurrency,
                       engine_args_file=engine_args, set_args=set_ or [], model=model, vocab=vocab, seed=seed,
                       interval_s=interval, kv_cache_gib=kv_cache_gib,
                       capacity_bytes=_capacity_bytes(capacity_gib),
@@ -442,7 +476,7 @@ def report(
 ) -> None:
     """Write a self-contained HTML report: memory timeline, divergence, requests, findings, evidence."""
     from replay.report.html import write_report
-    path = out or Path("reports") / f"{bundle.name.removesuffix('.bundle')}.html"
+    path = _file_out(out or Path("reports") / f"{bundle.name.removesuffix('.bundle')}.html", "report.html")
     with err.status("rendering report"):
         size = write_report(bundle, compare or [], path)
     err.print(f"[green]wrote[/] {escape(str(path))} ({size / 1e6:.1f} MB)")
@@ -456,7 +490,7 @@ def postmortem(
 ) -> None:
     """Draft a postmortem (Google SRE shape) prefilled with what the evidence shows."""
     from replay.report.postmortem import write_postmortem
-    write_postmortem(bundle, out, report_link)
+    write_postmortem(bundle, _file_out(out, "postmortem.md"), report_link)
     err.print(f"[green]wrote[/] {escape(str(out))}")
 
 
@@ -482,13 +516,23 @@ def main() -> None:
     except ReplayError as e:
         err.print(f"[red]error:[/] {escape(e.message)}")
         sys.exit(e.exit_code)
+    except OSError as e:
+        if e.filename is None:  # (not about a path the user can act on: a bug's, or the system's)
+            _internal(e)
+        err.print(f"[red]error:[/] {escape(os_error_message(e))}")
+        sys.exit(EXIT_IO)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
         sys.exit(130)
     except (SystemExit, GeneratorExit):
         raise
-    except BaseException as e:  # a bug, not bad input (a library's panic is a BaseException): say so in one
-        if os.environ.get("REPLAY_DEBUG"):  # line (REPLAY_DEBUG=1 for the traceback)
-            raise
-        err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (set REPLAY_DEBUG=1 for the traceback)")
-        sys.exit(70)
+    except BaseException as e:  # a bug, not bad input (a library's panic is a BaseException)
+        _internal(e)
+
+
+def _internal(e: BaseException) -> NoReturn:
+    """Say so in one line (REPLAY_DEBUG=1 for the traceback)."""
+    if os.environ.get("REPLAY_DEBUG"):
+        raise e
+    err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (set REPLAY_DEBUG=1 for the traceback)")
+    sys.exit(70)

@@ -5,6 +5,7 @@ from __future__ import annotations
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_ENGINE = 4
+EXIT_IO = 74  # a file or folder could not be read or written (sysexits' EX_IOERR)
 EXIT_OOM_REPRODUCED = 10
 EXIT_INTERRUPTED = 130
 EXIT_CHECK_FAILED = 1

@@ -658,3 +658,21 @@ def test_import_tells_its_progress_through_the_file(tmp_path: Path) -> None:
     unpacking = [(d, t) for d, t, w in seen if w == "decompressing"]
     assert len(unpacking) > 3 and unpacking[-1] == (packed.stat().st_size,) * 2
     assert [w for _, _, w in seen][-1] == "reading" and seen[-1][:2] == (size, size)
+
+
+def test_an_output_path_that_cannot_be_written_is_named_not_an_internal_error(tmp_path: Path) -> None:
+    """-o naming a folder is refused before the import runs (it failed at the end, as an internal
+    error); a path that cannot be written (a file where a folder must be) is named with why, exit 74."""
+    import subprocess
+    import sys
+    src = str(shared("traces/azure/AzureLLMInferenceTrace_code.csv"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("x")
+    cases = [(tmp_path / "folder", 2, "is a folder; name a file to write, such as"),
+             (tmp_path / "file" / "t.jsonl", 74, f"{tmp_path / 'file'}: ")]
+    for out, code, said in cases:
+        r = subprocess.run([sys.executable, "-m", "replay", "import", "azure", src, "-o", str(out)],
+                           capture_output=True, text=True, env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"})
+        assert r.returncode == code, r.stderr
+        assert said in r.stderr and "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert list((tmp_path / "folder").iterdir()) == [] and (tmp_path / "file").read_text() == "x"

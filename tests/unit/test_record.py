@@ -3176,3 +3176,22 @@ def test_record_refuses_a_time_option_it_cannot_read(args: list[str], named: str
                                   "--tz", "+02:00", "--year", "2025", "-o", str(tmp_path / "b")])
     assert ok.exit_code == 0, ok.output
     assert read_bundle(tmp_path / "b").meta.t0_utc.startswith("2025-06-01T10:00:00")
+
+
+def test_record_report_and_postmortem_refuse_an_output_of_the_wrong_kind(tmp_path: Path) -> None:
+    """A bundle is a folder and a report or postmortem a file: the other kind in the output's place is
+    refused by name before any work (a file there failed as an internal error in the middle of the
+    record; a folder, once the report was rendered)."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "d").mkdir()
+    log = str(DATA / "v017_v1_stats_kv_ramp.log")
+    res = CliRunner().invoke(app, ["record", log, "-o", str(tmp_path / "f")])
+    assert isinstance(res.exception, ReplayError) and "is a file; a bundle is a folder" in str(res.exception)
+    assert CliRunner().invoke(app, ["record", log, "-o", str(tmp_path / "b")]).exit_code == 0
+    for cmd in (["report", str(tmp_path / "b")], ["postmortem", str(tmp_path / "b")]):
+        res = CliRunner().invoke(app, [*cmd, "-o", str(tmp_path / "d")])
+        assert isinstance(res.exception, ReplayError) and "is a folder; name a file" in str(res.exception), cmd
+    assert (tmp_path / "f").read_text() == "x" and list((tmp_path / "d").iterdir()) == []
