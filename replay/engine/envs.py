@@ -72,7 +72,7 @@ def resolve(version: str, device: str | None = None) -> EnvSpec:
     """'0.6' -> newest 0.6.x for this host; explain clearly when the version cannot run here."""
     device = device or ("cuda" if has_nvidia_gpu() else "cpu")
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?(\.post\d+)?", version):
-        raise ReplayError(f"--vllm {version!r}: expected a version such as 0.6, 0.6.3 or 0.32.0", 2)
+        raise ReplayError(f"vLLM version {version!r}: expected one such as 0.6, 0.6.3 or 0.32.0", 2)
     if device == "cuda":
         pool = CUDA_RELEASES
     else:

@@ -24,6 +24,8 @@ def test_resolve_versions(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve("0.6", "cpu")
     with pytest.raises(ReplayError, match="REPLAY_CPU_EXTRA_INDEX"):
         resolve("0.9", "cpu")
+    with pytest.raises(ReplayError, match=r"^vLLM version 'banana': expected one such as 0\.6"):  # (not '--vllm':
+        resolve("banana", "cpu")  # `replay versions install` takes it as an argument)
 
 
 def test_args_never_existed_and_nearest() -> None:
