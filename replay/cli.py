@@ -93,9 +93,10 @@ _OS_WHY = {errno.EISDIR: "is a folder", errno.ENOTDIR: "a part of the path is a 
 def os_error_message(e: OSError) -> str:
     """What a failed read or write of a named path says to the user: the path (the target of a rename)
     and why, in words."""
-    path = os.fsdecode(e.filename2 if e.filename2 is not None else e.filename).removesuffix(".part")  # (what is
-    why = _OS_WHY.get(e.errno or 0) or (e.strerror or str(e)).lower()  # written goes to a part file first)
-    return f"{path}: {why}"
+    name = e.filename2 if e.filename2 is not None else e.filename
+    path = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
+    why = _OS_WHY.get(e.errno or 0) or (e.strerror or str(e)).lower()
+    return f"{path.removesuffix('.part')}: {why}"  # (what is written goes to a part file first)
 
 
 @app.command("import")

@@ -676,3 +676,15 @@ def test_an_output_path_that_cannot_be_written_is_named_not_an_internal_error(tm
         assert r.returncode == code, r.stderr
         assert said in r.stderr and "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert list((tmp_path / "folder").iterdir()) == [] and (tmp_path / "file").read_text() == "x"
+
+
+def test_an_os_error_is_told_by_the_path_the_user_gave_and_why_in_words() -> None:
+    """The target of a rename (not the part file written first), errno in words, and an error whose
+    'file name' is a descriptor still makes a line (os.fsdecode of an int raised)."""
+    import errno
+
+    from replay.cli import os_error_message
+    assert os_error_message(OSError(errno.ENOSPC, "No space left on device", "/x/t.jsonl.part")) == \
+        "/x/t.jsonl: no space left on the device"
+    assert os_error_message(OSError(errno.EISDIR, "Is a directory", "/o.jsonl.part", None, "/o.jsonl")) == "/o.jsonl: is a folder"
+    assert os_error_message(OSError(errno.EBADF, "Bad file descriptor", 3)) == "3: bad file descriptor"
