@@ -64,7 +64,7 @@ def _window(text: str | None) -> tuple[int, int] | None:
 def _capacity_bytes(gib: float | None) -> int | None:
     if gib is None:
         return None
-    if not math.isfinite(gib):  # (the others are judged with the run's options)
+    if not math.isfinite(gib):  # (0 and below are refused with the run's other options)
         raise ReplayError(f"--capacity-gib: expected a limit above 0 GiB, got {gib}", 2)
     return int(gib * 2**30)
 

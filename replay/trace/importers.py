@@ -174,9 +174,10 @@ def _parse_timestamp_us(col: str, sample: str | None = None) -> _Parse:
     """Parse Azure-style datetimes in any of their shapes to epoch µs (UTC where a zone is stated).
 
     The cheap form takes the shape of ``sample`` (the file's first time): its separator and its zone
-    (none, 'Z', or that very ±hh:mm). Whole seconds repeat from row to row, so they are parsed through the parser's cache and
-    the fraction and zone added as integers (several times faster than strptime on the whole string);
-    a row of any other shape is null there and goes to the full parser."""
+    (none, 'Z', or that very ±hh:mm). Whole seconds repeat from row to row, so they are parsed
+    through the parser's cache and the fraction and zone added as integers (several times faster
+    than strptime on the whole string); a row of any other shape is null there and goes to the full
+    parser."""
     c = pl.col(col)
     m = _AZURE_TIME.match(sample) if sample else None
     sep, zone = (m.group(1), m.group(2) or "") if m else (" ", "")

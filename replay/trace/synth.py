@@ -48,8 +48,8 @@ class SynthSpec:
             ("--prompt-logprobs-share", share(self.prompt_logprobs_share), "a share from 0 to 1"),
         ) if not ok]
         if not bad and self.requests / self.rate * 4 > MAX_SPAN_S:  # (a bursty lull runs at a quarter of the rate)
-            bad.append(("--rate", f"a rate at which {self.requests} requests fit in the trace's time "
-                                  f"(about {self.requests / self.rate / 86400 / 365:.3g} years)"))
+            bad.append(("--rate", f"a rate at which {self.requests} requests fit in the trace's 64-bit microseconds "
+                                  f"(this one spreads them over some {self.requests / self.rate / 86400 / 365:.3g} years)"))
         if bad:
             raise ReplayError("; ".join(f"{name}: expected {why}, got {self._given(name)}" for name, why in bad), 2)
 
