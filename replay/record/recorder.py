@@ -857,30 +857,22 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     for log in logs:
         untimed += _write_stats(w, log, t0 or 0)
     with background_removal() as remove:  # (the spill goes while the bundle is written)
-        _write_rest(w, logs, t0, opts, spill_root, events, quarantine, unknown, untimed, remove)
+        if logs:
+            _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
+        remove(spill_root)
+        for we in events:
+            t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
+            w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
+        for f, line, reason, raw in quarantine:
+            w.quarantine(f, line, reason, raw)
+        for path in unknown:
+            for i, ln in enumerate(_text_lines(path), start=1):
+                w.quarantine(str(path), i, "unrecognised file kind", ln)
+        if untimed:
+            meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
+        if opts.stage is not None:
+            opts.stage("writing the bundle")
+        w.close(remove)
     summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
                "quarantined": w.counts["quarantined"], "notes": meta.notes}
     return reports, summary
-
-
-def _write_rest(w: BundleWriter, logs: list[_LogFacts], t0: int | None, opts: RecordOptions, spill_root: Path,
-                events: list[dict[str, Any]], quarantine: list[tuple[str, int | None, str, str]], unknown: list[Path],
-                untimed: int, remove: Callable[[Path], None]) -> None:
-    """The bundle's requests, events, quarantine and notes, and its close; ``remove`` takes the spill away."""
-    meta = w.meta
-    if logs:
-        _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
-    remove(spill_root)
-    for we in events:
-        t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
-        w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
-    for f, line, reason, raw in quarantine:
-        w.quarantine(f, line, reason, raw)
-    for path in unknown:
-        for i, ln in enumerate(_text_lines(path), start=1):
-            w.quarantine(str(path), i, "unrecognised file kind", ln)
-    if untimed:
-        meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
-    if opts.stage is not None:
-        opts.stage("writing the bundle")
-    w.close(remove)
