@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_ENGINE = 4
@@ -23,3 +25,13 @@ class ReplayError(Exception):
 def where(path: object, line: int | None = None) -> str:
     """``file:line`` as used in every message and in the bundle's evidence references."""
     return f"{path}:{line}" if line is not None else str(path)
+
+
+def refuse_options(checks: Iterable[tuple[str, bool, str, object]]) -> None:
+    """One usage error naming every option whose check failed, as 'NAME: expected WHY, got VALUE'
+    (checks are (name, passed, why, value)); nothing where all passed."""
+    def shown(v: object) -> str:
+        return f"{v:g}" if isinstance(v, float) else str(v)
+    bad = [f"{name}: expected {why}, got {shown(v)}" for name, ok, why, v in checks if not ok]
+    if bad:
+        raise ReplayError("; ".join(bad), EXIT_USAGE)

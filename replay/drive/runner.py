@@ -32,7 +32,7 @@ from replay.engine import envs
 from replay.engine.ballast import Ballast, scaled_utilization
 from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model
 from replay.engine.server import EngineServer
-from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError
+from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError, refuse_options
 from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
@@ -70,24 +70,18 @@ class RunOptions:
         sampling interval of zero spins, a capacity of zero was silently none."""
         def positive(x: float) -> bool:
             return math.isfinite(x) and x > 0
-        bad = [(name, why) for name, ok, why in (
-            ("--speed", positive(self.speed), "a time scale above 0 (2 = twice as fast as recorded)"),
-            ("--concurrency", self.concurrency is None or self.concurrency >= 1, "at least 1 outstanding request"),
+        refuse_options([
+            ("--speed", positive(self.speed), "a time scale above 0 (2 = twice as fast as recorded)", self.speed),
+            ("--concurrency", self.concurrency is None or self.concurrency >= 1, "at least 1 outstanding request",
+             self.concurrency),
             ("--interval", math.isfinite(self.interval_s) and self.interval_s >= MIN_INTERVAL_S,
-             f"at least {MIN_INTERVAL_S} s between samples"),
-            ("--kv-cache-gib", positive(self.kv_cache_gib), "a KV cache size above 0 GiB"),
-            ("--capacity-gib", self.capacity_bytes is None or self.capacity_bytes > 0, "a limit above 0 GiB"),
+             f"at least {MIN_INTERVAL_S} s between samples", self.interval_s),
+            ("--kv-cache-gib", positive(self.kv_cache_gib), "a KV cache size above 0 GiB", self.kv_cache_gib),
+            ("--capacity-gib", self.capacity_bytes is None or self.capacity_bytes > 0, "a limit above 0 GiB",
+             None if self.capacity_bytes is None else self.capacity_bytes / 2**30),
             ("--vocab", self.model is not None or self.vocab >= PROMPT_VOCAB,
-             f"at least {PROMPT_VOCAB} (synthesised prompts use token ids below {PROMPT_VOCAB})"),
-        ) if not ok]
-        if bad:
-            raise ReplayError("; ".join(f"{name}: expected {why}, got {self._given(name)}" for name, why in bad), 2)
-
-    def _given(self, name: str) -> str:
-        v = {"--speed": self.speed, "--concurrency": self.concurrency, "--interval": self.interval_s,
-             "--kv-cache-gib": self.kv_cache_gib, "--vocab": self.vocab,
-             "--capacity-gib": None if self.capacity_bytes is None else self.capacity_bytes / 2**30}[name]
-        return f"{v:g}" if isinstance(v, float) else str(v)
+             f"at least {PROMPT_VOCAB} (synthesised prompts use token ids below {PROMPT_VOCAB})", self.vocab),
+        ])
 
 
 MIN_INTERVAL_S = 0.01  # (NVML and /metrics answer in milliseconds; faster sampling measures the sampler)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from replay.errors import ReplayError
+from replay.errors import refuse_options
 from replay.trace.format import TraceHeader
 
 
@@ -37,27 +37,21 @@ class SynthSpec:
         number, or so slow that the arrival times overflow the trace's 64-bit microseconds."""
         def share(x: float) -> bool:
             return 0.0 <= x <= 1.0  # (NaN fails)
-        bad = [(name, why) for name, ok, why in (
-            ("--requests", self.requests >= 1, "at least 1"),
-            ("--rate", 0 < self.rate < math.inf, "a finite number of requests per second above 0"),
-            ("--arrival", self.arrival in ("poisson", "bursty"), "poisson or bursty"),
-            ("--context-len", self.context_len > CONTEXT_RESERVE, f"more than {CONTEXT_RESERVE} tokens (kept for the output)"),
-            ("--input-median", self.input_median >= 1, "at least 1 token"),
-            ("--output-median", self.output_median >= 1, "at least 1 token"),
-            ("--multimodal", share(self.multimodal_share), "a share from 0 to 1"),
-            ("--prompt-logprobs-share", share(self.prompt_logprobs_share), "a share from 0 to 1"),
-        ) if not ok]
-        if not bad and self.requests / self.rate * 4 > MAX_SPAN_S:  # (a bursty lull runs at a quarter of the rate)
-            bad.append(("--rate", f"a rate at which {self.requests} requests fit in the trace's 64-bit microseconds "
-                                  f"(this one spreads them over some {self.requests / self.rate / 86400 / 365:.3g} years)"))
-        if bad:
-            raise ReplayError("; ".join(f"{name}: expected {why}, got {self._given(name)}" for name, why in bad), 2)
-
-    def _given(self, name: str) -> str:
-        return str({"--requests": self.requests, "--rate": self.rate, "--arrival": self.arrival,
-                    "--context-len": self.context_len, "--input-median": self.input_median,
-                    "--output-median": self.output_median, "--multimodal": self.multimodal_share,
-                    "--prompt-logprobs-share": self.prompt_logprobs_share}[name])
+        refuse_options([
+            ("--requests", self.requests >= 1, "at least 1", self.requests),
+            ("--rate", 0 < self.rate < math.inf, "a finite number of requests per second above 0", self.rate),
+            ("--arrival", self.arrival in ("poisson", "bursty"), "poisson or bursty", self.arrival),
+            ("--context-len", self.context_len > CONTEXT_RESERVE, f"more than {CONTEXT_RESERVE} tokens (kept for the output)",
+             self.context_len),
+            ("--input-median", self.input_median >= 1, "at least 1 token", self.input_median),
+            ("--output-median", self.output_median >= 1, "at least 1 token", self.output_median),
+            ("--multimodal", share(self.multimodal_share), "a share from 0 to 1", self.multimodal_share),
+            ("--prompt-logprobs-share", share(self.prompt_logprobs_share), "a share from 0 to 1", self.prompt_logprobs_share),
+        ])
+        span_s = self.requests / self.rate * 4  # (a bursty lull runs at a quarter of the rate)
+        refuse_options([("--rate", span_s <= MAX_SPAN_S, f"a rate at which {self.requests} requests fit in the trace's "
+                         f"64-bit microseconds (this one spreads them over some {span_s / 4 / 86400 / 365:.3g} years)",
+                         self.rate)])
 
 
 CONTEXT_RESERVE = 16  # tokens of the context a prompt leaves for its output
