@@ -10,13 +10,20 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+PART = ".part"  # the suffix of a file being written, until it is renamed onto its path
+
+
+def part_of(path: Path) -> Path:
+    """The file ``path`` is written through."""
+    return path.with_name(path.name + PART)
+
 
 @contextlib.contextmanager
 def written_in_place(path: Path) -> Iterator[Path]:
     """The file to write ``path`` through: renamed onto ``path`` when the block ends, removed when it
     fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
+    part = part_of(path)
     try:
         yield part
         part.replace(path)

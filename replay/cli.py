@@ -27,6 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from replay.atomic import PART
 from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, ReplayError
 
 app = typer.Typer(
@@ -96,7 +97,7 @@ def os_error_message(e: OSError) -> str:
     name = e.filename2 if e.filename2 is not None else e.filename
     path = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
     why = _OS_WHY.get(e.errno or 0) or (e.strerror or str(e)).lower()
-    return f"{path.removesuffix('.part')}: {why}"  # (what is written goes to a part file first)
+    return f"{path.removesuffix(PART)}: {why}"  # (what is written goes to a part file first)
 
 
 @app.command("import")

@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from replay.atomic import part_of
 from replay.errors import ReplayError, where
 from replay.filehash import (
     DECOMPRESS_ERRORS,
@@ -433,8 +434,8 @@ def _same(lf: pl.LazyFrame) -> pl.LazyFrame:
 def _run_plan(plan: _Plan, src: Path, out: Path, fmt: str, progress: Progress | None = None) -> ImportResult:
     """Import through part files renamed into place at the end: a failed or interrupted import leaves
     the trace and quarantine of the last good import as they were."""
-    part = out.with_name(out.name + ".part")
-    q_part = out.with_name(out.name + ".quarantine.jsonl.part")
+    part = part_of(out)
+    q_part = part_of(out.with_name(out.name + ".quarantine.jsonl"))
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         return _import_into(plan, src, out, part, fmt, q_part, progress)
