@@ -982,7 +982,6 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
                 if metric == "device_total_bytes":
                     info["total_bytes"] = int(v)
         p.parsed += 1
-    p.samples = [s for s in p.samples if not (isinstance(s[4], float) and s[4] != s[4])]
     if by_bus and p.kind == "nvidia-smi":
         _index_by_bus(p, bus_to_idx)
     headerless = sum(1 for q in p.quarantine if q[1] == HEADERLESS)
