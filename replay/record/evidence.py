@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -730,7 +731,8 @@ def _nv_value(cell: str, header: str) -> float | None:
         return None
     v = float(m.group(1))
     unit = m.group(2) or ("MiB" if "[MiB]" in header or header.split(" [")[0].strip() in _NVSMI_MIB_FIELDS else "")
-    return v * {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}.get(unit, 1)
+    v *= {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}.get(unit, 1)
+    return v if math.isfinite(v) else None  # (hundreds of digits: no memory, a damaged cell)
 
 
 def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,

@@ -3054,7 +3054,7 @@ def test_a_damaged_bundle_is_named_in_a_clear_error_or_a_note(tmp_path: Path) ->
     assert not any("events.jsonl" in n for n in read_bundle(good).meta.notes)
 
 
-@pytest.mark.parametrize("cell", [". MiB", "1.2.3 MiB", "12x MiB"])
+@pytest.mark.parametrize("cell", [". MiB", "1.2.3 MiB", "12x MiB", "9" * 400 + " MiB"])
 def test_nvidia_smi_memory_value_that_is_no_number_is_quarantined_with_its_line(cell: str, tmp_path: Path) -> None:
     """A memory cell damaged on its way here ('.', '1.2.3'): its row goes to the quarantine with the
     field named, the rows around it are read as before, and nvidia-smi's own bracketed markers still
@@ -3072,6 +3072,20 @@ def test_nvidia_smi_memory_value_that_is_no_number_is_quarantined_with_its_line(
     assert [(r["line"], r["reason"]) for r in q] == [(3, f"memory.used: {cell!r} is not a number")]
     used = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
     assert used["value"].to_list() == [1200 * 2**20, 1300 * 2**20]
+
+
+def test_nvidia_smi_total_of_hundreds_of_digits_is_quarantined_not_an_internal_error(tmp_path: Path) -> None:
+    """A memory.total cell of 400 digits is no memory (float() makes it infinite): its row goes to the
+    quarantine, where taking it as the GPU's total ended the record with an OverflowError."""
+    src = tmp_path / "smi.csv"
+    src.write_text("timestamp, name, memory.total [MiB], memory.used [MiB]\n"
+                   f"2025/05/01 10:00:00.000, NVIDIA H100, {'9' * 400} MiB, 100 MiB\n"
+                   "2025/05/01 10:00:01.000, NVIDIA H100, 81559 MiB, 200 MiB\n")
+    reports, _ = record([src], tmp_path / "b", RecordOptions())
+    assert (reports[0].parsed, reports[0].quarantined) == (2, 1)  # (the header line and the good row; the bad one)
+    q = json.loads((tmp_path / "b" / "quarantine.jsonl").read_text())
+    assert (q["line"], q["reason"]) == (2, f"memory.total: {'9' * 400 + ' MiB'!r} is not a number")
+    assert read_bundle(tmp_path / "b").meta.gpus[0]["total_bytes"] == 81559 * 2**20
 
 
 def test_scrape_utilization_label_with_a_gpu_gives_a_budget_not_an_internal_error(tmp_path: Path) -> None:
