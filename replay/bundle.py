@@ -190,7 +190,7 @@ class BundleWriter:
 
     def close(self, remove: Callable[[Path], None] | None = None) -> None:
         """Write the bundle's final files; ``remove`` (by default, at once) takes the part files away."""
-        remove = remove or _unlink
+        remove = remove or Path.unlink
         if self._not_finite:
             n = sum(self._not_finite.values())
             self.meta.notes.append(f"{n} value(s) were NaN or infinite, which measure nothing, and are left out of the "
@@ -217,10 +217,6 @@ class BundleWriter:
         self._events.close()
         self._quarantine.close()
         self.write_meta()
-
-
-def _unlink(path: Path) -> None:
-    path.unlink()
 
 
 def _requests_df(rows: list[dict[str, Any]]) -> pl.DataFrame:
