@@ -3186,6 +3186,13 @@ def test_record_refuses_a_time_option_it_cannot_read(args: list[str], named: str
     res = CliRunner().invoke(app, ["record", str(DATA / "scrape_a100_mps_vllm_pod.prom"), *args, "-o", str(tmp_path / "b")])
     assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2, res.output
     assert str(res.exception).startswith(named + " ") and not (tmp_path / "b").exists()
+
+
+def test_record_places_a_scrape_at_the_at_given_in_the_tz_given(tmp_path: Path) -> None:
+    """The time options that read: a naive --at is local time at --tz (12:00 at +02:00 is 10:00 UTC)."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
     ok = CliRunner().invoke(app, ["record", str(DATA / "scrape_a100_mps_vllm_pod.prom"), "--at", "2025-06-01T12:00:00",
                                   "--tz", "+02:00", "--year", "2025", "-o", str(tmp_path / "b")])
     assert ok.exit_code == 0, ok.output
