@@ -11,10 +11,11 @@ from __future__ import annotations
 import csv
 import functools
 import hashlib
+import itertools
 import json
 import re
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,7 +234,7 @@ class _Plan:
     time: dict[str, Any]
     prefix: dict[str, Any]
     line_offset: int  # file line of src_row 0
-    blocks: Callable[..., Iterator[Block]] | None = None  # the file in bounded pieces (CSV)
+    blocks: Callable[..., Generator[Block, None, None]] | None = None  # the file in bounded pieces (CSV)
     blocks_are_source: bool = False  # the blocks read the source file as given (not a decompressed copy)
 
 
@@ -272,13 +273,16 @@ BLOCKS_AHEAD = BLOCK_WORKERS + 1  # blocks in the works at once: with only BLOCK
 
 
 def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
-              q_path: Path, hasher: Any = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+              q_path: Path, hasher: Any = None, progress: Callable[[int, int], None] | None = None,
+              blocks_read: Iterator[Block] | None = None) -> dict[str, Any]:
     """Parse once and, in the same streaming query, write body and quarantine and compute the counts.
 
     With ``t_first`` (the first good row's arrival) the body is written in file order relative to it,
     block by block where the format allows, so memory does not grow with the file; the caller checks
     the counts (``t_min``, ``backwards``) and redoes the import sorted when the file was out of order.
-    Without ``t_first`` the body is sorted, which needs the rows in memory.
+    Without ``t_first`` the body is sorted, which needs the rows in memory. With ``blocks_read`` (and
+    ``t_first``), the blocks are those, of a read the caller began (to find ``t_first``), hashing and
+    telling ``progress`` as it goes.
     """
     parsed = {"_abs_us": _form(plan.abs_us, fast), **{k: _form(v, fast) for k, v in plan.required.items()}}
     keys = list(parsed)
@@ -296,7 +300,7 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     # the fast form reads integer columns as integers: a row it quarantines is redone in text (see caller)
     typed = _typed_columns(plan) if fast else {}
     blocks = plan.blocks if t_first is not None else None
-    pieces = blocks(None, hasher, typed, progress) if blocks is not None else iter([whole])
+    pieces = (blocks_read or blocks(hasher, typed, progress)) if blocks is not None else iter([whole])
     total: dict[str, Any] = {"n": 0, "bad": 0, "backwards": 0, "in_sum": 0, "t_min": None,
                              **{f"null:{k}": 0 for k in keys}}
     last_t: int | None = None
@@ -352,7 +356,7 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
 
 
 def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
-                block_bytes: int | None = None) -> Callable[..., Iterator[Block]]:
+                block_bytes: int | None = None) -> Callable[..., Generator[Block, None, None]]:
     """The CSV body in pieces of about ``block_bytes`` cut at line ends (never inside quotes), so the
     import holds a few pieces at a time: memory stays flat however long the file is.
 
@@ -387,13 +391,13 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
         end.set_result(row0 + df.height)
         return df.with_row_index("src_row", offset=row0).with_columns(pl.col("src_row").cast(pl.UInt32)).lazy()
 
-    def gen(first_bytes: int | None = None, hasher: Any = None, typed: dict[str, Any] | None = None,
-            progress: Callable[[int, int], None] | None = None) -> Iterator[Block]:
-        """The blocks; with ``first_bytes``, a first block of about that size (for a quick look); with
-        ``hasher``, every byte of the file read goes into it too (the file is then read once); with
-        ``typed`` (column -> dtype), those columns read as that dtype where every value of a block parses;
-        with ``progress``, told (bytes read, the file's size) as each block is handed on."""
-        size = first_bytes or block_bytes or CSV_BLOCK_BYTES
+    def gen(hasher: Any = None, typed: dict[str, Any] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> Generator[Block, None, None]:
+        """The blocks; with ``hasher``, every byte of the file read goes into it too (the file is then
+        read once); with ``typed`` (column -> dtype), those columns read as that dtype where every value
+        of a block parses; with ``progress``, told (bytes read, the file's size) as each block is handed
+        on."""
+        size = block_bytes or CSV_BLOCK_BYTES
         total = path.stat().st_size
         start: Future[int] = Future()
         start.set_result(0)
@@ -402,10 +406,13 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
             rest = b""
             while True:  # one copy per block: the rest of the last read joined to this read's lines
                 chunk = fh.read(size)
-                done += len(chunk)
+                while 0 < len(chunk) < size and (more := fh.read(size - len(chunk))):  # (a pipe may pause)
+                    chunk += more
+                end_of_file = len(chunk) < size  # (the last block holds the rest: a file that does not end
+                done += len(chunk)  # in a line end would otherwise leave its last row a block of its own)
                 if progress is not None:
                     progress(done, total)
-                if chunk:
+                if not end_of_file:
                     cut = chunk.rfind(b"\n") + 1
                     if cut == 0:  # no line end yet
                         rest += chunk
@@ -415,13 +422,13 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
                         rest = buf + rest
                         continue
                 else:
-                    buf, rest = rest, b""
-                if not chunk and (not buf or buf.isspace()):  # only blank space after the last line
-                    return
+                    buf, rest = b"".join((rest, chunk)), b""
+                    if not buf or buf.isspace():  # only blank space after the last line
+                        return
                 end: Future[int] = Future()
                 yield functools.partial(parse, buf, start, end, typed)
                 start = end
-                if not chunk:
+                if end_of_file:
                     return
 
     return gen
@@ -464,13 +471,21 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
     keys = ["_abs_us", *plan.required]
     has_full = {k for k, c in [("_abs_us", plan.abs_us), *plan.required.items()] if isinstance(c, _Parse)}
     fast = True
-    first = next(plan.blocks(1 << 18), None) if plan.blocks is not None else None  # a small block, not a scan
+    # the first good row's time, from the first block of the pass (parsed once, for both), not a scan
+    pieces = plan.blocks(hasher, _typed_columns(plan), told("reading")) if plan.blocks is not None else None
+    block = next(pieces, None) if pieces is not None else None
+    first = functools.cache(block) if block is not None else None
     probe = (first() if first is not None else plan.lf).head(4096).with_columns(_abs_us=_form(plan.abs_us, fast), **{k: _form(v, fast) for k, v in plan.required.items()})
     try:
-        t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
-    except pl.exceptions.PolarsError as e:
-        raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
-    stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher, told("reading"))
+        try:
+            t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
+        except pl.exceptions.PolarsError as e:
+            raise ReplayError(f"{src}: cannot be read as {fmt}: {str(e).splitlines()[0]}") from None
+        stats = _one_pass(plan, src, fmt, fast, t_first, part, room, q_part, hasher, told("reading"),
+                          None if first is None or pieces is None else itertools.chain([first], pieces))
+    finally:
+        if pieces is not None:
+            pieces.close()  # (unread when no row was good: the pass then scans the whole file)
     if hasher is not None:
         sha = hasher.hexdigest() if t_first is not None else file_sha256(src)  # (no blocks were read without it)
     # the cheap parser missed rows, or quarantined rows whose numbers it read as numbers (their raw

@@ -118,6 +118,27 @@ def test_streamed_blocks_match_whole_file(back: bool, tmp_path: Path, monkeypatc
     assert sum('""' not in r["extra"]["note"] and "quoted" in r["extra"]["note"] for r in reqs) == 10
 
 
+@pytest.mark.parametrize("end", ["", "\n", "\n\n  \n"])
+def test_a_file_that_fits_in_a_block_is_one_block(end: str, tmp_path: Path) -> None:
+    """GIVEN a CSV smaller than a block, ending in a line end, in none (as the Azure traces do) or in
+    blank space THEN it is read as one block with every row, and in blocks of 64 bytes the same rows
+    come out in order (a file that does not end in a line end left its last row a block of its own)."""
+    import replay.trace.importers as im
+    src = tmp_path / "a.csv"
+    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   + "\n".join(f"2023-11-16 18:00:{i:02d}.5,{i},1" for i in range(30)) + end)
+    cols = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+
+    def rows(block_bytes: int | None) -> list[list[str]]:
+        return [b().collect().drop("src_row").rows() for b in im._csv_blocks(src, src, cols, ",", block_bytes)()]
+
+    whole = rows(None)
+    # (a blank line and one of spaces before the end are rows, which the import quarantines)
+    assert len(whole) == 1 and len(whole[0]) == (32 if "  " in end else 30) and whole[0][29][1] == "29"
+    small = rows(64)
+    assert len(small) > 10 and [r for b in small for r in b] == whole[0]
+
+
 def test_burstgpt_zero_response_is_failed(tmp_path: Path) -> None:
     src = tmp_path / "b.csv"
     src.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"

@@ -47,6 +47,18 @@ def test_stopping_early_cancels_what_was_not_started() -> None:
     assert len(started) <= 5  # at most the look-ahead ran, not all 100
 
 
+def test_a_single_item_is_computed_in_this_thread() -> None:
+    """One item (a small file's one block) starts no thread; none gives nothing; two or more use the
+    workers."""
+    def whose(i: int) -> str:
+        return threading.current_thread().name
+
+    here = threading.current_thread().name
+    assert list(ordered_map(whose, [7], workers=2, ahead=3)) == [here]
+    assert list(ordered_map(whose, [], workers=2, ahead=3)) == []
+    assert here not in list(ordered_map(whose, [1, 2, 3], workers=2, ahead=3))
+
+
 def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> None:
     """Files, folders with files in them, and paths already gone: all are gone once the block is left
     (the recorder returns only then), and the block's own work runs meanwhile."""
