@@ -2,7 +2,8 @@
 
 Prints, from one run: time ratio (loop / replay import) for the Azure conv trace and for synthetic
 Azure-format CSVs of N rows (and, for the first N, rows in the 2024 traces' shape: a trace column and
-times with a zone), and peak RSS of each import (measured in a child process).
+times with a zone), and peak RSS of each import (measured in a child process); for the conv trace
+and the first N, the time of ``polars_floor`` too.
 Usage: python benchmarks/bench_import.py [--rows 1000000 10000000] [--conv PATH]
 """
 
@@ -34,6 +35,14 @@ def plain_loop(src: Path, out: Path) -> float:
 def replay_import(src: Path, out: Path) -> tuple[float, int]:
     return run_measured("from replay.trace.importers import import_trace",
                         "import_trace('azure', Path(sys.argv[1]), Path(sys.argv[2]))", str(src), str(out))
+
+
+def polars_floor(src: Path, out: Path) -> float:
+    """The least a polars import does, in a fresh interpreter: read the CSV as text and write its rows
+    as JSON lines (no times parsed, nothing checked, no header, no hash). Printed beside the import as
+    how far a polars importer could go on this machine."""
+    return run_measured("import polars as pl", "pl.read_csv(sys.argv[1], infer_schema=False).write_ndjson(sys.argv[2])",
+                        str(src), str(out))[0]
 
 
 def make_csv(path: Path, rows: int, shape: str = "2023") -> None:
@@ -74,6 +83,9 @@ def main() -> None:
             rss[name] = peak
             print(f"{name}: replay import {imp_s:.2f} s, plain loop {loop_s:.2f} s, speed-up x{loop_s / imp_s:.1f}, "
                   f"peak anon RSS {peak / 2**20:.0f} MiB")
+            if name == "azure-conv" or name == f"synthetic-{a.rows[0]}":
+                floor_s = polars_floor(src, d / "floor.jsonl")
+                print(f"  floor: polars read and write alone {floor_s:.3f} s, x{loop_s / floor_s:.1f} of the loop")
         keys = [k for k in rss if k.startswith("synthetic-") and not k.endswith("-shape")]
         if len(keys) >= 2:
             print(f"peak RSS ratio {keys[-1]} / {keys[0]}: {rss[keys[-1]] / rss[keys[0]]:.2f} (target < 1.5)")

@@ -6,7 +6,7 @@ its HTTP access line per request, a V1 stats line every 10 s as vLLM logs them, 
 stats and preemption warnings), then a CUDA OOM with its traceback and the engine's death, and a
 restart. Prints, from one run, the recorder's time as a ratio to grep's and its peak anonymous RSS
 (sampled; the page cache of the log is not the recorder's memory), for --gib and a tenth of it, so
-that memory growth with file size shows; then for a tenth of --gib logged at DEBUG level (three
+that memory growth with file size shows (and, for --gib, the time of FLOOR below); then for a tenth of --gib logged at DEBUG level (three
 DEBUG lines per request, real shapes), and for a tenth of --gib in V0's request logging (0.6-0.7: each
 request's prompt, sampling parameters and token ids on its 'Received request' line).
 Usage: python benchmarks/bench_record.py [--gib 1.0]
@@ -119,6 +119,26 @@ def build(path: Path, gib: float, debug: bool = False, v0: bool = False) -> int:
     return written
 
 
+# The least a polars query does for the requests of such a log, whatever else a recorder does: read
+# the lines, pick the request lines, cut their id and time, and group them by id (streaming engine;
+# no stats, no repeats, no bounded memory). It is printed beside the recorder's time as how far a
+# polars recorder could go on this machine.
+FLOOR = """
+raw = pl.col("raw")
+cut = raw.str.splitn("] ", 2)
+lf = pl.scan_csv(sys.argv[1], has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
+                 infer_schema=False).with_row_index("line")
+rq = lf.filter(raw.str.contains("d request ", literal=True)).select(
+    "line", pre=cut.struct.field("field_0"), msg=cut.struct.field("field_1")).with_columns(
+    added=pl.col("msg").str.starts_with("Added request "),
+    ts=pl.col("pre").str.slice(pl.col("pre").str.find("INFO ") + 5, 14)).with_columns(
+    id=pl.col("msg").str.slice(pl.when("added").then(14).otherwise(17)).str.strip_suffix("."))
+at = (pl.lit("2026-") + pl.col("ts")).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False)
+rq.with_columns(t=at).group_by("id").agg(line=pl.col("line").first(), arrival=pl.col("t").filter("added").first(),
+    finish=pl.col("t").filter(~pl.col("added")).min()).sort("line").sink_parquet(sys.argv[2], engine="streaming")
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
@@ -140,6 +160,10 @@ def main() -> None:
             print(f"{'DEBUG-level ' if debug else 'V0 request-logging ' if v0 else ''}log {written / 2**30:.2f} GiB, {g.stdout.strip()} stats lines: grep "
                   f"{grep_s:.2f} s, recorder {secs:.2f} s, ratio x{secs / grep_s:.1f} (target <= 10), "
                   f"peak anon RSS {peak / 2**20:.0f} MiB")
+            if not debug and not v0 and gib == a.gib:
+                floor_s, _ = run_measured("import polars as pl", FLOOR, str(log), str(Path(td) / "floor.parquet"))
+                print(f"  floor: the least polars query for this log's requests (read, pick, cut, group by id): "
+                      f"{floor_s:.2f} s, x{floor_s / grep_s:.1f} of grep")
             if len(peaks) == 2:
                 print(f"peak memory ratio for a 10x larger log: {peaks[1] / peaks[0]:.2f} (bounded means close to 1)")
 
