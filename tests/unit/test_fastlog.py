@@ -270,8 +270,7 @@ def test_line_cutting_equals_the_reference(parts: list[bytes]) -> None:
     exactly the lines (and replacement characters) of the reference cutting; an empty line may read
     as null (the slow lane fills it)."""
     piece = b"".join(parts)
-    n = piece.count(b"\n") + (0 if piece.endswith(b"\n") else 1)
-    assert _lines(piece, n).fill_null("").to_list() == physical_lines(piece.decode("utf-8", errors="replace"))
+    assert _lines(piece, b"\r" in piece).fill_null("").to_list() == physical_lines(piece.decode("utf-8", errors="replace"))
 
 
 @pytest.mark.parametrize("env", ["{t}.123456789Z stderr F ", "{t}.123Z ", "[pod/vllm-0/vllm] {t}+00:00 ", "{t}.5+0200 ",
