@@ -35,6 +35,15 @@ _SUFFIX = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": 
 DECOMPRESS_ERRORS = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
+def refuse_stream(path: Path) -> None:
+    """Refuse a pipe, socket or device (``/dev/stdin``, a shell's ``<(zcat …)``): what it gives is gone
+    once read, and the readers read their input more than once (to recognise it, hash it, parse it),
+    so a second read found nothing and the input was taken for empty."""
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ReplayError(f"{path}: a pipe or device, not a file: save what it gives to a file and pass that "
+                          "(gzip, bzip2 and xz files are read as they are)")
+
+
 def damaged(path: Path, kind: str, e: BaseException) -> ReplayError:
     """The one message for a compressed input that cannot be read to its end, whoever reads it."""
     return ReplayError(f"{path}: damaged or truncated {kind} ({e}); re-download or re-export it")

@@ -28,6 +28,7 @@ from replay.filehash import (
     damaged,
     decompressed,
     file_sha256,
+    refuse_stream,
     text_bom,
 )
 from replay.parallel import background_removal, ordered_map
@@ -68,6 +69,7 @@ def _check_file(path: Path) -> None:
         raise ReplayError(f"{path}: is a directory; pass the evidence files inside it")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
+    refuse_stream(path)
 
 
 def _expand(paths: list[Path], out: Path) -> tuple[list[Path], set[Path]]:

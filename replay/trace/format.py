@@ -18,7 +18,7 @@ import polars as pl
 
 from replay.atomic import written_in_place
 from replay.errors import ReplayError, where
-from replay.filehash import open_decompressed
+from replay.filehash import open_decompressed, refuse_stream
 from replay.units import is_uint
 
 SCHEMA = "replay-trace/1"
@@ -77,6 +77,7 @@ def _open_text(path: Path) -> Any:
         raise ReplayError(f"{path}: is a directory, expected a trace file")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
+    refuse_stream(path)
     return io.TextIOWrapper(open_decompressed(path), encoding="utf-8")
 
 

@@ -32,6 +32,7 @@ from replay.filehash import (
     damaged,
     decompressed,
     file_sha256,
+    refuse_stream,
     text_bom,
     utf8_chunks,
 )
@@ -71,6 +72,7 @@ def _materialise(src: Path, tmpdir: Path, progress: Progress | None = None) -> P
         raise ReplayError(f"{src}: is a directory, expected a trace file")
     if not src.exists():
         raise ReplayError(f"{src}: no such file")
+    refuse_stream(src)
     total = src.stat().st_size
     if total == 0:
         raise ReplayError(f"{src}: empty file")
