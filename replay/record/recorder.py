@@ -9,6 +9,7 @@ import bisect
 import functools
 import hashlib
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -67,6 +68,8 @@ class FileReport:
 def _check_file(path: Path) -> None:
     if path.is_dir():
         raise ReplayError(f"{path}: is a directory; pass the evidence files inside it")
+    if path.is_symlink() and not path.exists():
+        raise ReplayError(f"{path}: a link to {os.readlink(path)}, which does not exist")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
     refuse_stream(path)
@@ -75,14 +78,15 @@ def _check_file(path: Path) -> None:
 def _expand(paths: list[Path], out: Path) -> tuple[list[Path], set[Path]]:
     """The evidence files: a directory (an incident folder) stands for every file under it, in name
     order, leaving out hidden files and the bundle being written. Returns the files and which of
-    them came from a folder (those may be skipped, with a note, where a named file is an error)."""
+    them came from a folder (those may be skipped, with a note, where a named file is an error: a
+    broken link or a pipe among them too, which are not files but are not left out unsaid)."""
     files: list[Path] = []
     found: set[Path] = set()
     for p in paths:
         if not p.is_dir():
             files.append(p)
             continue
-        inside = sorted(f for f in p.rglob("*") if f.is_file() and not any(
+        inside = sorted(f for f in p.rglob("*") if not f.is_dir() and not any(
             part.startswith(".") for part in f.relative_to(p).parts) and out.resolve() not in f.resolve().parents)
         if not inside:
             raise ReplayError(f"{p}: a directory with no evidence files in it")
