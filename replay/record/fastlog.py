@@ -149,11 +149,12 @@ def scan_facts(files: list[Path]) -> pl.LazyFrame:
 
 
 def scan_requests(files: list[Path]) -> pl.LazyFrame:
-    """Request fact files, slim and full alike, with every REQUEST_DETAILS column: nulls where no file
-    has one (when every request line of the log ran fast)."""
+    """Request fact files, slim and full alike, with every REQUEST_SCHEMA column: nulls where no file
+    has one (the details when every request line of the log ran fast; the rank when, besides, their
+    repeats were kept)."""
     lf = scan_facts(files)
     have = lf.collect_schema().names()
-    return lf.with_columns(**{c: pl.lit(None, dtype=t) for c, t in REQUEST_DETAILS.items() if c not in have})
+    return lf.with_columns(**{c: pl.lit(None, dtype=t) for c, t in REQUEST_SCHEMA.items() if c not in have})
 
 
 @dataclass
@@ -482,8 +483,8 @@ def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
 
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
-              has_esc: bool = True, json_lines: bool = True) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame,
-                                                                      pl.DataFrame, list[tuple[str, int]]]:
+              has_esc: bool = True, json_lines: bool = True, request_keys: bool = True,
+              ) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), and representative lines for version inference.
 
@@ -565,18 +566,23 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         spaced = spaced | (wide & ids.str.contains(r"[\s\x1c-\x1f]"))
     if spaced.any():
         rq = rq.filter(~spaced)
-    head_key = heads.select(pl.col("rank").hash(seed=7).xor(pl.col("ts").hash(seed=8)))[:, 0]
-    rq = _heads(rq, heads.select("rank", "ts")).with_columns(
-        kind=pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished")))
-    rq = rq.with_columns(h=_key(pl.lit(head_key.gather(rq["pid"]))))
-    requests = rq.select("line", "rank", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), h="h",
-                         repeatable=pl.lit(True), request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
+    kind = pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished"))
+    if request_keys:  # (their repeat keys, and the rank that only they need)
+        head_key = heads.select(pl.col("rank").hash(seed=7).xor(pl.col("ts").hash(seed=8)))[:, 0]
+        rq = _heads(rq, heads.select("rank", "ts")).with_columns(kind=kind)
+        rq = rq.with_columns(h=_key(pl.lit(head_key.gather(rq["pid"]))))
+        keyed = {"rank": pl.col("rank"), "h": pl.col("h"), "repeatable": pl.lit(True)}
+    else:
+        rq, keyed = _heads(rq, heads.select("ts")).with_columns(kind=kind), {}
+    requests = rq.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
+                         request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
     rv = cand.filter(msg.str.starts_with("Received request "))
     rv = _received(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts) \
         if rv.height else rv.select("line", proc=pl.lit(None, dtype=pl.Utf8), fl=pl.lit(None, dtype=pl.Utf8))
     if rv.height:  # (their details: the pieces without them keep the slim schema)
-        requests = pl.concat([requests, rv.select("line", "rank", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), h="h", repeatable=pl.lit(True),
+        keyed = {"rank": pl.col("rank"), "h": pl.col("h"), "repeatable": pl.lit(True)} if request_keys else {}
+        requests = pl.concat([requests, rv.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
                                                    request_id="request_id", rh=ID_HASH, **{k: k for k in REQUEST_DETAILS})],
                              how="diagonal_relaxed").sort("line")
     ac = df.select("line", "raw").filter(clean & marks["ac"])
@@ -642,7 +648,7 @@ class _Piece:
 
 
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
-             keep_prompts: bool = False) -> tuple[_Piece, int, int]:
+             keep_prompts: bool = False, request_keys: bool = True) -> tuple[_Piece, int, int]:
     """The vectorised lane's work on one piece (in a worker thread): cut its lines, number them from
     the line after the last piece's (``start``, which this publishes in ``end`` for the next as soon
     as it has cut them), classify, spill the fast facts. Returns the piece, its first line number and
@@ -660,7 +666,8 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # lines take the line-by-line parser)
     second = piece.find(b"\n") + 1
     json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
-    df, is_fast, st, rq, reps = _classify(lines, first_no, has_cr, keep_prompts, b"\x1b" in piece, json_lines)
+    df, is_fast, st, rq, reps = _classify(lines, first_no, has_cr, keep_prompts, b"\x1b" in piece, json_lines,
+                                          request_keys)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps),
@@ -677,7 +684,9 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     Repeated lines are dropped as the reference parser drops them. With ``request_repeats`` False,
     request facts keep theirs (and ``duplicates`` does not count them): a request's row takes its
     first arrival and earliest finish, which repeats do not change, and finding them is a pass over
-    every request fact of the log, its slowest after parsing.
+    every request fact of the log, its slowest after parsing. The vectorised lane's request facts
+    then leave out their repeat key and rank (nothing reads them): hashing every request line's
+    message and spilling 25 bytes more a fact.
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
@@ -699,7 +708,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     def prepare(item: tuple[int, tuple[bytes, Future[int], Future[int]]]) -> tuple[_Piece, int, int, int]:
         k, (piece, start, end) = item
-        return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts), len(piece))
+        return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats), len(piece))
 
     for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
                                                            ahead=WORKERS + 1)):
