@@ -3236,3 +3236,24 @@ def test_record_report_and_postmortem_refuse_an_output_of_the_wrong_kind(tmp_pat
         res = CliRunner().invoke(app, [*cmd, "-o", str(tmp_path / "d")])
         assert isinstance(res.exception, ReplayError) and "is a folder; name a file" in str(res.exception), cmd
     assert (tmp_path / "f").read_text() == "x" and list((tmp_path / "d").iterdir()) == []
+
+
+def test_request_parts_leave_out_their_empty_columns_and_the_bundle_keeps_them(tmp_path: Path) -> None:
+    """GIVEN request rows handed to the bundle in parts, some columns (details, extras) with no value
+    in a part THEN the part file leaves them out (they were a quarter of a 1 GiB log's part files)
+    and requests.parquet has every column, in the same order, with each part's values."""
+    from replay.bundle import REQUESTS_SCHEMA, BundleMeta, BundleWriter
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="production"))
+    nulls = {"input_tokens": pl.Int64, "prompt_chars": pl.Int64, "prompt_sha256": pl.Utf8}
+    w.requests_frame(pl.DataFrame({"id": ["a", "b"], "arrival_us": [1, 2], "input_tokens": [None, None],
+                                   "prompt_chars": [None, None], "prompt_sha256": [None, None], "source": ["x:1", "x:2"],
+                                   "status": ["ok", "ok"]}, schema_overrides=nulls))
+    assert pl.read_ipc(tmp_path / "b" / "requests.part00000.arrow").columns == ["id", "arrival_us", "source", "status"]
+    w.requests_frame(pl.DataFrame({"id": ["c"], "arrival_us": [3], "input_tokens": [7], "prompt_chars": [None],
+                                   "prompt_sha256": [None], "source": [None], "status": ["unknown"]},
+                                  schema_overrides={**nulls, "source": pl.Utf8}))
+    w.close()
+    df = pl.read_parquet(tmp_path / "b" / "requests.parquet")
+    assert df.columns == [*REQUESTS_SCHEMA, "prompt_chars", "prompt_sha256"]
+    assert df.select("id", "arrival_us", "input_tokens", "prompt_chars", "source", "status").rows() == [
+        ("a", 1, None, None, "x:1", "ok"), ("b", 2, None, None, "x:2", "ok"), ("c", 3, 7, None, None, "unknown")]
