@@ -477,8 +477,9 @@ def _import_into(plan: _Plan, src: Path, out: Path, part: Path, fmt: str, q_part
     pieces = plan.blocks(hasher, _typed_columns(plan), told("reading")) if plan.blocks is not None else None
     block = next(pieces, None) if pieces is not None else None
     first = functools.cache(block) if block is not None else None
-    probe = (first() if first is not None else plan.lf).head(4096).with_columns(_abs_us=_form(plan.abs_us, fast), **{k: _form(v, fast) for k, v in plan.required.items()})
     try:
+        probe = (first() if first is not None else plan.lf).head(4096).with_columns(
+            _abs_us=_form(plan.abs_us, fast), **{k: _form(v, fast) for k, v in plan.required.items()})
         try:
             t_first = probe.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).select(pl.col("_abs_us").first()).collect().item()
         except pl.exceptions.PolarsError as e:
