@@ -69,7 +69,7 @@ def _check_file(path: Path) -> None:
     if path.is_dir():
         raise ReplayError(f"{path}: is a directory; pass the evidence files inside it")
     if path.is_symlink() and not path.exists():
-        raise ReplayError(f"{path}: a link to {os.readlink(path)}, which does not exist")
+        raise ReplayError(f"{path}: a link to {os.readlink(path)}, which leads nowhere (gone, or a loop of links)")
     if not path.exists():
         raise ReplayError(f"{path}: no such file")
     refuse_stream(path)
@@ -87,7 +87,7 @@ def _expand(paths: list[Path], out: Path) -> tuple[list[Path], set[Path]]:
             files.append(p)
             continue
         inside = sorted(f for f in p.rglob("*") if not f.is_dir() and not any(
-            part.startswith(".") for part in f.relative_to(p).parts) and out.resolve() not in f.resolve().parents)
+            part.startswith(".") for part in f.relative_to(p).parts) and out.resolve() not in (f.parent.resolve() / f.name).parents)
         if not inside:
             raise ReplayError(f"{p}: a directory with no evidence files in it")
         files += inside

@@ -2262,18 +2262,23 @@ def test_an_incident_folder_is_its_files(tmp_path: Path) -> None:
 
 
 def test_a_broken_link_or_a_pipe_in_an_incident_folder_is_skipped_with_a_note(tmp_path: Path) -> None:
-    """GIVEN an incident folder holding a log, a link to a file that is gone and a pipe THEN the log is
-    recorded and the other two are skipped, each with a note saying what it is (they were left out
+    """GIVEN an incident folder holding a log, a link to a file that is gone, two links to each other and
+    a pipe THEN the log is
+    recorded and the others are skipped, each with a note saying what it is (they were left out
     unsaid), the pipe never opened; named, each is an error."""
     inc = tmp_path / "incident"
     inc.mkdir()
     (inc / "vllm.log").write_bytes((DATA / "v017_v1_stats_kv_ramp.log").read_bytes())
     (inc / "engine.log").symlink_to(tmp_path / "gone.log")
+    (inc / "loop.a").symlink_to(inc / "loop.b")
+    (inc / "loop.b").symlink_to(inc / "loop.a")
     os.mkfifo(inc / "live.pipe")
     reps, _ = record([inc], tmp_path / "b", RecordOptions(year=2026))
     got = {Path(r.path).name: (r.kind, r.notes) for r in reps}
     assert got["vllm.log"][0] == "vllm-log" and inspect_bundle(read_bundle(tmp_path / "b"))["stats_lines"] == 5
-    assert got["engine.log"] == ("skipped", [f"skipped: a link to {tmp_path / 'gone.log'}, which does not exist"])
+    assert got["engine.log"] == ("skipped", [f"skipped: a link to {tmp_path / 'gone.log'}, which leads nowhere (gone, "
+                                             "or a loop of links)"])
+    assert got["loop.a"][0] == got["loop.b"][0] == "skipped" and "a loop of links" in got["loop.b"][1][0]
     assert got["live.pipe"][0] == "skipped" and got["live.pipe"][1][0].startswith("skipped: a pipe or device, not a file")
     for named in ("engine.log", "live.pipe"):
         with pytest.raises(ReplayError, match="link to|pipe or device"):
