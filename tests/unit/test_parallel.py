@@ -57,6 +57,8 @@ def test_a_single_item_is_computed_in_this_thread() -> None:
     assert list(ordered_map(whose, [7], workers=2, ahead=3)) == [here]
     assert list(ordered_map(whose, [], workers=2, ahead=3)) == []
     assert here not in list(ordered_map(whose, [1, 2, 3], workers=2, ahead=3))
+    assert list(ordered_map(lambda i: i * i, [1, 2, 3], workers=1, ahead=1)) == [1, 4, 9]  # (one at a time)
+    assert list(ordered_map(whose, [5], workers=1, ahead=1)) != [here]
 
 
 def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> None:
