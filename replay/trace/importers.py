@@ -208,10 +208,18 @@ def _parse_timestamp_us(col: str, sample: str | None = None) -> _Parse:
     return _Parse(fast, dt.dt.epoch("us") - (sign * off_min.fill_null(0) * 60_000_000))
 
 
+def _count(x: pl.Expr) -> pl.Expr:
+    """A count (tokens, items) as an integer: null, so that its row is quarantined, where it is
+    negative or has a fraction (a trace reader refuses the first, and the second was cut to an
+    integer unsaid)."""
+    return pl.when((x >= 0) & (x == x.floor())).then(x).cast(pl.Int64, strict=False)
+
+
 def _int(col: str) -> _Parse:
+    fast = pl.col(col).cast(pl.Int64, strict=False)
     return _Parse(
-        pl.col(col).cast(pl.Int64, strict=False),
-        pl.col(col).str.strip_chars().str.replace_all(",", "").cast(pl.Float64, strict=False).cast(pl.Int64, strict=False),
+        pl.when(fast >= 0).then(fast),
+        _count(pl.col(col).str.strip_chars().str.replace_all(",", "").cast(pl.Float64, strict=False)),
         (col, pl.Int64),
     )
 
@@ -266,6 +274,8 @@ def _fill_header(out: Path, header: TraceHeader, room: int) -> None:
         fo.write(line + b" " * (room - 1 - len(line)) + b"\n")
 
 
+_UNPARSEABLE = {"_abs_us": "arrival time unparseable",  # (why a row's required value is null)
+                **{k: f"{k} unparseable as a count (an integer >= 0)" for k in ("input_tokens", "output_tokens")}}
 _STATS_SUM = ("n", "bad", "backwards", "in_sum")
 CSV_BLOCK_BYTES = 3 << 20  # CSV imports stream the file in pieces of this size
 BLOCK_WORKERS = 2  # blocks parsed side by side while this thread renders the one before them
@@ -291,7 +301,7 @@ def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None,
     bad = pl.any_horizontal([pl.col(k).is_null() for k in keys])
     good_t = pl.col("_abs_us").filter(~bad)
     reasons = [
-        pl.when(pl.col(k).is_null()).then(pl.lit(f"{'arrival time' if k == '_abs_us' else k} unparseable")).otherwise(None)
+        pl.when(pl.col(k).is_null()).then(pl.lit(_UNPARSEABLE.get(k, f"{k} unparseable"))).otherwise(None)
         for k in keys
     ]
     raw_cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
@@ -665,7 +675,7 @@ def _jcast(col: str, schema: pl.Schema, dtype: type[pl.DataType]) -> pl.Expr:
 
 
 def _jint(col: str, schema: pl.Schema) -> pl.Expr:
-    return _jcast(col, schema, pl.Float64).cast(pl.Int64, strict=False)
+    return _count(_jcast(col, schema, pl.Float64))
 
 
 def import_mooncake(path: Path, label: Path) -> _Plan:

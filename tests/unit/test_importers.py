@@ -139,6 +139,28 @@ def test_a_file_that_fits_in_a_block_is_one_block(end: str, tmp_path: Path) -> N
     assert len(small) > 10 and [r for b in small for r in b] == whole[0]
 
 
+def test_a_token_count_that_is_negative_or_fractional_is_quarantined(tmp_path: Path) -> None:
+    """GIVEN token counts of -3, 12.7 and -1 among good ones ('1,024' and 3.0 are counts), in a CSV
+    and in JSON lines THEN those rows are quarantined as not counts, and the trace written reads
+    back (a negative count made a trace that the trace reader refused; a fraction was cut unsaid)."""
+    src = tmp_path / "a.csv"
+    src.write_text('TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,5\n2023-11-16 18:15:47,-3,5\n'
+                   '2023-11-16 18:15:48,12.7,5\n2023-11-16 18:15:49,8,-1\n2023-11-16 18:15:50,"1,024",3.0\n')
+    res = import_trace("azure", src, tmp_path / "a.jsonl")
+    assert res.quarantine_path is not None
+    q = [json.loads(x) for x in res.quarantine_path.read_text().splitlines()]
+    assert [(x["line"], x["reason"].split(" unparseable")[0]) for x in q] == [
+        (3, "input_tokens"), (4, "input_tokens"), (5, "output_tokens")]
+    assert all(x["reason"].endswith("as a count (an integer >= 0)") for x in q)
+    assert [(r["input_tokens"], r["output_tokens"]) for r in iter_requests(tmp_path / "a.jsonl")] == [(10, 5), (1024, 3)]
+    jl = tmp_path / "m.jsonl"
+    jl.write_text("".join(json.dumps({"timestamp": t, "input_length": n, "output_length": 4}) + "\n"
+                          for t, n in ((0, 100), (1000, -5), (2000, 7.5), (3000, 64))))
+    res = import_trace("mooncake", jl, tmp_path / "m.out.jsonl")
+    assert (res.rows_emitted, res.quarantined) == (2, 2)
+    assert [r["input_tokens"] for r in iter_requests(tmp_path / "m.out.jsonl")] == [100, 64]
+
+
 def test_burstgpt_zero_response_is_failed(tmp_path: Path) -> None:
     src = tmp_path / "b.csv"
     src.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -513,7 +535,7 @@ def test_jsonl_fields_that_are_objects_or_lists(tmp_path: Path) -> None:
     with pytest.raises(ReplayError, match=r"every row was quarantined \(30\)"):
         import_trace("mooncake", nested, tmp_path / "o.jsonl")
     q = [json.loads(ln) for ln in (tmp_path / "o.jsonl.rejected.jsonl").read_text().splitlines()]
-    assert len(q) == 30 and all(e["reason"] == "input_tokens unparseable" for e in q)
+    assert len(q) == 30 and all(e["reason"] == "input_tokens unparseable as a count (an integer >= 0)" for e in q)
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({"prompt": {"text": "hi"}, "output_tokens": r["output_length"]}) + "\n" for r in rows))
     with pytest.raises(ReplayError, match="every row was quarantined"):
