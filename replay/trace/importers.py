@@ -418,7 +418,7 @@ def _csv_blocks(path: Path, label: Path, cols: list[str], separator: str,
             rest = b""
             while True:  # one copy per block: the rest of the last read joined to this read's lines
                 chunk = fh.read(size)
-                while 0 < len(chunk) < size and (more := fh.read(size - len(chunk))):  # (a pipe may pause)
+                while 0 < len(chunk) < size and (more := fh.read(size - len(chunk))):  # (a short read need not be the end)
                     chunk += more
                 end_of_file = len(chunk) < size  # (the last block holds the rest: a file that does not end
                 done += len(chunk)  # in a line end would otherwise leave its last row a block of its own)
