@@ -567,13 +567,14 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if spaced.any():
         rq = rq.filter(~spaced)
     kind = pl.when("added").then(pl.lit("request_added")).otherwise(pl.lit("request_finished"))
-    if request_keys:  # (their repeat keys, and the rank that only they need)
+    # (request facts' repeat keys, and the rank that only they need)
+    keyed = {"rank": pl.col("rank"), "h": pl.col("h"), "repeatable": pl.lit(True)} if request_keys else {}
+    if request_keys:
         head_key = heads.select(pl.col("rank").hash(seed=7).xor(pl.col("ts").hash(seed=8)))[:, 0]
         rq = _heads(rq, heads.select("rank", "ts")).with_columns(kind=kind)
         rq = rq.with_columns(h=_key(pl.lit(head_key.gather(rq["pid"]))))
-        keyed = {"rank": pl.col("rank"), "h": pl.col("h"), "repeatable": pl.lit(True)}
     else:
-        rq, keyed = _heads(rq, heads.select("ts")).with_columns(kind=kind), {}
+        rq = _heads(rq, heads.select("ts")).with_columns(kind=kind)
     requests = rq.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
                          request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
@@ -581,7 +582,6 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     rv = _received(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts) \
         if rv.height else rv.select("line", proc=pl.lit(None, dtype=pl.Utf8), fl=pl.lit(None, dtype=pl.Utf8))
     if rv.height:  # (their details: the pieces without them keep the slim schema)
-        keyed = {"rank": pl.col("rank"), "h": pl.col("h"), "repeatable": pl.lit(True)} if request_keys else {}
         requests = pl.concat([requests, rv.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
                                                    request_id="request_id", rh=ID_HASH, **{k: k for k in REQUEST_DETAILS})],
                              how="diagonal_relaxed").sort("line")
