@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import polars as pl
 
@@ -192,9 +192,38 @@ class FastFacts:
         return scan_requests(files).select(list(REQUEST_SCHEMA))
 
 
-def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[bytes]:
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than a reader's bound, in place of its text: its length and its first bytes."""
+
+    n_bytes: int
+    head: bytes
+
+    def note(self) -> str:
+        return (f"a line of {self.n_bytes:,} bytes, longer than the {MAX_LINE_BYTES >> 20} MiB a log line may "
+                "have: not parsed (its first bytes are kept)")
+
+
+MAX_LINE_BYTES = 16 << 20  # a log's longest line: a longer one (a blob without line ends, say) is quarantined
+# unread, which keeps memory bounded and spares the line-by-line parser, whose patterns take seconds on it
+LONG_LINE_HEAD = 1024  # the bytes of such a line kept for its quarantine entry
+
+
+@overload
+def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None, max_line: None = None) -> Iterator[bytes]: ...
+
+
+@overload
+def text_pieces(path: Path, chunk_bytes: int, hasher: Any, max_line: int) -> Iterator[bytes | LongLine]: ...
+
+
+def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None,
+                max_line: int | None = None) -> Iterator[bytes | LongLine]:
     """The file's text as UTF-8 in pieces that end at a line end (decompressing gzip, bzip2 or xz and
-    transcoding UTF-16 as it goes); with ``hasher``, every byte of the file as given goes into it."""
+    transcoding UTF-16 as it goes); with ``hasher``, every byte of the file as given goes into it.
+    With ``max_line``, a line longer than that (and than ``chunk_bytes``, which a line within one
+    read never is) comes as a LongLine, between the pieces before and after it, and is never held
+    whole."""
     kind = compression(path)
     raw = HashingReader(path, hasher)
     try:
@@ -202,22 +231,44 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None) -> Iterator[by
     except BaseException:
         raw.close()
         raise
+    bound = None if max_line is None else max(max_line, chunk_bytes)
     try:
         with contextlib.closing(raw), contextlib.closing(fh):
-            rest = b""
+            held: list[bytes | memoryview] = []  # the start of the line the last read ended in (joined once it ends:
+            size = 0  # joining at every read was quadratic in the line's length)
+            long_head: bytes | None = None  # (the head of a line over the bound, whose rest is skipped)
             chunks = utf8_chunks(fh, chunk_bytes)
             while True:  # one copy per piece: the rest of the last read joined to this read's lines
                 chunk = next(chunks, b"")
                 if not chunk:
                     raw.rest()  # bytes after the gzip stream belong to the file's hash too
-                    if rest:
-                        yield rest
+                    if long_head is not None:
+                        yield LongLine(size, long_head)
+                    elif held:
+                        yield b"".join(held)
                     return
+                first = chunk.find(b"\n")
+                if bound is not None and (long_head is not None or size + (len(chunk) if first < 0 else first) > bound):
+                    if long_head is None:
+                        long_head, held = b"".join(held)[:LONG_LINE_HEAD], []
+                    if len(long_head) < LONG_LINE_HEAD:
+                        long_head += chunk[:min(len(chunk) if first < 0 else first, LONG_LINE_HEAD - len(long_head))]
+                    if first < 0:
+                        size += len(chunk)
+                        continue
+                    yield LongLine(size + first, long_head)
+                    long_head, size = None, 0
+                    chunk = chunk[first + 1:]
+                    if not chunk:
+                        continue
                 cut = chunk.rfind(b"\n") + 1
                 if cut == 0:
-                    rest += chunk
+                    held.append(chunk)
+                    size += len(chunk)
                     continue
-                piece, rest = b"".join((rest, memoryview(chunk)[:cut])), chunk[cut:]
+                held.append(memoryview(chunk)[:cut])
+                piece = b"".join(held)
+                held, size = [chunk[cut:]] if cut < len(chunk) else [], len(chunk) - cut
                 yield piece
     except DECOMPRESS_ERRORS as e:
         if kind is None:
@@ -645,6 +696,7 @@ class _Piece:
     fast_lines: int
     files: _Spilled  # this piece's fast-lane stats and request facts
     representatives: list[tuple[str, int]]
+    long_line: LongLine | None = None  # the piece is this one line, too long to read
 
 
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
@@ -697,23 +749,39 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     prev_fast = False
     seen = 0  # res.facts before this index hold no stats or request facts
 
-    def numbered() -> Iterator[tuple[bytes, Future[int], Future[int]]]:
+    def numbered() -> Iterator[tuple[bytes | LongLine, Future[int], Future[int]]]:
         """Each piece with the future of its first line number and of the next piece's."""
         start: Future[int] = Future()
         start.set_result(1)
-        for piece in text_pieces(path, chunk_bytes or CHUNK_BYTES, hasher):
+        for piece in text_pieces(path, chunk_bytes or CHUNK_BYTES, hasher, MAX_LINE_BYTES):
             end: Future[int] = Future()
             yield piece, start, end
             start = end
 
-    def prepare(item: tuple[int, tuple[bytes, Future[int], Future[int]]]) -> tuple[_Piece, int, int, int]:
+    def prepare(item: tuple[int, tuple[bytes | LongLine, Future[int], Future[int]]]) -> tuple[_Piece, int, int, int]:
         k, (piece, start, end) = item
+        if isinstance(piece, LongLine):
+            try:
+                no = start.result()
+            except BaseException as e:
+                end.set_exception(e)
+                raise
+            end.set_result(no + 1)
+            return (_Piece(pl.DataFrame(), False, 0, _Spilled(None, None, []), [], piece), no, 1,
+                    piece.n_bytes + 1)
         return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats), len(piece))
 
     for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
                                                            ahead=WORKERS + 1)):
         if progress is not None:
             progress(size)
+        if p.long_line is not None:  # (it ends any message open before it, as a fast line does)
+            parser.barrier()
+            parser.res.quarantine.append((first_no, p.long_line.note(),
+                                          p.long_line.head.decode("utf-8", errors="replace")))
+            parser.res.lines_read = max(parser.res.lines_read, first_no)
+            prev_fast = True
+            continue
         # the line-by-line parser gets every other line, in order, with a barrier after fast ones
         for no, raw, after_fast in p.slow.iter_rows():
             if after_fast if after_fast is not None else prev_fast:

@@ -126,7 +126,10 @@ def _read_text(path: Path, limit: int = -1) -> str:
 def _text_lines(path: Path) -> Iterator[str]:
     """A text file's lines as editors number them (split at LF, a CR before it dropped), read in the
     log lane's bounded pieces: gzip decompressed, a byte-order mark honoured, bad bytes replaced."""
-    for piece in text_pieces(path, 1 << 20):
+    for piece in text_pieces(path, 1 << 20, None, fastlog.MAX_LINE_BYTES):
+        if isinstance(piece, fastlog.LongLine):  # (its head stands for it: a quarantine entry holds no more)
+            yield piece.head.decode("utf-8", errors="replace")
+            continue
         for ln in physical_lines(piece.decode("utf-8", errors="replace")):
             yield ln.removesuffix("\r")
 

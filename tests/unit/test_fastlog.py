@@ -555,3 +555,66 @@ def test_a_debug_level_excerpt_is_a_vllm_log(tmp_path: Path) -> None:
                            f"cmpl-{i}\n" for i in range(3000)))
     reps, summary = record([log], tmp_path / "b", RecordOptions(year=2025))
     assert reps[0].kind == "vllm-log" and reps[0].parsed == 3000 and summary["quarantined"] == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 700), min_size=1, max_size=12), chunk=st.integers(1, 200),
+       bound=st.integers(1, 400), final_lf=st.booleans(), gz=st.booleans())
+def test_text_pieces_hand_on_every_line_and_stand_in_for_those_over_the_bound(
+        lengths: list[int], chunk: int, bound: int, final_lf: bool, gz: bool) -> None:
+    """GIVEN lines of any length, read in chunks of any size THEN the pieces end at line ends and hold
+    every line in order, except those longer than the bound (and than a chunk), which come as a
+    LongLine with their length and first bytes; the hash is the file's either way."""
+    lines = [bytes([97 + i % 26]) * n for i, n in enumerate(lengths)]
+    data = b"\n".join(lines) + (b"\n" if final_lf else b"")
+    with tempfile.TemporaryDirectory() as td:
+        path = Path(td) / ("t.log.gz" if gz else "t.log")
+        path.write_bytes(gzip.compress(data) if gz else data)
+        h = hashlib.sha256()
+        got: list[bytes | fastlog.LongLine] = []
+        for piece in fastlog.text_pieces(path, chunk, h, bound):
+            if isinstance(piece, fastlog.LongLine):
+                got.append(piece)
+            else:
+                assert piece.endswith(b"\n") or piece is not None
+                got += piece.split(b"\n")[:-1] if piece.endswith(b"\n") else piece.split(b"\n")
+        assert h.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+    limit = max(bound, chunk)
+    want: list[bytes | fastlog.LongLine] = [fastlog.LongLine(len(ln), ln[:fastlog.LONG_LINE_HEAD]) if len(ln) > limit else ln
+                                            for ln in lines]
+    if not final_lf and lines[-1] == b"":
+        want.pop()  # (no last line: the file ends with the line end of the one before)
+    assert got == want
+
+
+def test_a_line_too_long_to_read_is_quarantined_and_the_lines_around_it_are_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a log with a line far over the bound (a blob pasted without line ends) in the middle of a
+    traceback, and another at its end without a final line end THEN each is one quarantined line that
+    names its length and keeps its first bytes, the facts before and after it are read with the right
+    line numbers, and the message it interrupts is not joined across it."""
+    monkeypatch.setattr(fastlog, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(fastlog, "CHUNK_BYTES", 1024)
+    head = ["INFO 08-20 03:10:00 [model_runner.py:1112] Model loading took 16.5557 GiB and 2.803817 seconds",
+            "ERROR 08-20 03:10:01 [engine.py:467] Traceback (most recent call last):"]
+    tail = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity "
+            "of 44.53 GiB of which 448.00 KiB is free. Including non-PyTorch memory, this process has 44.52 GiB memory "
+            "in use. Of the allocated memory 43.10 GiB is allocated by PyTorch, and 130.50 MiB is reserved by "
+            "PyTorch but unallocated.",
+            "(APIServer pid=7) INFO 08-20 03:10:09 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            "Avg generation throughput: 0.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 7.5%, "
+            "Prefix cache hit rate: 0.0%"]
+    log = tmp_path / "v.log"
+    log.write_text("\n".join([*head, "B" * 50_000, *tail, "Q" * 9000]))
+    out = tmp_path / "b"
+    record([log], out, RecordOptions(year=2025))
+    b = read_bundle(out)
+    q = [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
+    assert [(e["line"], e["raw"][:3]) for e in q] == [(3, "BBB"), (6, "QQQ")]
+    assert "50,000 bytes" in q[0]["reason"] and "9,000 bytes" in q[1]["reason"]
+    inp = b.meta.inputs[0]
+    assert (inp["lines_read"], inp["quarantined"]) == (6, 2)
+    facts = inspect_bundle(b)
+    assert facts["weights_gib"] == 16.5557 and facts["kv_usage_pct"] == [7.5] and facts["running"] == [3]
+    oom = [e for e in b.events if e["kind"] == "oom"]
+    assert len(oom) == 1 and oom[0]["tried_to_allocate_bytes"] == 2 << 20 and oom[0]["source"].endswith(":4")
