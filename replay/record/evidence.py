@@ -11,6 +11,7 @@ bundle's names across vLLM versions here, in one table.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -711,6 +712,9 @@ _NVSMI_MIB_FIELDS = ("memory.used", "memory.free", "memory.total", "memory.reser
 
 
 NV_UNKNOWN = ("[N/A]", "N/A", "[Not Supported]")  # what nvidia-smi writes for a value it has not
+_NV_NUMBER = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$")  # (a number: not '.' or '1.2.3')
+_NV_UNITS = ("", "MiB", "GiB", "KiB", "%", "W", "MHz", "C")
+_NV_SCALE = {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}
 
 
 def _nv_unknown(c: str) -> bool:
@@ -724,15 +728,24 @@ def _nv_value(cell: str, header: str) -> float | None:
     nvidia-smi: a bare number is MiB whether the header says so ('memory.used [MiB]', as nvidia-smi
     writes it, nounits or not) or not (a column list typed for --nvsmi-columns)."""
     c = cell.strip()
-    if _nv_unknown(c):
-        return None
-    m = re.match(r"^(\d+(?:\.\d*)?|\.\d+)\s*(MiB|GiB|KiB|%|W|MHz|C)?$", c)  # (a number: not '.' or '1.2.3')
-    if not m:
-        return None
-    v = float(m.group(1))
-    unit = m.group(2) or ("MiB" if "[MiB]" in header or header.split(" [")[0].strip() in _NVSMI_MIB_FIELDS else "")
-    v *= {"MiB": MiB, "GiB": 1 << 30, "KiB": 1024}.get(unit, 1)
+    num, _, unit = c.partition(" ")  # (the common shapes, '40000 MiB' and '40000', without a pattern)
+    if num.isdigit() and num.isascii() and unit in _NV_UNITS:
+        v = float(num)
+    else:
+        if _nv_unknown(c):
+            return None
+        m = _NV_NUMBER.match(c)
+        if not m:
+            return None
+        v, unit = float(m.group(1)), m.group(2) or ""
+    v *= _NV_SCALE.get(unit or _nv_default_unit(header), 1)
     return v if math.isfinite(v) else None  # (hundreds of digits: no memory, a damaged cell)
+
+
+@functools.lru_cache(maxsize=256)
+def _nv_default_unit(header: str) -> str:
+    """The unit of a bare number under ``header``: MiB for memory fields, none otherwise."""
+    return "MiB" if "[MiB]" in header or header.split(" [")[0].strip() in _NVSMI_MIB_FIELDS else ""
 
 
 def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,
@@ -931,6 +944,8 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     header: list[str] | None = [c.strip() for c in columns.split(",")] if columns else None
     bus_to_idx: dict[str, int] = {}
     by_bus = False
+    named: tuple[list[str] | None, list[str], dict[str, str]] = (None, [], {})
+    last_ts: tuple[str | None, int | None] = (None, None)
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
             p.parsed += 1
@@ -946,9 +961,12 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
         if len(cells) != len(header):
             p.quarantine.append((i, f"expected {len(header)} fields, found {len(cells)}", ln))
             continue
-        row = dict(zip([h.split(" [")[0] for h in header], cells))
-        units = dict(zip([h.split(" [")[0] for h in header], header))
-        t = parse_time(row["timestamp"], tz_offset_s) if "timestamp" in row else None
+        if header is not named[0]:  # (the header's names and units, worked out once per header)
+            named = (header, [h.split(" [")[0] for h in header], dict(zip([h.split(" [")[0] for h in header], header)))
+        row, units = dict(zip(named[1], cells)), named[2]
+        if "timestamp" in row and row["timestamp"] != last_ts[0]:  # (a poll's rows share their time)
+            last_ts = (row["timestamp"], parse_time(row["timestamp"], tz_offset_s))
+        t = last_ts[1] if "timestamp" in row else None
         if "timestamp" in row and t is None:
             p.quarantine.append((i, f"unparseable timestamp {row['timestamp']!r}", ln))
             continue

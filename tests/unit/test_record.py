@@ -3262,3 +3262,33 @@ def test_request_parts_leave_out_their_empty_columns_and_the_bundle_keeps_them(t
     assert df.columns == [*REQUESTS_SCHEMA, "prompt_chars", "prompt_sha256"]
     assert df.select("id", "arrival_us", "input_tokens", "prompt_chars", "source", "status").rows() == [
         ("a", 1, None, None, "x:1", "ok"), ("b", 2, None, None, "x:2", "ok"), ("c", 3, 7, None, None, "unknown")]
+
+
+def test_each_evidence_file_has_its_own_time_span_and_many_samples_are_all_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN two nvidia-smi logs of one name in two folders (two nodes' '-l 1' loops, a day apart), with
+    more samples than the writer takes in one frame THEN each file's span in the report is its own
+    (a file's span was read off every sample so far of any file of its name), and every sample is in
+    the bundle, once, in time order."""
+    from replay.record import recorder
+    header = "timestamp, index, memory.total [MiB], memory.used [MiB]\n"
+    spans = []
+    for node, day in (("a", 20), ("b", 21)):
+        (tmp_path / node).mkdir()
+        rows = [f"2025/08/{day} 03:{s // 60:02d}:{s % 60:02d}.000, {g}, 81559 MiB, {1000 + s} MiB\n"
+                for s in range(600) for g in range(2)]
+        (tmp_path / node / "smi.csv").write_text(header + "".join(rows))
+        spans.append((f"2025-08-{day}T03:00:00", f"2025-08-{day}T03:09:59"))
+    monkeypatch.setattr(recorder, "SAMPLES_AT_ONCE", 1000, raising=False)  # (several frames)
+    reports, _ = record([tmp_path / "a" / "smi.csv", tmp_path / "b" / "smi.csv"], tmp_path / "out",
+                        RecordOptions(tz_offset_s=0))
+
+    def iso(us: int | None) -> str:
+        assert us is not None
+        return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+
+    assert [(iso(r.t_first_us), iso(r.t_last_us)) for r in reports] == spans
+    s = read_bundle(tmp_path / "out").samples
+    used = s.filter(pl.col("metric") == "device_used_bytes")
+    assert used.height == 2 * 600 * 2 and s.height == 2 * used.height and used["t_us"].is_sorted()
+    assert used["value"].sum() == 2 * 2 * sum(1000 + k for k in range(600)) * 2**20
