@@ -157,6 +157,31 @@ def _machines_unchosen(machines: pl.DataFrame, total: int) -> list[Finding]:
                     [{"source": t} for t in shown[:10]])]
 
 
+EVIDENCE_KEPT = 5  # of a finding made many times over, the first occurrences kept as its evidence (and the last)
+
+
+def merge_alike(findings: list[Finding]) -> list[Finding]:
+    """Findings that say the same thing (the OOMs of a crash loop, each like the one before) as one, in
+    the place of the first, saying how many times and when the first and last were; its evidence is
+    the first EVIDENCE_KEPT occurrences' and the last's (a restart loop made hundreds of equal lines)."""
+    groups: dict[tuple[str, str, str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.id, f.title, f.detail, f.confidence), []).append(f)
+    out = []
+    for alike in groups.values():
+        first = alike[0]
+        if len(alike) == 1:
+            out.append(first)
+            continue
+        evidence = [e for f in alike for e in f.evidence]
+        ts = [e["t_us"] for e in evidence if e.get("t_us") is not None]
+        when = f"; the first at {min(ts) / 1e6:.1f} s, the last at {max(ts) / 1e6:.1f} s" if ts else ""
+        kept = evidence if len(evidence) <= EVIDENCE_KEPT + 1 else [
+            *evidence[:EVIDENCE_KEPT], {"what": f"{len(evidence) - EVIDENCE_KEPT - 1} more alike"}, evidence[-1]]
+        out.append(Finding(first.id, first.title, f"{first.detail} ({len(alike)} times{when})", first.confidence, kept))
+    return out
+
+
 def analyze_bundle(b: Bundle) -> Analysis:
     acc = accounting(b)
     actual, src = actual_frame(b.samples)
@@ -236,5 +261,5 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     f"NVIDIA driver error on PCI {e.get('pci')}: {e.get('message') or ''}".strip(),
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
     findings += cuda.values()
-    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, findings, layers_frame(b.samples), outages(b.events),
+    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), outages(b.events),
                     machines=machines, machines_total=machines_total)

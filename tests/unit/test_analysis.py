@@ -122,3 +122,30 @@ def test_check_refuses_a_limit_that_is_no_limit(pct: float, gap: int | None, nam
     the bundle's: refused by name, before the bundle is read."""
     with pytest.raises(ReplayError, match="^" + named):
         run_check(tmp_path / "not-read", pct, gap, False)
+
+
+@pytest.mark.parametrize("n_ooms", [3, 9])
+def test_a_crash_loops_alike_ooms_are_one_finding_that_counts_them(tmp_path: Path, n_ooms: int) -> None:
+    """GIVEN a crash loop (the same CUDA OOM every restart) and one OOM unlike the others THEN the alike
+    ones are one finding that says how many and when the first and last were, with the first few
+    occurrences and the last as its evidence; the unlike one stays a finding of its own."""
+    meta = BundleMeta(kind="production", t0_utc="2025-01-01T00:00:00Z", gpus=[{"index": 0, "total_bytes": 80 * GIB}])
+    w = BundleWriter(tmp_path / "b", meta)
+    oom = {"kind": "oom", "tried_to_allocate_bytes": 2 * GIB, "gpu_total_bytes": 80 * GIB, "free_bytes": GIB,
+           "process_in_use_bytes": 78 * GIB, "allocated_by_pytorch_bytes": 70 * GIB,
+           "reserved_unallocated_bytes": 6 * GIB, "other_processes": []}
+    for k in range(n_ooms):
+        w.event({**oom, "t_us": (60 + 300 * k) * 1_000_000, "source": f"vllm.log:{100 * k + 7}"})
+    w.event({**oom, "t_us": 9_000_000_000, "source": "vllm.log:99999", "reserved_unallocated_bytes": 3 * GIB})
+    w.close()
+    frag = [f for f in analyze_bundle(read_bundle(tmp_path / "b")).findings if f.id == "oom:fragmentation"]
+    assert len(frag) == 2
+    last_s = 60 + 300 * (n_ooms - 1)
+    assert frag[0].detail.endswith(f"({n_ooms} times; the first at 60.0 s, the last at {last_s}.0 s)")
+    assert "times" not in frag[1].detail and "3.00 GiB reserved" in frag[1].detail
+    sources = [e.get("source") for e in frag[0].evidence]
+    if n_ooms <= 6:
+        assert sources == [f"vllm.log:{100 * k + 7}" for k in range(n_ooms)]
+    else:
+        assert sources[:5] == [f"vllm.log:{100 * k + 7}" for k in range(5)] and sources[-1] == f"vllm.log:{100 * (n_ooms - 1) + 7}"
+        assert frag[0].evidence[5] == {"what": f"{n_ooms - 6} more alike"}
