@@ -607,6 +607,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             rep.kind = "duplicate"
             rep.notes.append(f"identical to {seen_hashes[sha]}; counted once")
             parsed_items.append((path, "duplicate", None, rep))
+            if opts.progress is not None:
+                opts.progress(size)
             continue
         if sha:
             seen_hashes[sha] = str(path)
@@ -614,8 +616,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             rep.kind = "empty"
             rep.notes.append("empty file")
             parsed_items.append((path, "empty", None, rep))
+            if opts.progress is not None:
+                opts.progress(size)
             continue
         result: Any
+        if opts.stage is not None:
+            opts.stage(f"reading {path.name}")
         if kind in ("vllm-log", "log-export"):
             hasher = hashlib.sha256() if hash_later else None
             spill, log_path, progress, conv = spill_root / str(len(parsed_items)), path, opts.progress, None
@@ -641,6 +647,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             rep.lines = sum(1 for _ in _text_lines(path))
             rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
             parsed_items.append((path, "unknown", None, rep))
+            if opts.progress is not None:
+                opts.progress(size)
             continue
         text = _read_text(path)
         if kind == "prometheus-text":
@@ -683,6 +691,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             rep.kind = result.kind
             rep.notes += result.notes
         parsed_items.append((path, kind, result, rep))
+        if opts.progress is not None:  # (read whole: done at once)
+            opts.progress(size)
 
     # Year for log lines (they carry none): --year, else a dated source in the bundle, else now.
     year = opts.year

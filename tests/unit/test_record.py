@@ -2967,7 +2967,7 @@ def test_record_says_what_it_does_after_reading(tmp_path: Path, monkeypatch: pyt
     log.write_text("\n".join(lines) + "\n")
     said: list[str] = []
     record([log], tmp_path / "b", RecordOptions(year=2025, stage=said.append))
-    assert said == ["joining 80 request lines in 4 parts", *(f"joining 80 request lines: part {k} of 4 done"
+    assert said == ["reading serve.log", "joining 80 request lines in 4 parts", *(f"joining 80 request lines: part {k} of 4 done"
                                                              for k in range(1, 5)), "writing the bundle"]
     assert read_bundle(tmp_path / "b").requests["finish_us"].null_count() == 0
     assert read_bundle(tmp_path / "b").requests.height == 40
@@ -3292,3 +3292,21 @@ def test_each_evidence_file_has_its_own_time_span_and_many_samples_are_all_writt
     used = s.filter(pl.col("metric") == "device_used_bytes")
     assert used.height == 2 * 600 * 2 and s.height == 2 * used.height and used["t_us"].is_sorted()
     assert used["value"].sum() == 2 * 2 * sum(1000 + k for k in range(600)) * 2**20
+
+
+def test_record_tells_progress_of_every_file_it_reads(tmp_path: Path) -> None:
+    """GIVEN evidence other than logs (an nvidia-smi CSV, a copy of it, a file of no known kind, an empty
+    one) THEN the recorder says which file it reads and the progress it tells adds up to every byte
+    (only logs were counted: the bar stood still on a big nvidia-smi log, and never filled)."""
+    smi = tmp_path / "smi.csv"
+    smi.write_text("timestamp, index, memory.used [MiB]\n" + "".join(
+        f"2025/08/20 03:00:{s:02d}.000, 0, {1000 + s} MiB\n" for s in range(50)))
+    (tmp_path / "copy.csv").write_bytes(smi.read_bytes())
+    (tmp_path / "notes.txt").write_text("what we saw\nand did\n")
+    (tmp_path / "empty.txt").write_text("")
+    files = [smi, tmp_path / "copy.csv", tmp_path / "notes.txt", tmp_path / "empty.txt"]
+    told: list[int] = []
+    said: list[str] = []
+    record(files, tmp_path / "b", RecordOptions(progress=told.append, stage=said.append))
+    assert sum(told) == sum(f.stat().st_size for f in files)
+    assert said[:2] == ["reading smi.csv", "reading notes.txt"] and said[-1] == "writing the bundle"
