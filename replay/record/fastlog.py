@@ -198,10 +198,11 @@ class LongLine:
 
     n_bytes: int
     head: bytes
+    bound: int  # the reader's: the most bytes a line it hands on may have
 
     def note(self) -> str:
-        return (f"a line of {self.n_bytes:,} bytes, longer than the {MAX_LINE_BYTES >> 20} MiB a log line may "
-                "have: not parsed (its first bytes are kept)")
+        most = f"{self.bound / 2**20:g} MiB" if self.bound >= 1 << 20 else f"{self.bound:,} bytes"
+        return f"a line of {self.n_bytes:,} bytes, longer than the {most} a log line may have: not parsed (its first bytes are kept)"
 
 
 MAX_LINE_BYTES = 16 << 20  # a log's longest line: a longer one (a blob without line ends, say) is quarantined
@@ -243,7 +244,7 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None,
                 if not chunk:
                     raw.rest()  # bytes after the gzip stream belong to the file's hash too
                     if long_head is not None:
-                        yield LongLine(size, long_head)
+                        yield LongLine(size, long_head, bound or 0)  # (set only with a bound)
                     elif held:
                         yield b"".join(held)
                     return
@@ -256,7 +257,7 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None,
                     if first < 0:
                         size += len(chunk)
                         continue
-                    yield LongLine(size + first, long_head)
+                    yield LongLine(size + first, long_head, bound)
                     long_head, size = None, 0
                     chunk = chunk[first + 1:]
                     if not chunk:

@@ -580,7 +580,7 @@ def test_text_pieces_hand_on_every_line_and_stand_in_for_those_over_the_bound(
                 got += piece.split(b"\n")[:-1] if piece.endswith(b"\n") else piece.split(b"\n")
         assert h.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
     limit = max(bound, chunk)
-    want: list[bytes | fastlog.LongLine] = [fastlog.LongLine(len(ln), ln[:fastlog.LONG_LINE_HEAD]) if len(ln) > limit else ln
+    want: list[bytes | fastlog.LongLine] = [fastlog.LongLine(len(ln), ln[:fastlog.LONG_LINE_HEAD], limit) if len(ln) > limit else ln
                                             for ln in lines]
     if not final_lf and lines[-1] == b"":
         want.pop()  # (no last line: the file ends with the line end of the one before)
@@ -611,7 +611,8 @@ def test_a_line_too_long_to_read_is_quarantined_and_the_lines_around_it_are_read
     b = read_bundle(out)
     q = [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
     assert [(e["line"], e["raw"][:3]) for e in q] == [(3, "BBB"), (6, "QQQ")]
-    assert "50,000 bytes" in q[0]["reason"] and "9,000 bytes" in q[1]["reason"]
+    assert q[0]["reason"].startswith("a line of 50,000 bytes, longer than the 4,096 bytes a log line may have")
+    assert "9,000 bytes" in q[1]["reason"]
     inp = b.meta.inputs[0]
     assert (inp["lines_read"], inp["quarantined"]) == (6, 2)
     facts = inspect_bundle(b)
