@@ -937,14 +937,21 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the <timestamp> of nvidia-smi -q -x")
 
 
+def _named(header: list[str]) -> tuple[list[str], dict[str, str]]:
+    """A CSV header's fields without their units ('memory.used [MiB]' -> 'memory.used'), and each one's
+    header cell."""
+    names = [h.split(" [")[0] for h in header]
+    return names, dict(zip(names, header))
+
+
 def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None) -> Parsed:
     p = Parsed(kind="nvidia-smi")
     lines = text.splitlines()
     p.lines = len(lines)
     header: list[str] | None = [c.strip() for c in columns.split(",")] if columns else None
+    names, units = _named(header or [])
     bus_to_idx: dict[str, int] = {}
     by_bus = False
-    named: tuple[list[str] | None, list[str], dict[str, str]] = (None, [], {})
     last_ts: tuple[str | None, int | None] = (None, None)
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
@@ -953,6 +960,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
         cells = [c.strip() for c in ln.split(",")]
         if any(c.startswith(("name", "timestamp", "index", "gpu_name", "pid")) for c in cells[:2]) and not re.search(r"\d{4}/\d\d/\d\d", ln):
             header = cells  # (repeated) header line
+            names, units = _named(header)
             p.parsed += 1
             continue
         if header is None:
@@ -961,9 +969,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
         if len(cells) != len(header):
             p.quarantine.append((i, f"expected {len(header)} fields, found {len(cells)}", ln))
             continue
-        if header is not named[0]:  # (the header's names and units, worked out once per header)
-            named = (header, [h.split(" [")[0] for h in header], dict(zip([h.split(" [")[0] for h in header], header)))
-        row, units = dict(zip(named[1], cells)), named[2]
+        row = dict(zip(names, cells))
         if "timestamp" in row and row["timestamp"] != last_ts[0]:  # (a poll's rows share their time)
             last_ts = (row["timestamp"], parse_time(row["timestamp"], tz_offset_s))
         t = last_ts[1] if "timestamp" in row else None

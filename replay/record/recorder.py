@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import DEVICE_SOURCES, BundleMeta, BundleWriter
+from replay.bundle import DEVICE_SOURCES, SAMPLES_SCHEMA, BundleMeta, BundleWriter
 from replay.errors import ReplayError
 from replay.filehash import (
     DECOMPRESS_ERRORS,
@@ -456,8 +456,7 @@ def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, 
 
 
 SAMPLES_AT_ONCE = 1 << 20  # the evidence's samples are written in frames of this many
-_SAMPLE_ROW = {"t_us": pl.Int64, "gpu": pl.Int32, "source": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64,
-               "file": pl.Utf8}
+_SAMPLE_ROW = {**SAMPLES_SCHEMA, "file": pl.Utf8}  # (a sample as the recorder holds it: with its file's name)
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
 
 
@@ -468,7 +467,7 @@ def _set_aside_impossible_times(r: ev.Parsed) -> None:
     def bad(t: int | None) -> bool:
         return t is not None and not 0 <= t < LATEST_US
 
-    odd = [x for x in r.samples if x[0] is not None and not 0 <= x[0] < LATEST_US]
+    odd = [x for x in r.samples if bad(x[0])]
     for t, gpu, source, metric, value in odd:
         r.quarantine.append((None, f"{source} {metric} (GPU {gpu}) = {value:g} at an impossible time ({t} µs since "
                                    "1970): not placed", ""))
