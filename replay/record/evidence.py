@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
+import polars as pl
 import yaml
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from replay.bundle import SAMPLES_SCHEMA
 from replay.errors import ReplayError
 from replay.record.vllm_log import ANSI
 from replay.units import MiB, is_uint, parse_size_bytes
@@ -93,8 +95,12 @@ NEVER_EXISTED_METRICS["vllm:gpu_memory_usage_bytes"] = NEVER_EXISTED_METRICS["vl
 
 @dataclass
 class Parsed:
+    """What a parser makes of one evidence file. Parsers that read a sample at a time list them in
+    ``samples``; a vectorised lane hands whole frames (``frames``). ``frame`` gives them all as one."""
+
     kind: str
     samples: list[tuple[int | None, int | None, str, str, float]] = field(default_factory=list)
+    frames: list[pl.DataFrame] = field(default_factory=list)  # samples as frames of SAMPLES_SCHEMA (epoch µs)
     events: list[dict[str, Any]] = field(default_factory=list)
     quarantine: list[tuple[int | None, str, str]] = field(default_factory=list)
     lines: int = 0
@@ -105,6 +111,15 @@ class Parsed:
     dcgm_labels: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (sample index, labels) of
     # the DCGM samples, until ``dcgm_hosts`` has told their hosts apart
     vllm_names: set[str] = field(default_factory=set)  # the names read as vLLM's metrics, as the file has them
+
+    def frame(self) -> pl.DataFrame:
+        """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
+        so from then on (the list is emptied): as tuples, a day of samples took a gigabyte."""
+        if self.samples or len(self.frames) != 1:
+            listed = [pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)]
+            self.frames = [pl.concat([*self.frames, *listed], how="vertical_relaxed").cast(SAMPLES_SCHEMA)]  # type: ignore[arg-type]
+            self.samples = []
+        return self.frames[0]
 
 
 def _utc(dt: datetime, tz_offset_s: int = 0) -> int:

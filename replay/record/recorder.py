@@ -455,8 +455,25 @@ def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, 
     return None
 
 
-SAMPLES_AT_ONCE = 1 << 20  # the evidence's samples are written in frames of this many
-_SAMPLE_ROW = {**SAMPLES_SCHEMA, "file": pl.Utf8}  # (a sample as the recorder holds it: with its file's name)
+SAMPLES_AT_ONCE = 1 << 20  # the evidence's samples are written in frames of about this many
+
+
+def _t_span(frame: pl.DataFrame) -> tuple[int | None, int | None]:
+    """The first and last time of a samples frame (None where it has none)."""
+    lo, hi = frame.select(pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi")).row(0)
+    return lo, hi
+
+
+def _batches(frames: list[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
+    """``frames`` joined into frames of ``rows`` or more (the last may hold fewer), each frame emptied
+    from the list as it is joined: a part file a scrape made thousands of files."""
+    held: list[pl.DataFrame] = []
+    frames.reverse()
+    while frames:
+        held.append(frames.pop())
+        if sum(f.height for f in held) >= rows or not frames:
+            yield pl.concat(held)
+            held = []
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
 
 
@@ -467,12 +484,16 @@ def _set_aside_impossible_times(r: ev.Parsed) -> None:
     def bad(t: int | None) -> bool:
         return t is not None and not 0 <= t < LATEST_US
 
-    odd = [x for x in r.samples if bad(x[0])]
+    odd = [x for x in r.samples if bad(x[0])]  # (before they are a frame: a time can be past 64 bits)
+    if odd:  # (rare: the samples are gone over again only then)
+        r.samples = [x for x in r.samples if not bad(x[0])]
+    frame = r.frame()
+    past = (pl.col("t_us") < 0) | (pl.col("t_us") >= LATEST_US)
+    odd += frame.filter(past).iter_rows()
     for t, gpu, source, metric, value in odd:
         r.quarantine.append((None, f"{source} {metric} (GPU {gpu}) = {value:g} at an impossible time ({t} µs since "
                                    "1970): not placed", ""))
-    if odd:  # (rare: the samples are gone over again only then)
-        r.samples = [x for x in r.samples if not bad(x[0])]
+    r.frames = [frame.filter(~past.fill_null(False))]
     for e in [e for e in r.events if bad(e.get("t"))]:
         r.quarantine.append((e.get("line"), f"{e['kind']} event at an impossible time ({e['t']} µs since 1970): "
                                             "not placed", ""))
@@ -703,7 +724,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 year_note = f"log year {year} from the times a container runtime or log shipper put on its lines"
                 break
     if year is None:
-        dated = [s[0] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for s in r.samples if s[0]]
+        dated = [t for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed)
+                 if (t := _t_span(r.frame().filter(pl.col("t_us") != 0))[0]) is not None]
         dated += [e["t"] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for e in r.events if e.get("t")]
         if dated:
             year = datetime.fromtimestamp(min(dated) / 1e6, tz=timezone.utc).year
@@ -715,7 +737,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         notes.append(year_note or "")
 
     # Collect absolute-time items, then rebase on t0.
-    samples: list[tuple[int | None, int | None, str, str, float, str]] = []
+    sample_frames: list[pl.DataFrame] = []  # the evidence's samples, a frame a file (epoch µs, offsets corrected)
+    log_samples: list[tuple[int, int, str, str, float]] = []  # the GPU totals that logs' OOM messages state
     events: list[dict[str, Any]] = []
     quarantine: list[tuple[str, int | None, str, str]] = []
     unknown: list[Path] = []  # files of no known kind: every line quarantined
@@ -792,7 +815,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 events.append({"t": t, "kind": f.kind, "data": dict(f.data), "source": src, "rank": f.rank})
                 if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
                     gpu = int(f.data.get("gpu") or 0)
-                    samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"]), src))
+                    log_samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"])))
             logs.append(log)
             repeated = stats_repeated + sum(also_in.values())
             if repeated:
@@ -811,19 +834,20 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             continue
         else:
             assert isinstance(r, ev.Parsed)
+            frame = r.frame()
             elsewhere = _another_machine(gpus, r.gpus)
             if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
-                r.samples = [(t, g, f"{src}[{path.name}]" if src in DEVICE_SOURCES else src, m, v)
-                             for t, g, src, m, v in r.samples]
+                source = pl.col("source")
+                frame = frame.with_columns(source=pl.when(source.is_in(DEVICE_SOURCES)).then(source + f"[{path.name}]")
+                                           .otherwise(source))
                 r.gpus = {}
                 rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
                                  f"own (source '…[{path.name}]'), not those of the GPUs the files before it describe")
             rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
             for no, reason, raw in r.quarantine:
                 quarantine.append((str(path), no, reason, raw))
-            name = path.name
-            samples += [(None if st is None else st - off, sgpu, source, metric, value, name)
-                        for st, sgpu, source, metric, value in r.samples]
+            frame = frame.with_columns(pl.col("t_us") - off) if off else frame
+            sample_frames.append(frame)
             for pe in r.events:
                 events.append({"t": None if pe.get("t") is None else pe["t"] - off, "kind": pe["kind"], "data": pe["data"],
                                "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
@@ -832,15 +856,19 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             notes += r.notes
             # (its own samples and events: those of every file so far, told apart by name, were read for
             # each file, and two files of one name in two folders took each other's times)
-            times = [st for st, *_ in r.samples if st is not None] + [pe["t"] for pe in r.events if pe.get("t") is not None]
+            times = [pe["t"] - off for pe in r.events if pe.get("t") is not None]
+            times += [x for x in _t_span(frame) if x is not None]
             if times:
-                rep.t_first_us, rep.t_last_us = min(times) - off, max(times) - off
+                rep.t_first_us, rep.t_last_us = min(times), max(times)
 
     apart = far_apart([(Path(rep.path).name, rep.t_first_us, rep.t_last_us) for _, _, _, rep in parsed_items
                        if rep.t_first_us is not None and rep.t_last_us is not None])
     if apart:
         notes.append(apart)
-    all_t = [s[0] for s in samples if s[0] is not None] + [e["t"] for e in events if e.get("t") is not None]
+    if log_samples:
+        sample_frames.append(pl.DataFrame(log_samples, schema=SAMPLES_SCHEMA, orient="row"))
+    all_t = [t for f in sample_frames if (t := _t_span(f)[0]) is not None]
+    all_t += [e["t"] for e in events if e.get("t") is not None]
     all_t += [lo for lo, _ in col_span]
     t0 = min(all_t) if all_t else None
     t0_utc = datetime.fromtimestamp(t0 / 1e6, tz=timezone.utc).isoformat().replace("+00:00", "Z") if t0 is not None else None
@@ -877,11 +905,9 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                     "clock_offset_us": r.clock_offset_us} for r in reports]
     w = BundleWriter(out, meta)
     untimed = 0
-    for i in range(0, len(samples), SAMPLES_AT_ONCE):  # (as frames: a call per sample took seconds a million)
-        df = pl.DataFrame(samples[i:i + SAMPLES_AT_ONCE], schema=_SAMPLE_ROW, orient="row", strict=False)
+    for df in _batches(sample_frames, SAMPLES_AT_ONCE):
         untimed += df["t_us"].null_count()
-        w.samples_frame(df.filter(pl.col("t_us").is_not_null()).select(
-            pl.col("t_us") - (t0 or 0), "gpu", "source", "metric", "value"))
+        w.samples_frame(df.filter(pl.col("t_us").is_not_null()).with_columns(pl.col("t_us") - (t0 or 0)))
     for log in logs:
         untimed += _write_stats(w, log, t0 or 0)
     with background_removal() as remove:  # (the spill goes while the bundle is written)
