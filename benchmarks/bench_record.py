@@ -8,8 +8,9 @@ restart. Prints, from one run, the recorder's time as a ratio to grep's and its 
 (sampled; the page cache of the log is not the recorder's memory), for --gib and a tenth of it, so
 that memory growth with file size shows (and, for --gib, the time of FLOOR below); then for a tenth of --gib logged at DEBUG level (three
 DEBUG lines per request, real shapes), and for a tenth of --gib in V0's request logging (0.6-0.7: each
-request's prompt, sampling parameters and token ids on its 'Received request' line).
-Usage: python benchmarks/bench_record.py [--gib 1.0]
+request's prompt, sampling parameters and token ids on its 'Received request' line). First, a day of
+nvidia-smi polling (8 GPUs every second), recorded through the vectorised lane and row by row.
+Usage: python benchmarks/bench_record.py [--gib 1.0] [--smi-hours 24]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -139,10 +141,43 @@ rq.with_columns(t=at).group_by("id").agg(line=pl.col("line").first(), arrival=pl
 """
 
 
+def nvidia_smi_day(path: Path, hours: float = 24, gpus: int = 8) -> int:
+    """`nvidia-smi --query-gpu=timestamp,index,name,memory.total,memory.used,memory.free,utilization.gpu
+    --format=csv -l 1` on ``gpus`` H200s for ``hours`` (the rows' shape as the real H200 capture has it)."""
+    t0 = datetime(2026, 7, 3)
+    with path.open("w") as fh:
+        fh.write("timestamp, index, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], utilization.gpu [%]\n")
+        for s in range(int(hours * 3600)):
+            ts = (t0 + timedelta(seconds=s, milliseconds=s * 7919 % 1000)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+            for g in range(gpus):
+                used = 20000 + (s * 13 + g * 977) % 100000
+                fh.write(f"{ts}, {g}, NVIDIA H200, 143771 MiB, {used} MiB, {143771 - used} MiB, {(s + g) % 101} %\n")
+    return path.stat().st_size
+
+
+def bench_nvidia_smi(hours: float) -> None:
+    """A day of nvidia-smi polling recorded through the vectorised lane and row by row (its reference)."""
+    with tempfile.TemporaryDirectory() as td:
+        log = Path(td) / "smi.csv"
+        size = nvidia_smi_day(log, hours)
+        got = []
+        for name, from_chars in (("lane", "0"), ("row by row", str(1 << 62))):
+            secs, peak = run_measured("from replay.record.recorder import record, RecordOptions\nfrom replay.record import fastsmi",
+                                      f"fastsmi.FAST_FROM_CHARS = {from_chars}\nrecord([Path(sys.argv[1])], Path(sys.argv[2]), "
+                                      "RecordOptions())", str(log), str(Path(td) / name.replace(" ", "")))
+            got.append((name, secs, peak))
+        print(f"nvidia-smi CSV, {hours:g} h of 8 GPUs every second ({size / 2**20:.0f} MiB): " + ", ".join(
+            f"{name} {secs:.2f} s, peak anon RSS {peak / 2**20:.0f} MiB" for name, secs, peak in got)
+            + f"; row by row / lane x{got[1][1] / got[0][1]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--smi-hours", type=float, default=24.0, help="hours of nvidia-smi polling to record (0: none)")
     a = ap.parse_args()
+    if a.smi_hours:
+        bench_nvidia_smi(a.smi_hours)
     peaks = []
     for gib, debug, v0 in ((a.gib / 10, False, False), (a.gib, False, False), (a.gib / 10, True, False),
                            (a.gib / 10, False, True)):

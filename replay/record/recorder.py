@@ -34,7 +34,7 @@ from replay.filehash import (
 )
 from replay.parallel import background_removal, ordered_map
 from replay.record import evidence as ev
-from replay.record import fastlog
+from replay.record import fastlog, fastsmi
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
 from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
@@ -683,7 +683,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         elif kind == "grafana-json":
             result = ev.parse_grafana_frames(path, _json(path, text), opts.host)
         elif kind == "nvidia-smi":
-            result = ev.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
+            result = fastsmi.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-table":
             result = ev.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
         elif kind == "nvidia-smi-q":
@@ -848,6 +848,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 quarantine.append((str(path), no, reason, raw))
             frame = frame.with_columns(pl.col("t_us") - off) if off else frame
             sample_frames.append(frame)
+            r.frames = []  # (held once: the list lets them go as they are written)
             for pe in r.events:
                 events.append({"t": None if pe.get("t") is None else pe["t"] - off, "kind": pe["kind"], "data": pe["data"],
                                "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
@@ -860,6 +861,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             times += [x for x in _t_span(frame) if x is not None]
             if times:
                 rep.t_first_us, rep.t_last_us = min(times), max(times)
+            del frame
 
     apart = far_apart([(Path(rep.path).name, rep.t_first_us, rep.t_last_us) for _, _, _, rep in parsed_items
                        if rep.t_first_us is not None and rep.t_last_us is not None])

@@ -1,0 +1,240 @@
+"""The vectorised lane for nvidia-smi's CSV logs reads exactly what the row-by-row reference reads: on
+the real H200 capture, on a day of polling built from its row with damage of every kind, and on
+generated logs, whatever the piece size; files of other shapes go to the reference; and the recorder
+writes the same bundle by either route."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.bundle import read_bundle
+from replay.record import evidence as ev
+from replay.record import fastsmi
+from replay.record.recorder import RecordOptions, record
+from tests.conftest import DATA
+
+H200 = DATA / "h200_query_gpu_load.csv"
+MiB = 1 << 20
+
+
+@contextmanager
+def pieces_of(chars: int) -> Iterator[None]:
+    """The lane reads pieces of ``chars`` characters (small ones, to cross many piece boundaries)."""
+    was = fastsmi.PIECE_CHARS
+    fastsmi.PIECE_CHARS = chars
+    try:
+        yield
+    finally:
+        fastsmi.PIECE_CHARS = was
+
+
+def both(text: str, tz_offset_s: int = 0, columns: str | None = None) -> ev.Parsed | None:
+    """The lane's reading of ``text``, checked equal to the reference's in every part; None where the
+    lane declined the file."""
+    path = Path("smi.csv")
+    ref = ev.parse_nvidia_smi_csv(path, text, tz_offset_s, columns)
+    lane = fastsmi._vectorised(path, text, tz_offset_s, columns)
+    if lane is None:
+        return None
+    got, want = lane.frame(), ref.frame()
+    assert got.schema == want.schema and got.rows() == want.rows()
+    for k in ("kind", "lines", "parsed", "quarantine", "notes", "gpus", "naive_local_times", "events"):
+        assert getattr(lane, k) == getattr(ref, k), k
+    return lane
+
+
+def h200() -> tuple[list[str], list[str]]:
+    """The real capture's header cells and its row's cells (200 fields: every --query-gpu field)."""
+    header, row = list(csv.reader(H200.read_text().splitlines(), skipinitialspace=True))
+    assert len(header) == len(row) > 190
+    return header, row
+
+
+def test_the_real_h200_capture_takes_the_lane_and_reads_as_the_reference() -> None:
+    """GIVEN the real `nvidia-smi --query-gpu=<every field> --format=csv` capture of an H200 under load
+    WHEN read by the lane THEN it is read (not declined) as the reference reads it, and its memory
+    figures are the row's own, MiB as bytes."""
+    header, row = h200()
+    lane = both(H200.read_text(), tz_offset_s=7200)
+    assert lane is not None
+    cell = dict(zip(header, row))
+    got = dict(lane.frame().select("metric", "value").iter_rows())
+    assert got["device_used_bytes"] == int(cell["memory.used [MiB]"].split()[0]) * MiB == 32362 * MiB
+    assert got["device_total_bytes"] == int(cell["memory.total [MiB]"].split()[0]) * MiB
+    assert got["util_gpu_pct"] == float(cell["utilization.gpu [%]"].split()[0])
+    assert lane.gpus[0]["name"] == cell["name"] and lane.gpus[0]["pci_bus_id"] == cell["pci.bus_id"]
+    assert lane.frame()["t_us"].unique().to_list() == [ev.parse_time(cell["timestamp"], 7200)]
+
+
+def polled_day(polls: int, gpus: int = 4) -> tuple[str, dict[int, str]]:
+    """A log of the real H200 row polled ``polls`` times on ``gpus`` GPUs (`-l 1`), with damage of
+    every kind at known lines: each damaged line and what was done to it."""
+    header, row = h200()
+    at = {h: i for i, h in enumerate(header)}
+    lines, damaged = [", ".join(header)], {}
+    kinds = ["no number", "extra field", "other time shape", "impossible date", "unknown words", "blank",
+             "header again", "units in GiB", "bare numbers", "padded"]
+    for s in range(polls):
+        for g in range(gpus):
+            cells = list(row)
+            used = 1000 + (s * 37 + g * 911) % 140000
+            cells[at["timestamp"]] = f"2026/07/03 {22 + s // 3600 % 2:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{(s * 7) % 1000:03d}"
+            cells[at["index"]] = str(g)
+            cells[at["memory.used [MiB]"]] = f"{used} MiB"
+            cells[at["memory.free [MiB]"]] = f"{143771 - 614 - used} MiB"
+            line = ", ".join(cells)
+            k = (s * gpus + g) % 29
+            if k < len(kinds):
+                kind = kinds[k]
+                damaged[len(lines) + 1] = kind
+                if kind == "no number":
+                    line = line.replace(f"{used} MiB", f"{used} MB")
+                elif kind == "extra field":
+                    line += ", 7"
+                elif kind == "other time shape":
+                    line = line.replace("2026/07/03 ", "2026-07-03T", 1)
+                elif kind == "impossible date":
+                    line = line.replace("2026/07/03", "2026/02/30", 1)
+                elif kind == "unknown words":
+                    line = line.replace(f"{used} MiB", "[Unknown Error]").replace("NVIDIA H200", "[N/A]")
+                elif kind == "blank":
+                    lines.append("   ")
+                elif kind == "header again":
+                    lines.append(", ".join(header))
+                elif kind == "units in GiB":
+                    line = line.replace(f"{used} MiB", f"{used / 1024:.2f} GiB")
+                elif kind == "bare numbers":
+                    line = line.replace(f"{used} MiB", str(used))
+                elif kind == "padded":
+                    line = line.replace(", ", " ,\t ")
+            lines.append(line)
+    return "\n".join(lines) + "\n", damaged
+
+
+@pytest.mark.parametrize("piece_chars", [1, 1 << 20])
+def test_a_day_of_polling_built_from_the_real_row_reads_as_the_reference(piece_chars: int) -> None:
+    """GIVEN 4 GPUs polled 60 times, the real H200 row each time, ten lines of every 29 damaged (a cell
+    that is no number, a field too many, another shape of time, 30 February, nvidia-smi's words for
+    none, a blank line, the header again, GiB, bare numbers, tabs and spaces around cells) WHEN read
+    by the lane in pieces of a line and of 1 MiB THEN it reads it as the reference reads it: the
+    broken rows quarantined with their lines, the rest parsed."""
+    text, damaged = polled_day(60)
+    with pieces_of(piece_chars):
+        lane = both(text, tz_offset_s=-3600)
+    assert lane is not None
+    broken = {no for no, kind in damaged.items() if kind in ("no number", "extra field", "impossible date")}
+    assert broken and {no for no, _, _ in lane.quarantine} == broken
+    assert lane.parsed + len(lane.quarantine) == lane.lines == len(text.splitlines())
+    assert sorted(lane.gpus) == [0, 1, 2, 3] and lane.gpus[0]["name"] == "NVIDIA H200"
+    used = lane.frame().filter(pl.col("metric") == "device_used_bytes")
+    assert used.height == 4 * 60 - len(broken) - sum(k == "unknown words" for k in damaged.values())
+
+
+_TIMES = st.one_of(
+    st.builds(lambda h, m, s, ms: f"2026/07/03 {h:02d}:{m:02d}:{s:02d}.{ms:03d}", st.integers(0, 23), st.integers(0, 59),
+              st.integers(0, 59), st.integers(0, 999)),
+    st.sampled_from(["2026-07-03T22:11:09Z", "2026/02/30 22:11:09.000", "2026/07/03 22:11:09", "soon", "",
+                     '"2026/07/03 22:11:09.763"', "2026/07/03 22:11:60.000", "0000/07/03 22:11:09.000", "1783116669"]))
+_CELLS = st.one_of(st.integers(0, 200000).map(str), st.integers(0, 200000).map(lambda v: f"{v} MiB"),
+                   st.sampled_from(["1.5 GiB", "512 KiB", "7 %", "250.10 W", "[N/A]", "N/A", "-", "", "[Not Supported]",
+                                    "[Unknown Error]", "12 MB", "1e5", ".5", "5.", "1.2.3", "-5", "inf", "nan", "1" * 400,
+                                    "40000  MiB", "40000\tMiB", "NVIDIA H200", "00000000:83:00.0", "[N/A", "12 MiB]", "[]"]))
+_FIELDS = ["name", "uuid", "pci.bus_id", "memory.total [MiB]", "memory.used [MiB]", "memory.free", "memory.reserved [MiB]",
+           "utilization.gpu [%]", "utilization.memory", "hostname", "pstate", "memory.used [MiB]"]
+
+
+@st.composite
+def smi_logs(draw: st.DrawFn) -> tuple[str, str | None, list[str]]:
+    """A --query-gpu log of random fields (a timestamp and an index among them), rows of random cells
+    (good, nvidia-smi's words for none, damaged), blank lines, the header again, a field too many or
+    too few, with or without its header line (then given as --nvsmi-columns)."""
+    fields = draw(st.lists(st.sampled_from(_FIELDS), max_size=6))
+    header = draw(st.permutations(["timestamp", "index", *fields]))
+    lines = [] if draw(st.booleans()) else [", ".join(header)]
+    for _ in range(draw(st.integers(0, 25))):
+        shape = draw(st.sampled_from(["row"] * 6 + ["blank", "header", "short", "long"]))
+        if shape == "blank":
+            lines.append(draw(st.sampled_from(["", " ", "\t"])))
+            continue
+        if shape == "header":
+            lines.append(", ".join(header))
+            continue
+        cells = [draw(_TIMES) if h == "timestamp" else str(draw(st.integers(0, 3))) if h == "index" else draw(_CELLS)
+                 for h in header]
+        cells = cells[:-1] if shape == "short" else cells + ["9"] if shape == "long" else cells
+        pad = draw(st.sampled_from(["", " ", "  ", "\t"]))
+        lines.append(",".join(pad + c for c in cells) if pad != "" else ", ".join(cells))
+    text = "\n".join(lines) + draw(st.sampled_from(["", "\n"]))
+    line = ", ".join(header)
+    return text, (line if lines[:1] != [line] else draw(st.sampled_from([None, line]))), header
+
+
+@settings(max_examples=200, deadline=None)
+@given(smi_logs(), st.sampled_from([0, 3600, -19800]), st.sampled_from([1, 7, 64, 1 << 20]))
+def test_generated_logs_read_alike_by_both_lanes(log: tuple[str, str | None, list[str]], tz_offset_s: int,
+                                                 piece_chars: int) -> None:
+    """GIVEN generated --query-gpu logs WHEN read by the lane, in pieces of any size THEN where the lane
+    takes a file it reads it exactly as the reference does; and it takes every file whose header is
+    known (by a header line nvidia-smi's way, or by --nvsmi-columns) and whose rows hold an index."""
+    text, columns, header = log
+    with pieces_of(piece_chars):
+        lane = both(text, tz_offset_s, columns)
+    # (a header line that opens with other fields is a row to the reference, whose index is 'index')
+    known = any(h.startswith(fastsmi._HEADER_WORDS) for h in header[:2]) or ", ".join(header) not in text.splitlines()
+    if known and text.strip():
+        assert lane is not None
+
+
+@pytest.mark.parametrize("text, columns, why", [
+    ("2026/07/03 22:11:09.763, 0, 100 MiB\n", None, "rows without a header"),
+    ("timestamp, index, memory.used [MiB]\n2026/07/03 22:11:09.763, 0, 100 MiB\ntimestamp, index, memory.free [MiB]\n"
+     "2026/07/03 22:11:10.763, 0, 100 MiB\n", None, "headers that differ"),
+    ("timestamp, pci.bus_id, memory.used [MiB]\n2026/07/03 22:11:09.763, 00000000:83:00.0, 100 MiB\n", None,
+     "GPUs told apart by bus id"),
+    ("timestamp, index, memory.used [MiB]\n2026/07/03 22:11:09.763, x, 100 MiB\n", None, "an index that is no number"),
+    ("timestamp, gpu_name, gpu_bus_id, pid, used_gpu_memory [MiB]\n2026/07/03 22:11:09.763, H200, 00:83.0, 7, 1 MiB\n",
+     None, "compute apps"),
+    ("timestamp, index, name\n2026/07/03 22:11:09.763, 0, Wörker\n", None, "text beyond printable ASCII"),
+    ("timestamp, index, memory.used [MiB]\r\n2026/07/03 22:11:09.763, 0, 100 MiB\r\n", None, "CRLF line ends"),
+])
+def test_files_of_other_shapes_go_to_the_reference_whole(text: str, columns: str | None, why: str) -> None:
+    """GIVEN a file whose rows depend on one another or on Python's own reading WHEN read THEN the lane
+    declines it, and the public reader gives the reference's reading of it."""
+    assert fastsmi._vectorised(Path("smi.csv"), text, 0, columns) is None, why
+    big = text * 30000  # (past FAST_FROM_CHARS: the lane is tried first)
+    assert len(big) >= fastsmi.FAST_FROM_CHARS
+    got = fastsmi.parse_nvidia_smi_csv(Path("smi.csv"), big)
+    want = ev.parse_nvidia_smi_csv(Path("smi.csv"), big)
+    assert got.frame().rows() == want.frame().rows() and got.quarantine == want.quarantine and got.gpus == want.gpus
+
+
+def test_the_recorder_writes_the_same_bundle_by_either_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a day of polling built from the real H200 row, with damaged lines WHEN recorded through the
+    lane and through the reference THEN the two bundles hold the same samples, quarantine, GPUs and
+    file report."""
+    text, _ = polled_day(300)
+    smi = tmp_path / "smi.csv"
+    smi.write_text(text)
+    bundles, taken = [], []
+    vectorised = fastsmi._vectorised
+    monkeypatch.setattr(fastsmi, "_vectorised", lambda *a: taken.append(vectorised(*a)) or taken[-1])
+    for name, from_chars in (("lane", 0), ("reference", 1 << 62)):
+        monkeypatch.setattr(fastsmi, "FAST_FROM_CHARS", from_chars)
+        reports, _ = record([smi], tmp_path / name, RecordOptions(tz_offset_s=3600))
+        b = read_bundle(tmp_path / name)
+        quarantine = [json.loads(ln) for ln in (tmp_path / name / "quarantine.jsonl").read_text().splitlines()]
+        bundles.append((b.samples.rows(), quarantine, b.meta.gpus, b.meta.t0_utc,
+                        [(r.kind, r.lines, r.parsed, r.quarantined, r.t_first_us, r.t_last_us) for r in reports]))
+    assert len(taken) == 1 and taken[0] is not None  # (the lane read it once, the reference the second time)
+    assert bundles[0] == bundles[1]
+    samples, quarantine, gpus, _, reps = bundles[0]
+    assert len(samples) > 6 * 4 * 200 and len(quarantine) == reps[0][3] > 0 and [g["index"] for g in gpus] == [0, 1, 2, 3]
