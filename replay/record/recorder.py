@@ -458,6 +458,16 @@ def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, 
 SAMPLES_AT_ONCE = 1 << 20  # the evidence's samples are written in frames of about this many
 
 
+def _scrape_named_at(kind: str | None, path: Path, head: str, opts: RecordOptions) -> int | None:
+    """When a Prometheus scrape was taken, where only its name says so (None otherwise). Files of the
+    same bytes named at different times are scrapes of their own, not one file given twice: an idle
+    server's /metrics reads the same scrape after scrape."""
+    if kind != "prometheus-text" or opts.at:
+        return None
+    t, how = ev.scrape_time(path, head, None, opts.tz_offset_s)
+    return t if how == "file name" else None
+
+
 def _t_span(frame: pl.DataFrame) -> tuple[int | None, int | None]:
     """The first and last time of a samples frame (None where it has none)."""
     lo, hi = frame.select(pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi")).row(0)
@@ -600,6 +610,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         raise ReplayError("no evidence files given", 2)
     parsed_items: list[tuple[Path, str, Any, FileReport]] = []
     seen_hashes: dict[str, str] = {}
+    scrape_times: dict[str, set[int | None]] = {}  # the times in the names of scrapes of the same bytes
     notes: list[str] = []
     spill_root = out / ".spill"
     fingerprints: dict[tuple[int, str], list[Path]] = {}
@@ -623,7 +634,13 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         alike.append(path)
         sha = "" if hash_later else file_sha256(path)
         rep = FileReport(str(path), kind or "unknown", sha256=sha)
-        if sha and sha in seen_hashes:
+        named = _scrape_named_at(kind, path, head, opts) if sha in seen_hashes else None
+        if named is not None and named not in scrape_times.setdefault(
+                sha, {_scrape_named_at(kind, Path(seen_hashes[sha]), head, opts)}):
+            scrape_times[sha].add(named)
+            rep.notes.append(f"the same bytes as {Path(seen_hashes[sha]).name}, but its name dates it at another time: "
+                             "a scrape of its own")
+        elif sha and sha in seen_hashes:
             rep.kind = "duplicate"
             rep.notes.append(f"identical to {seen_hashes[sha]}; counted once")
             parsed_items.append((path, "duplicate", None, rep))

