@@ -296,7 +296,8 @@ def record(
     from datetime import datetime, timezone
     def ts(u: int | None) -> str:
         return "—" if u is None else datetime.fromtimestamp(u / 1e6, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
-    for r in reports:
+    from replay.record.recorder import table_rows
+    for r in table_rows(reports):
         t.add_row(escape(Path(r.path).name), escape(r.kind), str(r.lines), str(r.parsed), str(r.quarantined),
                   f"{ts(r.t_first_us)} – {ts(r.t_last_us)}" if r.t_first_us else "—")
     err.print(t)

@@ -116,8 +116,9 @@ class Parsed:
         """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
         so from then on (the list is emptied): as tuples, a day of samples took a gigabyte."""
         if self.samples or len(self.frames) != 1:
-            listed = [pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)]
-            self.frames = [pl.concat([*self.frames, *listed], how="vertical_relaxed").cast(SAMPLES_SCHEMA)]  # type: ignore[arg-type]
+            listed = pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)
+            self.frames = [pl.concat([*self.frames, listed], how="vertical_relaxed").cast(SAMPLES_SCHEMA)  # type: ignore[arg-type]
+                           if self.frames else listed]
             self.samples = []
         return self.frames[0]
 

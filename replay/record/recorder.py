@@ -65,6 +65,38 @@ class FileReport:
     clock_offset_us: int = 0
 
 
+GROUP_FROM = 6  # consecutive files of one kind, none quarantined, that the table shows as one row
+
+
+def table_rows(reports: list[FileReport]) -> list[FileReport]:
+    """The per-file table's rows: each file's report, but a run of GROUP_FROM or more consecutive files
+    of one kind with nothing quarantined (a folder of scrapes) is one row of their sums and span,
+    named by its count and its first and last file (the table of a day's scrapes was thousands of rows)."""
+    rows: list[FileReport] = []
+    run: list[FileReport] = []
+
+    def close() -> None:
+        if len(run) < GROUP_FROM:
+            rows.extend(run)
+        else:
+            firsts = [r.t_first_us for r in run if r.t_first_us is not None]
+            lasts = [r.t_last_us for r in run if r.t_last_us is not None]
+            rows.append(FileReport(f"{len(run):,} files: {Path(run[0].path).name} … {Path(run[-1].path).name}", run[0].kind,
+                                   sum(r.lines for r in run), sum(r.parsed for r in run), 0,
+                                   min(firsts) if firsts else None, max(lasts) if lasts else None))
+        run.clear()
+
+    for r in reports:
+        if run and (r.kind != run[0].kind or r.quarantined):
+            close()
+        if r.quarantined:
+            rows.append(r)
+        else:
+            run.append(r)
+    close()
+    return rows
+
+
 def _check_file(path: Path) -> None:
     if path.is_dir():
         raise ReplayError(f"{path}: is a directory; pass the evidence files inside it")
@@ -423,6 +455,32 @@ def version_notes(stated: str | None, inferred: str | None) -> list[str]:
 APART_US = 24 * 3600 * 1_000_000  # an incident's evidence is hours apart, not days
 
 
+def merge_file_notes(notes: list[str], names: set[str]) -> list[str]:
+    """``notes`` with those that say the same of several files ('<file>: <what>') said once, naming how
+    many files and the first and last of them: a folder of a day's scrapes gave thousands of notes that
+    each said 'scrape time from file name'. Each stands where its first one stood."""
+    said: dict[str, dict[str, None]] = {}  # what -> the files it is said of, in order
+    order: list[tuple[bool, str]] = []
+    for n in notes:
+        name, sep, what = n.partition(": ")
+        if not sep or name not in names:
+            order.append((False, n))
+            continue
+        if what not in said:
+            said[what] = {}
+            order.append((True, what))
+        said[what][name] = None
+    out = []
+    for merged, text in order:
+        if not merged:
+            out.append(text)
+            continue
+        files = list(said[text])
+        who = ", ".join(files) if len(files) < 3 else f"{len(files):,} files ({files[0]} … {files[-1]})"
+        out.append(f"{who}: {text}")
+    return out
+
+
 def far_apart(spans: list[tuple[str, int, int]]) -> str | None:
     """A note where the files' time spans (name, first, last µs) fall into groups more than a day apart:
     a wrong --year, --tz or --at, or a file from another incident, puts evidence where it cannot line up
@@ -478,12 +536,14 @@ def _batches(frames: list[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
     """``frames`` joined into frames of ``rows`` or more (the last may hold fewer), each frame emptied
     from the list as it is joined: a part file a scrape made thousands of files."""
     held: list[pl.DataFrame] = []
+    n = 0
     frames.reverse()
     while frames:
         held.append(frames.pop())
-        if sum(f.height for f in held) >= rows or not frames:
+        n += held[-1].height
+        if n >= rows or not frames:
             yield pl.concat(held)
-            held = []
+            held, n = [], 0
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
 
 
@@ -497,13 +557,13 @@ def _set_aside_impossible_times(r: ev.Parsed) -> None:
     odd = [x for x in r.samples if bad(x[0])]  # (before they are a frame: a time can be past 64 bits)
     if odd:  # (rare: the samples are gone over again only then)
         r.samples = [x for x in r.samples if not bad(x[0])]
-    frame = r.frame()
     past = (pl.col("t_us") < 0) | (pl.col("t_us") >= LATEST_US)
-    odd += frame.filter(past).iter_rows()
+    for i, f in enumerate(r.frames):  # (a vectorised lane's)
+        odd += f.filter(past).iter_rows()
+        r.frames[i] = f.filter(~past.fill_null(False))
     for t, gpu, source, metric, value in odd:
         r.quarantine.append((None, f"{source} {metric} (GPU {gpu}) = {value:g} at an impossible time ({t} µs since "
                                    "1970): not placed", ""))
-    r.frames = [frame.filter(~past.fill_null(False))]
     for e in [e for e in r.events if bad(e.get("t"))]:
         r.quarantine.append((e.get("line"), f"{e['kind']} event at an impossible time ({e['t']} µs since 1970): "
                                             "not placed", ""))
@@ -740,7 +800,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 year = r[0].container_year
                 year_note = f"log year {year} from the times a container runtime or log shipper put on its lines"
                 break
-    if year is None:
+    logged = any(isinstance(r, tuple) for _, _, r, _ in parsed_items)
+    if year is None and logged:  # (only log lines need a year)
         dated = [t for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed)
                  if (t := _t_span(r.frame().filter(pl.col("t_us") != 0))[0]) is not None]
         dated += [e["t"] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for e in r.events if e.get("t")]
@@ -750,11 +811,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     if year is None:
         year = datetime.now(timezone.utc).year
         year_note = f"log lines carry no year and no other source dates them: assumed {year} (set --year)"
-    if any(isinstance(r, tuple) for _, _, r, _ in parsed_items):
+    if logged:
         notes.append(year_note or "")
 
     # Collect absolute-time items, then rebase on t0.
     sample_frames: list[pl.DataFrame] = []  # the evidence's samples, a frame a file (epoch µs, offsets corrected)
+    lows: list[int] = []  # each frame's first time
     log_samples: list[tuple[int, int, str, str, float]] = []  # the GPU totals that logs' OOM messages state
     events: list[dict[str, Any]] = []
     quarantine: list[tuple[str, int | None, str, str]] = []
@@ -875,7 +937,9 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             # (its own samples and events: those of every file so far, told apart by name, were read for
             # each file, and two files of one name in two folders took each other's times)
             times = [pe["t"] - off for pe in r.events if pe.get("t") is not None]
-            times += [x for x in _t_span(frame) if x is not None]
+            lo, hi = _t_span(frame)
+            lows += [lo] if lo is not None else []
+            times += [x for x in (lo, hi) if x is not None]
             if times:
                 rep.t_first_us, rep.t_last_us = min(times), max(times)
             del frame
@@ -886,7 +950,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         notes.append(apart)
     if log_samples:
         sample_frames.append(pl.DataFrame(log_samples, schema=SAMPLES_SCHEMA, orient="row"))
-    all_t = [t for f in sample_frames if (t := _t_span(f)[0]) is not None]
+    all_t = lows + [t for t, *_ in log_samples]
     all_t += [e["t"] for e in events if e.get("t") is not None]
     all_t += [lo for lo, _ in col_span]
     t0 = min(all_t) if all_t else None
@@ -913,7 +977,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             g.setdefault("total_bytes", int(ge["data"]["total_gpu_gib"] * GiB))
     meta = BundleMeta(kind="production", t0_utc=t0_utc, vllm_version=version, vllm_version_inferred=inferred,
                       engine=engine, gpus=[gpus[k] for k in sorted(gpus)], keep_prompts=opts.keep_prompts,
-                      notes=[n for n in notes if n])
+                      notes=merge_file_notes([n for n in notes if n], {path.name for path, *_ in parsed_items}))
     # (a log states it as a number, a scrape's vllm:cache_config_info as a label's text: '0.92')
     util = next((u for e in events if (u := fraction(e["data"].get("gpu_memory_utilization"))) is not None), None)
     if util is not None:

@@ -3331,3 +3331,43 @@ def test_record_tells_progress_of_every_file_it_reads(tmp_path: Path) -> None:
     record(files, tmp_path / "b", RecordOptions(progress=told.append, stage=said.append))
     assert sum(told) == sum(f.stat().st_size for f in files)
     assert said[:2] == ["reading smi.csv", "reading notes.txt"] and said[-1] == "writing the bundle"
+
+
+def test_a_folder_of_a_days_scrapes_is_one_row_and_one_note(tmp_path: Path) -> None:
+    """GIVEN a folder of 40 DCGM exporter scrapes (the real A100 scrape, its used memory moving),
+    named by their times 15 s apart, one of them damaged WHEN recorded THEN the table shows the runs
+    of clean scrapes as rows of their sums and span, the damaged one by itself, and the note each file
+    gave ('scrape time from file name') is one note naming how many files and the first and last
+    (it was a row and a note a file: thousands for a day)."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    body = (DATA / "scrape_a100_mps_vllm_pod.prom").read_text()
+    folder = tmp_path / "scrapes"
+    folder.mkdir()
+    for i in range(40):
+        text = re.sub(r"(DCGM_FI_DEV_FB_USED\{[^}]*\}) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + i}", body)
+        (folder / f"dcgm_2026-07-03T10:{i // 4:02d}:{i % 4 * 15:02d}Z.prom").write_text(
+            text + ("DCGM_FI_DEV_FB_USED{gpu=\"0\"} twelve\n" if i == 20 else ""))
+    res = CliRunner().invoke(app, ["record", str(folder), "-o", str(tmp_path / "b")], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    rows = [ln for ln in res.output.splitlines() if ln.startswith("│")]
+    assert len(rows) == 3 and "20 files: dcgm_2026-07-03T10:00:00Z.prom … dcgm_2026-07-03T10:04:45Z.prom" in rows[0]
+    assert "dcgm_2026-07-03T10:05:00Z.prom" in rows[1] and "│ 1 " in rows[1].replace("  ", " ")
+    assert "19 files: dcgm_2026-07-03T10:05:15Z.prom … dcgm_2026-07-03T10:09:45Z.prom" in rows[2]
+    assert "07-03 10:00:00 – 07-03 10:04:45" in rows[0]
+    notes = read_bundle(tmp_path / "b").meta.notes
+    merged = [n for n in notes if n.endswith("scrape time from file name")]
+    assert merged == ["40 files (dcgm_2026-07-03T10:00:00Z.prom … dcgm_2026-07-03T10:09:45Z.prom): scrape time from file name"]
+    used = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
+    assert used["t_us"].n_unique() == 40
+
+
+def test_notes_that_say_the_same_of_several_files_are_said_once() -> None:
+    """The merge keeps every other note where it stood, and names two files by name."""
+    from replay.record.recorder import merge_file_notes
+    notes = ["a.prom: scrape time from file name", "log year 2026 from --year", "b.prom: scrape time from file name",
+             "c.prom: scrape time from file name", "a.prom: another thing", "d.prom: another thing", "x: not a file"]
+    assert merge_file_notes(notes, {"a.prom", "b.prom", "c.prom", "d.prom"}) == [
+        "3 files (a.prom … c.prom): scrape time from file name", "log year 2026 from --year",
+        "a.prom, d.prom: another thing", "x: not a file"]
