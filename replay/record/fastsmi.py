@@ -9,7 +9,7 @@ none) becomes a frame of samples in one pass. A row it cannot vouch for (another
 cell that is no number, another count of fields) is read by ``evidence.parse_nvidia_smi_csv``'s own
 row reader, which stays the reference for what a row means, and a file of any other shape (no
 header, headers that differ, compute-apps rows, GPUs told apart by bus id, text outside printable
-ASCII) goes to it whole. Tests check that both give the same.
+ASCII but for Windows' line ends) goes to it whole. Tests check that both give the same.
 """
 
 from __future__ import annotations
@@ -194,5 +194,9 @@ class _Lane:
 
 def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) -> ev.Parsed | None:
     """The file as the reference reads it, or None where its shape is not this lane's."""
+    if "\r" in text:  # (Windows' line ends, each CR before an LF, cut the same lines; any other CR is a line end)
+        if text.count("\r") != text.count("\r\n"):
+            return None
+        text = text.replace("\r\n", "\n")
     lane = _Lane(path, tz_offset_s, columns)
     return lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None

@@ -156,7 +156,7 @@ _FIELDS = ["name", "uuid", "pci.bus_id", "memory.total [MiB]", "memory.used [MiB
 def smi_logs(draw: st.DrawFn) -> tuple[str, str | None, list[str]]:
     """A --query-gpu log of random fields (a timestamp and an index among them), rows of random cells
     (good, nvidia-smi's words for none, damaged), blank lines, the header again, a field too many or
-    too few, with or without its header line (then given as --nvsmi-columns)."""
+    too few, with or without its header line (then given as --nvsmi-columns), Unix or Windows line ends."""
     fields = draw(st.lists(st.sampled_from(_FIELDS), max_size=6))
     header = draw(st.permutations(["timestamp", "index", *fields]))
     lines = [] if draw(st.booleans()) else [", ".join(header)]
@@ -173,7 +173,8 @@ def smi_logs(draw: st.DrawFn) -> tuple[str, str | None, list[str]]:
         cells = cells[:-1] if shape == "short" else cells + ["9"] if shape == "long" else cells
         pad = draw(st.sampled_from(["", " ", "  ", "\t"]))
         lines.append(",".join(pad + c for c in cells) if pad != "" else ", ".join(cells))
-    text = "\n".join(lines) + draw(st.sampled_from(["", "\n"]))
+    end = draw(st.sampled_from(["\n", "\r\n"]))
+    text = end.join(lines) + draw(st.sampled_from(["", end]))
     line = ", ".join(header)
     return text, (line if lines[:1] != [line] else draw(st.sampled_from([None, line]))), header
 
@@ -204,7 +205,8 @@ def test_generated_logs_read_alike_by_both_lanes(log: tuple[str, str | None, lis
     ("timestamp, gpu_name, gpu_bus_id, pid, used_gpu_memory [MiB]\n2026/07/03 22:11:09.763, H200, 00:83.0, 7, 1 MiB\n",
      None, "compute apps"),
     ("timestamp, index, name\n2026/07/03 22:11:09.763, 0, Wörker\n", None, "text beyond printable ASCII"),
-    ("timestamp, index, memory.used [MiB]\r\n2026/07/03 22:11:09.763, 0, 100 MiB\r\n", None, "CRLF line ends"),
+    ("timestamp, index, memory.used [MiB]\r\n2026/07/03 22:11:09.763, 0, 100 MiB\r\n2026/07/03 22:11:10.763, 0, 1\rMiB\r\n",
+     None, "a CR that is no Windows line end"),
 ])
 def test_files_of_other_shapes_go_to_the_reference_whole(text: str, columns: str | None, why: str) -> None:
     """GIVEN a file whose rows depend on one another or on Python's own reading WHEN read THEN the lane
@@ -215,6 +217,13 @@ def test_files_of_other_shapes_go_to_the_reference_whole(text: str, columns: str
     got = fastsmi.parse_nvidia_smi_csv(Path("smi.csv"), big)
     want = ev.parse_nvidia_smi_csv(Path("smi.csv"), big)
     assert got.frame().rows() == want.frame().rows() and got.quarantine == want.quarantine and got.gpus == want.gpus
+
+
+def test_windows_line_ends_read_as_the_reference_reads_them() -> None:
+    """GIVEN the day of polling with Windows' line ends (nvidia-smi.exe, or a file passed through a
+    Windows tool) WHEN read by the lane THEN it is taken, and read as the reference reads it."""
+    text, _ = polled_day(20)
+    assert both(text.replace("\n", "\r\n"), tz_offset_s=3600) is not None
 
 
 def test_the_recorder_writes_the_same_bundle_by_either_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

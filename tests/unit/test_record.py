@@ -3346,7 +3346,7 @@ def test_a_folder_of_a_days_scrapes_is_one_row_and_one_note(tmp_path: Path) -> N
     folder = tmp_path / "scrapes"
     folder.mkdir()
     for i in range(40):
-        text = re.sub(r"(DCGM_FI_DEV_FB_USED\{[^}]*\}) (\d+)", lambda m: f"{m.group(1)} {int(m.group(2)) + i}", body)
+        text = re.sub(r"(DCGM_FI_DEV_FB_USED\{[^}]*\}) (\d+)", lambda m, i=i: f"{m.group(1)} {int(m.group(2)) + i}", body)
         (folder / f"dcgm_2026-07-03T10:{i // 4:02d}:{i % 4 * 15:02d}Z.prom").write_text(
             text + ("DCGM_FI_DEV_FB_USED{gpu=\"0\"} twelve\n" if i == 20 else ""))
     res = CliRunner().invoke(app, ["record", str(folder), "-o", str(tmp_path / "b")], env={"COLUMNS": "300"})
