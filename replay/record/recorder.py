@@ -544,6 +544,8 @@ def _batches(frames: list[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
         if n >= rows or not frames:
             yield pl.concat(held)
             held, n = [], 0
+
+
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
 
 
