@@ -9,13 +9,15 @@ restart. Prints, from one run, the recorder's time as a ratio to grep's and its 
 that memory growth with file size shows (and, for --gib, the time of FLOOR below); then for a tenth of --gib logged at DEBUG level (three
 DEBUG lines per request, real shapes), and for a tenth of --gib in V0's request logging (0.6-0.7: each
 request's prompt, sampling parameters and token ids on its 'Received request' line). First, a day of
-nvidia-smi polling (8 GPUs every second), recorded through the vectorised lane and row by row.
-Usage: python benchmarks/bench_record.py [--gib 1.0] [--smi-hours 24]
+nvidia-smi polling (8 GPUs every second), recorded through the vectorised lane and row by row, and a
+cluster's query_range export, its series read as columns and point by point.
+Usage: python benchmarks/bench_record.py [--gib 1.0] [--smi-hours 24] [--series 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -155,29 +157,54 @@ def nvidia_smi_day(path: Path, hours: float = 24, gpus: int = 8) -> int:
     return path.stat().st_size
 
 
+def two_routes(what: str, evidence: Path, setting: str, routes: tuple[tuple[str, str], tuple[str, str]]) -> None:
+    """Record ``evidence`` by its vectorised route and its reference route (``setting``, a module's
+    threshold, set to each route's value) and print both times and peaks, and their ratio."""
+    got = []
+    module, attr = setting.split(".")
+    for name, value in routes:
+        secs, peak = run_measured(f"from replay.record.recorder import record, RecordOptions\nfrom replay.record import {module}",
+                                  f"{setting} = {value}\nrecord([Path(sys.argv[1])], Path(sys.argv[2]), RecordOptions())",
+                                  str(evidence), str(evidence.parent / name.replace(" ", "")))
+        got.append((name, secs, peak))
+    print(f"{what} ({evidence.stat().st_size / 2**20:.0f} MiB): " + ", ".join(
+        f"{name} {secs:.2f} s, peak anon RSS {peak / 2**20:.0f} MiB" for name, secs, peak in got)
+        + f"; {got[1][0]} / {got[0][0]} x{got[1][1] / got[0][1]:.1f}")
+
+
 def bench_nvidia_smi(hours: float) -> None:
     """A day of nvidia-smi polling recorded through the vectorised lane and row by row (its reference)."""
     with tempfile.TemporaryDirectory() as td:
         log = Path(td) / "smi.csv"
-        size = nvidia_smi_day(log, hours)
-        got = []
-        for name, from_chars in (("lane", "0"), ("row by row", str(1 << 62))):
-            secs, peak = run_measured("from replay.record.recorder import record, RecordOptions\nfrom replay.record import fastsmi",
-                                      f"fastsmi.FAST_FROM_CHARS = {from_chars}\nrecord([Path(sys.argv[1])], Path(sys.argv[2]), "
-                                      "RecordOptions())", str(log), str(Path(td) / name.replace(" ", "")))
-            got.append((name, secs, peak))
-        print(f"nvidia-smi CSV, {hours:g} h of 8 GPUs every second ({size / 2**20:.0f} MiB): " + ", ".join(
-            f"{name} {secs:.2f} s, peak anon RSS {peak / 2**20:.0f} MiB" for name, secs, peak in got)
-            + f"; row by row / lane x{got[1][1] / got[0][1]:.1f}")
+        nvidia_smi_day(log, hours)
+        two_routes(f"nvidia-smi CSV, {hours:g} h of 8 GPUs every second", log, "fastsmi.FAST_FROM_CHARS",
+                   (("lane", "0"), ("row by row", str(1 << 62))))
+
+
+def bench_query_range(series: int) -> None:
+    """A cluster-wide query_range export of DCGM framebuffer use (a day at 15 s a series: 5,760 points),
+    recorded with its series read as columns and point by point (their reference)."""
+    with tempfile.TemporaryDirectory() as td:
+        f = Path(td) / "qr.json"
+        result = [{"metric": {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": str(s % 8), "UUID": f"GPU-{s:05d}",
+                              "Hostname": f"node-{s // 8}"},
+                   "values": [[1783072800 + i * 15, str(20000 + (i * 7 + s) % 60000)] for i in range(5760)]}
+                  for s in range(series)]
+        f.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
+        two_routes(f"query_range export, {series} DCGM series of a day at 15 s", f, "evidence.SERIES_AT_ONCE",
+                   (("columns", "256"), ("point by point", str(1 << 62))))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--smi-hours", type=float, default=24.0, help="hours of nvidia-smi polling to record (0: none)")
+    ap.add_argument("--series", type=int, default=200, help="DCGM series in the query_range export to record (0: none)")
     a = ap.parse_args()
     if a.smi_hours:
         bench_nvidia_smi(a.smi_hours)
+    if a.series:
+        bench_query_range(a.series)
     peaks = []
     for gib, debug, v0 in ((a.gib / 10, False, False), (a.gib, False, False), (a.gib / 10, True, False),
                            (a.gib / 10, False, True)):

@@ -111,6 +111,7 @@ class Parsed:
     dcgm_labels: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (sample index, labels) of
     # the DCGM samples, until ``dcgm_hosts`` has told their hosts apart
     vllm_names: set[str] = field(default_factory=set)  # the names read as vLLM's metrics, as the file has them
+    dcgm_frames: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (frame index, labels) likewise
 
     def frame(self) -> pl.DataFrame:
         """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
@@ -382,15 +383,20 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None) -> Parsed:
     ('dcgm[Hostname=node-2]'), except those of ``host`` (--host: the node vLLM ran on), which stay the
     bundle's device memory ('dcgm'). GPU names and UUIDs go into the bundle's GPUs only from series
     that stay 'dcgm'. With one host, nothing changes."""
-    series, p.dcgm_labels = p.dcgm_labels, []
+    framed = len(p.dcgm_labels)  # (entries past it index frames: a series read as columns)
+    series, p.dcgm_labels, p.dcgm_frames = p.dcgm_labels + p.dcgm_frames, [], []
     key = next((k for k in HOST_LABELS if any(k in labels for _, labels in series)), "")
     hosts = sorted({labels.get(key, "") for _, labels in series}) if key else []
     several = len(hosts) > 1
     chosen = [host is not None and host in _names_of_host(labels) for _, labels in series]
-    for (k, labels), ours in zip(series, chosen, strict=True):
+    for i, ((k, labels), ours) in enumerate(zip(series, chosen, strict=True)):
         if several and not ours:
+            tagged = f"dcgm[{key}={labels.get(key, '')}]"
+            if i >= framed:
+                p.frames[k] = p.frames[k].with_columns(source=pl.lit(tagged))
+                continue
             t, gpu, _, metric, value = p.samples[k]
-            p.samples[k] = (t, gpu, f"dcgm[{key}={labels.get(key, '')}]", metric, value)
+            p.samples[k] = (t, gpu, tagged, metric, value)
             continue
         gpu = dcgm_gpu(labels)
         if gpu is not None:
@@ -436,6 +442,44 @@ def vllm_series_tags(series: list[tuple[str, dict[str, str]]]) -> list[str]:
     return out
 
 
+SERIES_AT_ONCE = 256  # a series of this many points or more is read as columns where it has the usual shape
+_DECIMAL = r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$"  # (a value as text that Python's float reads alike)
+
+
+def _series_frame(points: list[Any], us_per_unit: int, gaps: bool) -> pl.DataFrame | None:
+    """A series' (time, value) pairs as columns 't_us' and 'value' (unscaled), exactly as the loop in
+    ``_series_points`` reads them, one by one; None where a point is not of the usual shape (a pair
+    with a number for time and a decimal or number for value, no gap unless ``gaps``), for the loop."""
+    # (the checks a point at a time cost more than the reading: the builtins map over the whole list)
+    if not set(map(type, points)) <= {list, tuple} or set(map(len, points)) - {2}:
+        return None
+    times = [pt[0] for pt in points]
+    if not set(map(type, times)) <= {int, float}:
+        return None
+    try:
+        ts = pl.Series(times, dtype=pl.Float64, strict=False)
+        vs = pl.Series([pt[1] for pt in points])
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):  # (mixed kinds of value)
+        return None
+    kept = vs.is_not_null() if gaps else None  # (a gap is no sample)
+    if vs.dtype == pl.String:
+        decimal = vs.str.contains(_DECIMAL).fill_null(False)
+        if not (decimal if kept is None else decimal.filter(kept)).all():
+            return None
+        vs = vs.cast(pl.Float64, strict=False)
+    elif vs.dtype.is_numeric() and vs.dtype != pl.Boolean:
+        vs = vs.cast(pl.Float64)
+    elif vs.dtype != pl.Null or not gaps:
+        return None
+    df = pl.DataFrame({"t": ts * us_per_unit, "value": vs})
+    df = df if kept is None else df.filter(kept)
+    if df.null_count().sum_horizontal().item() or not df["t"].is_finite().all() or not df["value"].is_finite().all():
+        return None
+    if df.height and df["t"].abs().max() >= 2.0 ** 62:  # type: ignore[operator]
+        return None
+    return df.select(t_us=pl.col("t").cast(pl.Int64), value="value")
+
+
 def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag: str, points: Any, us_per_unit: int,
                    others: bool = False, gaps: bool = False, line: int | None = None) -> None:
     """The samples of one exported series of ``name``: (time, value) pairs, times in units of
@@ -455,6 +499,14 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
         metric, scale, source, gpu = name or what, 1.0, "prometheus", None
     else:
         return  # (a panel's other series: not the recorder's)
+    if isinstance(points, list) and len(points) >= SERIES_AT_ONCE:
+        frame = _series_frame(points, us_per_unit, gaps)
+        if frame is not None:  # (a series of the usual shape, as columns: a cluster's export is millions of points)
+            p.frames.append(frame.select("t_us", gpu=pl.lit(gpu, pl.Int32), source=pl.lit(source), metric=pl.lit(metric),
+                                         value=pl.col("value").cast(pl.Float64) * scale))
+            if source == "dcgm":
+                p.dcgm_frames.append((len(p.frames) - 1, labels))
+            return
     for point in points if isinstance(points, list) else []:
         try:
             t, v = point

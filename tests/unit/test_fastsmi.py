@@ -247,3 +247,4 @@ def test_the_recorder_writes_the_same_bundle_by_either_route(tmp_path: Path, mon
     assert bundles[0] == bundles[1]
     samples, quarantine, gpus, _, reps = bundles[0]
     assert len(samples) > 6 * 4 * 200 and len(quarantine) == reps[0][3] > 0 and [g["index"] for g in gpus] == [0, 1, 2, 3]
+
