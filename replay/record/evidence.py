@@ -501,6 +501,8 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
         return  # (a panel's other series: not the recorder's)
     if isinstance(points, list) and len(points) >= SERIES_AT_ONCE:
         frame = _series_frame(points, us_per_unit, gaps)
+        if frame is not None and not frame.height:  # (gaps alone: no sample, and no GPU or host told of)
+            return
         if frame is not None:  # (a series of the usual shape, as columns: a cluster's export is millions of points)
             p.frames.append(frame.select("t_us", gpu=pl.lit(gpu, pl.Int32), source=pl.lit(source), metric=pl.lit(metric),
                                          value=pl.col("value").cast(pl.Float64) * scale))

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
@@ -25,6 +25,7 @@ _POINTS = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
+@example([[1.7e9, None]], 1000, True, "DCGM_FI_DEV_FB_USED")  # (gaps alone: no sample, and no GPU told of)
 @given(st.lists(_POINTS, max_size=40), st.sampled_from([1000, 1_000_000]), st.booleans(),
        st.sampled_from(["DCGM_FI_DEV_FB_USED", "vllm:num_requests_running", "node_memory", ""]))
 def test_an_exported_series_reads_alike_as_columns_and_point_by_point(points: list, us_per_unit: int, gaps: bool,
