@@ -467,7 +467,7 @@ def _series_frame(points: list[Any], us_per_unit: int, gaps: bool) -> pl.DataFra
         if not (decimal if kept is None else decimal.filter(kept)).all():
             return None
         vs = vs.cast(pl.Float64, strict=False)
-    elif vs.dtype.is_numeric() and vs.dtype != pl.Boolean:
+    elif vs.dtype.is_numeric():  # (not a Boolean: no number to polars, as True is none to the loop's float)
         vs = vs.cast(pl.Float64)
     elif vs.dtype != pl.Null or not gaps:
         return None
@@ -1007,6 +1007,15 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the <timestamp> of nvidia-smi -q -x")
 
 
+NVSMI_HEADER_WORDS = ("name", "timestamp", "index", "gpu_name", "pid")  # (a line whose first two cells open
+# with one of these, and which holds no date, is a header)
+
+
+def csv_cells(line: str) -> list[str]:
+    """An nvidia-smi CSV line's cells, stripped."""
+    return [c.strip() for c in line.split(",")]
+
+
 def _named(header: list[str]) -> tuple[list[str], dict[str, str]]:
     """A CSV header's fields without their units ('memory.used [MiB]' -> 'memory.used'), and each one's
     header cell."""
@@ -1018,7 +1027,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     p = Parsed(kind="nvidia-smi")
     lines = text.splitlines()
     p.lines = len(lines)
-    header: list[str] | None = [c.strip() for c in columns.split(",")] if columns else None
+    header: list[str] | None = csv_cells(columns) if columns else None
     names, units = _named(header or [])
     bus_to_idx: dict[str, int] = {}
     by_bus = False
@@ -1027,8 +1036,8 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
         if not ln.strip():
             p.parsed += 1
             continue
-        cells = [c.strip() for c in ln.split(",")]
-        if any(c.startswith(("name", "timestamp", "index", "gpu_name", "pid")) for c in cells[:2]) and not re.search(r"\d{4}/\d\d/\d\d", ln):
+        cells = csv_cells(ln)
+        if any(c.startswith(NVSMI_HEADER_WORDS) for c in cells[:2]) and not re.search(r"\d{4}/\d\d/\d\d", ln):
             header = cells  # (repeated) header line
             names, units = _named(header)
             p.parsed += 1

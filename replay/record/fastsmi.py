@@ -25,8 +25,7 @@ from replay.record import evidence as ev
 
 _ODD_TEXT = r"[^\t\x20-\x7e]"  # (Python's line breaks and white space beyond these: the reference's)
 _TIME = r"^[1-9]\d{3}/\d\d/\d\d \d\d:\d\d:[0-5]\d\.\d{3}$"  # nvidia-smi's, '2026/07/03 22:11:09.763'
-_NUMBER = r"^(\d+(?:\.\d*)?|\.\d+)[\t ]*(MiB|GiB|KiB|%|W|MHz|C)?$"  # ``evidence._NV_NUMBER`` on ASCII text
-_HEADER_WORDS = ("name", "timestamp", "index", "gpu_name", "pid")  # (as the reference knows a header line)
+_NUMBER = ev._NV_NUMBER.pattern  # (its \s is the same in Rust's regex on this lane's text: a tab or a space)
 _INFO = (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"), ("hostname", "host"))
 FAST_FROM_CHARS = 1 << 20  # (a smaller file is read sooner row by row than the lane's fixed cost of some 30 ms)
 PIECE_CHARS = 8 << 20
@@ -40,10 +39,6 @@ def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: s
     enough to gain by it."""
     fast = _vectorised(path, text, tz_offset_s, columns) if len(text) >= FAST_FROM_CHARS else None
     return fast if fast is not None else ev.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.split(",")]
 
 
 def _pieces(text: str) -> Iterator[pl.DataFrame]:
@@ -76,8 +71,7 @@ class _Lane:
     def _take(self, header: list[str]) -> bool:
         """Read the rows by ``header``; whether it is this lane's (a timestamp and an index, not apps)."""
         self.header = header
-        names = [h.split(" [")[0] for h in header]
-        self.at = {n: i for i, n in enumerate(names)}  # (a name given twice: its last cell, as the reference's dict)
+        self.at = {n: i for i, n in enumerate(ev._named(header)[0])}  # (a name given twice: its last cell, as the reference's dict)
         return "timestamp" in self.at and "index" in self.at and "pid" not in self.at
 
     def piece(self, df: pl.DataFrame) -> bool:
@@ -86,7 +80,7 @@ class _Lane:
             return False
         first_two = pl.col("raw").str.splitn(",", 3)
         head = pl.any_horizontal(first_two.struct.field(f).str.strip_chars().str.starts_with(w).fill_null(False)
-                                 for f in ("field_0", "field_1") for w in _HEADER_WORDS)
+                                 for f in ("field_0", "field_1") for w in ev.NVSMI_HEADER_WORDS)
         df = df.with_columns(blank=pl.col("raw").str.contains(r"^[\t ]*$"),
                              dated=pl.col("raw").str.contains(r"\d{4}/\d\d/\d\d"))
         heads = df.filter(~pl.col("dated") & ~pl.col("blank")).filter(head)  # (the header test on the few undated)
@@ -95,11 +89,11 @@ class _Lane:
         self.p.parsed += df.height - rows.height
         if self.header is None:
             if rows.height and (not heads.height or rows["line"][0] < heads["line"][0]):
-                if self.columns is None or not self._take(_cells(self.columns)):
+                if self.columns is None or not self._take(ev.csv_cells(self.columns)):
                     return False  # (rows without a header: the reference quarantines them and says how to read them)
-            elif heads.height and not self._take(_cells(heads["raw"][0])):
+            elif heads.height and not self._take(ev.csv_cells(heads["raw"][0])):
                 return False
-        if any(_cells(h) != self.header for h in heads["raw"].unique()):
+        if any(ev.csv_cells(h) != self.header for h in heads["raw"].unique()):
             return False  # (headers that differ)
         if not rows.height:
             return True
@@ -187,7 +181,7 @@ class _Lane:
         p = self.p
         p.frames = [pl.concat(self.frames) if self.frames else pl.DataFrame(schema=SAMPLES_SCHEMA)]
         for g in sorted(self.said, key=lambda g: self.firsts.get(g, 0)):
-            p.gpus[g] = {"index": g, **{key: self.said[g][key][1] for key in ("name", "uuid", "pci_bus_id", "host", "total_bytes")
+            p.gpus[g] = {"index": g, **{key: self.said[g][key][1] for key in (*(k for _, k in _INFO), "total_bytes")
                                         if key in self.said[g]}}
         return p
 

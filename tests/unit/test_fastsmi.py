@@ -190,7 +190,7 @@ def test_generated_logs_read_alike_by_both_lanes(log: tuple[str, str | None, lis
     with pieces_of(piece_chars):
         lane = both(text, tz_offset_s, columns)
     # (a header line that opens with other fields is a row to the reference, whose index is 'index')
-    known = any(h.startswith(fastsmi._HEADER_WORDS) for h in header[:2]) or ", ".join(header) not in text.splitlines()
+    known = any(h.startswith(ev.NVSMI_HEADER_WORDS) for h in header[:2]) or ", ".join(header) not in text.splitlines()
     if known and text.strip():
         assert lane is not None
 
