@@ -53,6 +53,37 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
 
 
 @contextmanager
+def in_order(ahead: int) -> Iterator[Callable[[Callable[[], object]], None]]:
+    """A function that runs calls one after another, in the order given, in a thread of its own
+    (started at the second call: the first runs at once, in this thread, so that work of one call
+    starts none); at most ``ahead`` calls wait, and handing on more waits for the oldest. Leaving
+    the block waits for every call handed on and raises the first one's error.
+
+    An import renders its output in order while its blocks are parsed; rendering in the thread that
+    reads the input made that thread the one every other waited for."""
+    pool: ThreadPoolExecutor | None = None
+    pending: deque[Future[object]] = deque()
+
+    def run(call: Callable[[], object]) -> None:
+        nonlocal pool
+        if pool is None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="in-order")
+            call()
+            return
+        while len(pending) >= ahead:
+            pending.popleft().result()
+        pending.append(pool.submit(call))
+
+    try:
+        yield run
+        while pending:
+            pending.popleft().result()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+@contextmanager
 def background_removal() -> Iterator[Callable[[Path], None]]:
     """A function that removes a file or folder (missing ones too) in a thread of its own; leaving
     the block waits until everything handed to it is gone.

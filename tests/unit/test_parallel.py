@@ -1,5 +1,6 @@
 """ordered_map: results in order, never more than ``ahead`` items taken and not handed back; background
-removal: everything handed to it is gone when its block is left."""
+removal: everything handed to it is gone when its block is left; in_order: calls run in the order
+given, the first in this thread, the rest in one other, at most ``ahead`` waiting."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from replay.parallel import ordered_map
+import pytest
+
+from replay.parallel import in_order, ordered_map
 
 
 def test_results_in_order_with_bounded_look_ahead() -> None:
@@ -80,3 +83,43 @@ def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> No
         remove(files[-1])
     assert not (tmp_path / "spill").exists() and not files[-1].exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json"]
+
+
+def test_in_order_runs_calls_in_order_beside_this_thread() -> None:
+    """GIVEN calls of varying length handed on faster than they run THEN they ran one after another in
+    the order given, the first in this thread and the rest in one other, never more than ``ahead``
+    waiting, and all of them are done when the block is left."""
+    ran: list[tuple[int, str]] = []
+    waiting = [0]
+    most = [0]
+    lock = threading.Lock()
+
+    def call(i: int) -> None:
+        with lock:
+            waiting[0] -= 1
+        time.sleep(0.002 * (i % 3))
+        ran.append((i, threading.current_thread().name))
+
+    here = threading.current_thread().name
+    with in_order(ahead=2) as run:
+        for i in range(12):
+            with lock:
+                waiting[0] += 1
+                most[0] = max(most[0], waiting[0])
+            run(lambda i=i: call(i))
+    assert [i for i, _ in ran] == list(range(12))
+    assert ran[0][1] == here and {t for _, t in ran[1:]} - {here} == {t for _, t in ran[1:]} and len({t for _, t in ran[1:]}) == 1
+    assert most[0] <= 3  # (the two waiting, and the one just handed on)
+
+
+def test_in_order_raises_a_calls_error_when_its_block_is_left() -> None:
+    """GIVEN a last call that fails THEN leaving the block raises its error (output not written
+    is not taken for written), and a single call runs in this thread, starting none."""
+    with pytest.raises(ValueError, match="the last"):
+        with in_order(ahead=2) as run:
+            for i in range(6):
+                run(lambda i=i: (_ for _ in ()).throw(ValueError("the last")) if i == 5 else None)
+    names: list[str] = []
+    with in_order(ahead=2) as run:
+        run(lambda: names.append(threading.current_thread().name))
+    assert names == [threading.current_thread().name]
