@@ -70,7 +70,7 @@ def in_order(ahead: int) -> Iterator[Callable[[Callable[[], object]], None]]:
             pool = ThreadPoolExecutor(1, thread_name_prefix="in-order")
             call()
             return
-        while len(pending) >= ahead:
+        while pending and len(pending) >= ahead:
             pending.popleft().result()
         pending.append(pool.submit(call))
 

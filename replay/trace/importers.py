@@ -294,8 +294,9 @@ BLOCK_WORKERS = 2  # blocks parsed side by side while a thread of its own writes
 BLOCKS_AHEAD = BLOCK_WORKERS + 1  # blocks in the works at once: with only BLOCK_WORKERS, one worker
 # idled while this thread wrote a block (1M rows: 0.33-0.37 s against 0.35-0.44 s; 10M rows 8% faster,
 # for about 10 MiB more peak memory, which does not grow with the file)
-WRITES_AHEAD = 2  # parsed blocks waiting to be written, at most (writing them in the thread that reads
-# the file made that thread the one the workers waited for: 10M rows 3.1-3.2 s, now 2.9-3.0 s)
+WRITES_AHEAD = 1  # parsed blocks waiting to be written, at most (writing them in the thread that reads
+# the file made that thread the one the workers waited for: 10M rows took 3.0-3.2 s, now 2.8-3.1 s; two
+# waiting blocks were no faster, and their memory took the 10M/1M peak ratio from 1.2-1.3 up to 1.5)
 
 
 def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
