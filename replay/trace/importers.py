@@ -291,12 +291,11 @@ CSV_BLOCK_BYTES = 3 << 20  # CSV imports stream the file in pieces of this size
 CSV_CARRY_BYTES = 64 << 20  # the most a block may grow to hold a row that has not ended (a quoted field with
 # line ends in it): past this, an unbalanced quote is the likelier reading, and the import stops there
 BLOCK_WORKERS = 2  # blocks parsed side by side while a thread of its own writes the ones before them
-BLOCKS_AHEAD = BLOCK_WORKERS + 1  # blocks in the works at once: with only BLOCK_WORKERS, one worker
-# idled while this thread wrote a block (1M rows: 0.33-0.37 s against 0.35-0.44 s; 10M rows 8% faster,
-# for about 10 MiB more peak memory, which does not grow with the file)
+BLOCKS_AHEAD = BLOCK_WORKERS  # blocks in the works at once (one more was as fast, and held 10-20 MiB more
+# at 10M rows, taking the 10M/1M peak memory ratio from 1.1-1.3 up to 1.3-1.5)
 WRITES_AHEAD = 1  # parsed blocks waiting to be written, at most (writing them in the thread that reads
-# the file made that thread the one the workers waited for: 10M rows took 3.0-3.2 s, now 2.8-3.1 s; two
-# waiting blocks were no faster, and their memory took the 10M/1M peak ratio from 1.2-1.3 up to 1.5)
+# the file made that thread the one the workers waited for: 10M rows took 3.0-3.2 s, 2.5-2.9 s so; two
+# waiting blocks were no faster, and their memory took the ratio up to 1.5 too)
 
 
 def _one_pass(plan: _Plan, src: Path, fmt: str, fast: bool, t_first: int | None, out: Path, room: int,
