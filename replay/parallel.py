@@ -1,4 +1,5 @@
-"""Work in threads: a function over items with results in order and bounded look-ahead, and the
+"""Work in threads: a function over items with results in order and bounded look-ahead, calls run
+in order beside the thread that hands them on (an import's output written while it parses), and the
 removal of spilled files behind the work that follows.
 
 The heavy work in the importers and the recorder is polars, which releases the GIL, so threads
