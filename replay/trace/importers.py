@@ -294,7 +294,7 @@ BLOCK_WORKERS = 2  # blocks parsed side by side while a thread of its own writes
 BLOCKS_AHEAD = BLOCK_WORKERS  # blocks in the works at once (one more was as fast, and held 10-20 MiB more
 # at 10M rows, taking the 10M/1M peak memory ratio from 1.1-1.3 up to 1.3-1.5)
 WRITES_AHEAD = 1  # parsed blocks waiting to be written, at most (writing them in the thread that reads
-# the file made that thread the one the workers waited for: 10M rows took 3.0-3.2 s, 2.5-2.9 s so; two
+# the file made that thread the one the workers waited for: 10M rows took 3.0-3.2 s so, 2.5-2.9 s now; two
 # waiting blocks were no faster, and their memory took the ratio up to 1.5 too)
 
 
