@@ -225,7 +225,8 @@ def analyze_bundle(b: Bundle) -> Analysis:
             kvv = kv["kv_usage_ratio"].to_list()
             for cause, conf, why in classify_oom(e, kvv[-1] if kvv else None)[:2]:
                 findings.append(Finding(f"oom:{cause}", f"CUDA OOM: {cause}", why, conf,
-                                        [{"t_us": e.get("t_us"), "source": e.get("source")}]))
+                                        [{"t_us": e.get("t_us"), "source": e.get("source"),
+                                          **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}]))
         elif e.get("kind") == "host_oom_killed":
             findings.append(Finding("oom:host", "Host/cgroup OOM (OOMKilled, exit 137)",
                                     "the container was killed for host memory, not a CUDA OOM", "high",

@@ -536,9 +536,11 @@ def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
               has_esc: bool = True, json_lines: bool = True, request_keys: bool = True,
-              ) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]]]:
+              ) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]],
+                         list[tuple[int, str]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
-    facts (spill schemas), and representative lines for version inference.
+    facts (spill schemas), representative lines for version inference, and the first and last fast
+    line that states a time (``_timed_ends``).
 
     Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
@@ -637,17 +639,19 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         requests = pl.concat([requests, rv.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
                                                    request_id="request_id", rh=ID_HASH, **{k: k for k in REQUEST_DETAILS})],
                              how="diagonal_relaxed").sort("line")
-    ac = df.select("line", "raw").filter(clean & marks["ac"])
+    ac = df.select("line", "raw", "iso").filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS))
     lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
     is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
     # every other clean, strictly shaped line whose message can say nothing (startup chatter, DEBUG
     # logging): parsed, with no fact
-    gen = df.select("line", "raw").filter(clean & ~is_fast)
+    gen = df.select("line", "raw", "iso").filter(clean & ~is_fast)
     if gen.height:
         gen, gheads = _fields(gen, STRICT_ANY)
         gen = gen.filter(inert(pl.col("msg")))
         is_fast = is_fast.scatter(gen["line"] - first_no, True)
+    ends = _timed_ends([st, rq, rv, ac.filter(pl.col("iso").is_not_null()),
+                        _heads(gen[[0, -1]], gheads.select("ts")) if gen.height else gen])
     # one row per (process, call site, shape) of this piece, with its first line and how many lines it
     # stands for; the many request and access lines are counted per prefix or process first (a piece
     # pays a fixed cost for every operation, so the shapes it lacks are skipped)
@@ -675,9 +679,22 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
                     .group_by("proc", "fl").agg(pl.col("line").first(), pl.col("n").sum())
                     .with_columns(kind=pl.lit("inert"), msg=pl.lit("")))
     if not reps:
-        return df, is_fast, stats, requests, []
+        return df, is_fast, stats, requests, [], ends
     g = pl.concat(reps, how="diagonal_relaxed")
-    return df, is_fast, stats, requests, _representatives(g.with_columns(orig=df["orig"].gather(g["line"] - first_no)))
+    return (df, is_fast, stats, requests, _representatives(g.with_columns(orig=df["orig"].gather(g["line"] - first_no))),
+            ends)
+
+
+def _timed_ends(frames: list[pl.DataFrame]) -> list[tuple[int, str]]:
+    """(line, time) of the first and the last line of ``frames`` (fast lines, each frame in line order)
+    that states a time: an envelope's, else vLLM's own, as a fact of the line would take it."""
+    got: list[tuple[int, str]] = []
+    for f in frames:
+        if f.height:
+            t = f.select("line", t=pl.coalesce("iso", "ts") if "ts" in f.columns else pl.col("iso")).drop_nulls()
+            if t.height:
+                got += [(int(t["line"][0]), str(t["t"][0])), (int(t["line"][-1]), str(t["t"][-1]))]
+    return [min(got, key=lambda e: e[0]), max(got, key=lambda e: e[0])] if got else []
 
 
 def _representatives(g: pl.DataFrame) -> list[tuple[str, int]]:
@@ -698,6 +715,7 @@ class _Piece:
     files: _Spilled  # this piece's fast-lane stats and request facts
     representatives: list[tuple[str, int]]
     long_line: LongLine | None = None  # the piece is this one line, too long to read
+    timed_ends: list[tuple[int, str]] = field(default_factory=list)  # of its fast lines (``_timed_ends``)
 
 
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
@@ -719,12 +737,12 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # lines take the line-by-line parser)
     second = piece.find(b"\n") + 1
     json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
-    df, is_fast, st, rq, reps = _classify(lines, first_no, has_cr, keep_prompts, b"\x1b" in piece, json_lines,
-                                          request_keys)
+    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, b"\x1b" in piece, json_lines,
+                                                request_keys)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
-    return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps),
-            first_no, len(lines))
+    return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,
+                   timed_ends=ends), first_no, len(lines))
 
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
@@ -798,10 +816,13 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
             for raw, weight in p.representatives:
                 for ln in split_line(0, raw):
                     parser.observe(ln, weight)
+            parser.res.timed_ends += p.timed_ends
         _add_files(ff, p.files)
         _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill), slow=True)
         seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
     res = parser.finish()
+    ends = res.timed_ends  # (of both lanes; the parts of a line glued from several messages, in their order)
+    res.timed_ends = [min(ends, key=lambda e: e[0]), max(reversed(ends), key=lambda e: e[0])] if ends else []
     _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill), slow=True)
     _drop_repeats(ff, res, ("stats", "requests") if request_repeats else ("stats",))
     return res, ff

@@ -893,7 +893,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 t = fact_time_us(f.ts, year + _year_at(turns, f.line, f.ts), opts.tz_offset_s)
                 t = None if t is None else t - off
                 src = f"{path.name}:{f.line}"
-                events.append({"t": t, "kind": f.kind, "data": dict(f.data), "source": src, "rank": f.rank})
+                data = dict(f.data)
+                if "restated_lines" in data:  # (the same OOM stated again by its rank: one OOM, stated where)
+                    data["restated_at"] = [f"{path.name}:{n}" for n in data.pop("restated_lines")]
+                events.append({"t": t, "kind": f.kind, "data": data, "source": src, "rank": f.rank})
                 if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
                     gpu = int(f.data.get("gpu") or 0)
                     log_samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"])))
@@ -910,6 +913,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 col_span.append((col_lo, col_hi))
             times = [e["t"] for e in events if e.get("t") and str(e["source"]).split(":")[0] == path.name]
             times += [x for x in (col_lo, col_hi) if x is not None]
+            for line, ts in lp.timed_ends:  # (its first and last timed lines, facts or not)
+                t = fact_time_us(ts, year + _year_at(turns, line, ts), opts.tz_offset_s)
+                if t is not None:
+                    times.append(t - off)
             if times:
                 rep.t_first_us, rep.t_last_us = min(times), max(times)
             continue

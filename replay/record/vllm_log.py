@@ -297,6 +297,9 @@ class LogParse:
     version_conflict: tuple[str, str] | None = None  # (from, up to) where the formats' ranges do not meet
     engine: str | None = None
     container_year: int | None = None
+    # (line, time as a fact would take it) of the first and the last line that states a time, of each
+    # stretch of the log its parsers read: the file's time span, facts or not at its ends
+    timed_ends: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -813,6 +816,10 @@ class LogParser:
         self._lo, self._hi = "0.0.0", "99.0.0"
         self._v1 = self._v0 = 0
         self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
+        # each rank's CUDA OOMs since the engine last started, by their figures: vLLM states one OOM more
+        # than once (V0's engine logs it, then the API server quotes it in MQEngineDeadError)
+        self._ooms: dict[tuple[str, tuple[Any, ...]], LogFact] = {}
+        self._last_timed: tuple[int, str] | None = None
 
     def _first(self, no: int) -> bool:
         """Whether physical line ``no`` is not yet counted as parsed: the counts are of the file's lines,
@@ -846,9 +853,30 @@ class LogParser:
                     res.duplicates += 1
                     continue
                 self._seen.add(key)
+            if kind == "engine_start":
+                self._ooms.clear()
+            elif kind == "oom" and self._restated(msg, data):
+                continue
             res.facts.append(LogFact(kind, data, msg.no, msg.rank, msg.iso or msg.ts, text[:2000],
                                      msg.ts or msg.iso, msg.ts is not None))
+            if kind == "oom" and data.get("free_bytes") is not None:
+                self._ooms[(msg.rank, _oom_figures(data))] = res.facts[-1]
         self._open, self._cont = None, []
+
+    def _restated(self, msg: _Line, data: dict[str, Any]) -> bool:
+        """Whether this OOM is one the same rank stated already (every figure alike, within
+        OOM_RESTATED_S of it, the engine not started again since): it is then one OOM, and the first
+        statement's fact lists this line under ``restated_lines``."""
+        if data.get("free_bytes") is None:
+            return False
+        first = self._ooms.get((msg.rank, _oom_figures(data)))
+        if first is None:
+            return False
+        a, b = _seconds(first.ts), _seconds(msg.iso or msg.ts)
+        if a is None or b is None or not 0 <= b - a <= OOM_RESTATED_S:
+            return False
+        first.data.setdefault("restated_lines", []).append(msg.no)
+        return True
 
     def barrier(self) -> None:
         self._flush()
@@ -881,6 +909,11 @@ class LogParser:
     def _line(self, ln: _Line) -> None:
         res = self.res
         res.lines_read = max(res.lines_read, ln.no)
+        t = ln.iso or ln.ts
+        if t:
+            if self._last_timed is None:
+                res.timed_ends.append((ln.no, t))
+            self._last_timed = (ln.no, t)
         res.ray_folded += ln.repeated
         if not ln.text.strip() and not ln.prefixed:  # a blank line (a prefixed empty message is a message)
             if self._open is None:
@@ -912,6 +945,8 @@ class LogParser:
     def finish(self) -> LogParse:
         self._flush()
         res = self.res
+        if self._last_timed is not None:
+            res.timed_ends.append(self._last_timed)
         if (self._lo, self._hi) != ("0.0.0", "99.0.0"):
             lo, hi = self._lo, self._hi
             if version_key(lo) <= version_key(hi):
@@ -921,6 +956,31 @@ class LogParser:
         if self._v1 or self._v0:
             res.engine = "v1" if self._v1 >= self._v0 else "v0"
         return res
+
+
+OOM_RESTATED_S = 60  # how long after an OOM the same figures, from the same rank, are that OOM stated again
+_OOM_FIGURES = ("gpu", "tried_to_allocate_bytes", "gpu_total_bytes", "free_bytes", "process_in_use_bytes",
+                "allocated_by_pytorch_bytes", "private_pools_bytes", "reserved_unallocated_bytes")
+_DAYS_BEFORE = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)  # a month's first day in the year
+
+
+def _oom_figures(data: dict[str, Any]) -> tuple[Any, ...]:
+    return (*(data.get(k) for k in _OOM_FIGURES), tuple((p["pid"], p["used_bytes"]) for p in data.get("other_processes", [])))
+
+
+def _seconds(ts: str | None) -> float | None:
+    """A fact's time in seconds, to tell how far apart two facts of one log are: an ISO container time
+    exactly, a logged 'MM-DD HH:MM:SS' within its year (its year is not known yet); None without one."""
+    if ts is None:
+        return None
+    if "T" in ts:
+        us = fact_time_us(ts, 1970)
+        return None if us is None else us / 1e6
+    m = re.match(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)", ts)
+    if m is None or not 1 <= int(m[1]) <= 12:
+        return None
+    mo, d, h, mi, se = (int(g) for g in m.groups())
+    return (((_DAYS_BEFORE[mo - 1] + d) * 24 + h) * 60 + mi) * 60 + se
 
 
 def physical_lines(text: str) -> list[str]:

