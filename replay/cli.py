@@ -217,6 +217,7 @@ def record(
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     host: Annotated[str | None, typer.Option(help="The node vLLM ran on, where DCGM evidence covers several (a cluster-wide query): its GPUs are the bundle's device memory; the others' are kept as series of their own.")] = None,
+    gpu_instance: Annotated[str | None, typer.Option(help="The MIG instance vLLM ran in (DCGM's GPU_I_ID, or GPU:GPU_I_ID such as 0:4), where DCGM evidence covers several instances of one GPU: its memory is the bundle's device memory; the other instances' are kept as series of their own.")] = None,
     metric: Annotated[list[str] | None, typer.Option(help="Extra metric names you expect to read (checked against vLLM's real names).")] = None,
     clock_offset: Annotated[list[str] | None, typer.Option(help="FILE=+1.5s: that file's clock ran ahead of true time by this much (repeatable); its times are corrected.")] = None,
     live: Annotated[str | None, typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
@@ -279,7 +280,7 @@ def record(
         raise ReplayError(f"--clock-offset names {', '.join(unknown)}, which is not among the evidence files", 2)
     opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
                          nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
-                         rows_interval_s=rows_iv / 1e6, host=host)
+                         rows_interval_s=rows_iv / 1e6, host=host, gpu_instance=gpu_instance)
     total = sum(p.stat().st_size for p in evidence if p.is_file())
     with _bytes_progress("[bold]record[/] {task.description}") as prog:
         task = prog.add_task("", total=total or None)

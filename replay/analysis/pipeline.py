@@ -150,10 +150,17 @@ def _machines_unchosen(machines: pl.DataFrame, total: int) -> list[Finding]:
     'nvidia-smi[node2.csv] GPU 0'; ``machines_frame``'s): none is the bundle's, so no actual memory is
     known until one is chosen."""
     shown = list(dict.fromkeys(machines["series"]))
+    listed = f"{', '.join(shown[:4])}{', …' if total > 4 else ''}"
+    if all("[GPU_I_ID=" in t for t in shown):  # (a GPU split into MIG instances: 'dcgm[GPU_I_ID=3] GPU 0')
+        return [Finding("evidence:mig", "Device memory of several MIG instances, none chosen",
+                        f"the bundle holds device memory only as {total} series of MIG instances ({listed}); record "
+                        "again with --gpu-instance ID (the instance vLLM ran in: DCGM's GPU_I_ID)", "high",
+                        [{"source": t} for t in shown[:10]])]
     return [Finding("evidence:machines", "Device memory of several machines, none chosen",
                     f"the bundle holds device memory only as {total} series of separate machines or hosts "
-                    f"({', '.join(shown[:4])}{', …' if total > 4 else ''}); record again with --host NODE (the "
-                    "node vLLM ran on), or with that machine's GPU file first", "high",
+                    f"({listed}); record again with --host NODE (the node vLLM ran on), or with that machine's GPU "
+                    "file first" + ("; where a GPU is split into MIG instances, with --gpu-instance ID too"
+                                    if any("[GPU_I_ID=" in t for t in shown) else ""), "high",
                     [{"source": t} for t in shown[:10]])]
 
 

@@ -224,13 +224,14 @@ def dump_line(line: str) -> str:
 
 
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
-                     want: list[str] | None = None, host: str | None = None) -> Parsed:
+                     want: list[str] | None = None, host: str | None = None,
+                     instance: str | None = None) -> Parsed:
     """One scrape (or several in one file, each after its own '# scraped_at' line, as a loop of
     ``echo "# scraped_at $(date -Is)"; curl /metrics`` writes them): vLLM and DCGM samples at the
     scrape time, or at their own timestamps where the lines carry them."""
     marks = [m.start() for m in SCRAPED_AT.finditer(text)]
     if len(marks) < 2:
-        return dcgm_hosts(_parse_scrape(path, text, at, tz_offset_s, want, 0), path, host)
+        return dcgm_hosts(_parse_scrape(path, text, at, tz_offset_s, want, 0), path, host, instance)
     whole = Parsed(kind="prometheus-text", lines=text.count("\n") + (0 if text.endswith("\n") else 1))
     if marks[0] > 0 and text[:marks[0]].strip():  # lines before the first mark: a scrape of its own
         marks.insert(0, 0)
@@ -247,7 +248,7 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
         whole.vllm_names |= one.vllm_names
         whole.notes += [n for n in one.notes if n not in whole.notes and "scrape time from" not in n]
     whole.notes.append(f"{path.name}: {len(marks)} scrapes, each at the time of its '# scraped_at' line")
-    return dcgm_hosts(whole, path, host)
+    return dcgm_hosts(whole, path, host, instance)
 
 
 def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want: list[str] | None,
@@ -377,28 +378,40 @@ def _names_of_host(labels: dict[str, str]) -> set[str]:
     return {n for k in HOST_LABELS if (v := labels.get(k)) for n in (v, v.rsplit(":", 1)[0])}
 
 
-def dcgm_hosts(p: Parsed, path: Path, host: str | None) -> Parsed:
+def dcgm_hosts(p: Parsed, path: Path, host: str | None, instance: str | None = None) -> Parsed:
     """Tell apart DCGM series of several machines (a cluster-wide query or federation): GPU 0 of
     node-1 and GPU 0 of node-2 are not one series. Each host's samples get a source of their own
     ('dcgm[Hostname=node-2]'), except those of ``host`` (--host: the node vLLM ran on), which stay the
     bundle's device memory ('dcgm'). GPU names and UUIDs go into the bundle's GPUs only from series
-    that stay 'dcgm'. With one host, nothing changes."""
+    that stay 'dcgm'. With one host, nothing changes.
+
+    A GPU split into MIG instances has a framebuffer series per instance (label GPU_I_ID), each of
+    them the memory of a device of its own: where one GPU has several, each instance's samples get a
+    source of their own too ('dcgm[GPU_I_ID=3]'), except those of ``instance`` (--gpu-instance: the
+    one vLLM ran in, 'ID' of any GPU or 'GPU:ID'), which stay the bundle's device memory."""
     framed = len(p.dcgm_labels)  # (entries past it index frames: a series read as columns)
     series, p.dcgm_labels, p.dcgm_frames = p.dcgm_labels + p.dcgm_frames, [], []
     key = next((k for k in HOST_LABELS if any(k in labels for _, labels in series)), "")
     hosts = sorted({labels.get(key, "") for _, labels in series}) if key else []
     several = len(hosts) > 1
     chosen = [host is not None and host in _names_of_host(labels) for _, labels in series]
-    for i, ((k, labels), ours) in enumerate(zip(series, chosen, strict=True)):
-        if several and not ours:
-            tagged = f"dcgm[{key}={labels.get(key, '')}]"
-            if i >= framed:
-                p.frames[k] = p.frames[k].with_columns(source=pl.lit(tagged))
-                continue
+    split = _mig_split(series, key)
+
+    def tag(i: int, k: int, tagged: str) -> None:
+        if i >= framed:
+            p.frames[k] = p.frames[k].with_columns(source=pl.lit(tagged))
+        else:
             t, gpu, _, metric, value = p.samples[k]
             p.samples[k] = (t, gpu, tagged, metric, value)
+
+    for i, ((k, labels), ours) in enumerate(zip(series, chosen, strict=True)):
+        if several and not ours:
+            tag(i, k, f"dcgm[{key}={labels.get(key, '')}]")
             continue
         gpu = dcgm_gpu(labels)
+        gi = (labels.get("GPU_I_ID") or "").strip()
+        if gpu is not None and (labels.get(key, ""), gpu) in split and instance not in (gi, f"{gpu}:{gi}"):
+            tag(i, k, f"dcgm[GPU_I_ID={gi}]")  # (its GPU's name and UUID are the GPU's still)
         if gpu is not None:
             info = p.gpus.setdefault(gpu, {"index": gpu})
             info.update({k: v for k, v in (("uuid", labels.get("UUID") or labels.get("uuid")),
@@ -413,7 +426,24 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None) -> Parsed:
                            "; pass --host with the node vLLM ran on to make its series the bundle's device memory"))
     elif host is not None and hosts and not any(chosen):
         p.notes.append(f"{path.name}: --host {host}, but its DCGM series come from {hosts[0]} alone (kept as they are)")
+    for (_, gpu), ids in sorted(split.items()):
+        picked = next((gi for gi in ids if instance in (gi, f"{gpu}:{gi}")), None)
+        p.notes.append(f"{path.name}: GPU {gpu} is split into MIG instances (GPU_I_ID {', '.join(ids)}): each instance's "
+                       "memory is a series of its own (source 'dcgm[GPU_I_ID=…]')" + (
+                           f"; instance {picked}'s is the bundle's device memory (source 'dcgm')" if picked else
+                           f"; none is --gpu-instance {instance}" if instance else
+                           "; pass --gpu-instance with the one vLLM ran in to make its series the bundle's device memory"))
     return p
+
+
+def _mig_split(series: list[tuple[int, dict[str, str]]], key: str) -> dict[tuple[str, int], list[str]]:
+    """The GPUs (host, index) whose DCGM series are of several MIG instances, with their GPU_I_IDs."""
+    ids: dict[tuple[str, int], set[str]] = {}
+    for _, labels in series:
+        gpu, gi = dcgm_gpu(labels), (labels.get("GPU_I_ID") or "").strip()
+        if gpu is not None and gi:
+            ids.setdefault((labels.get(key, "") if key else "", gpu), set()).add(gi)
+    return {g: sorted(v, key=lambda x: (len(x), x)) for g, v in ids.items() if len(v) > 1}
 
 
 def series_tags(label_sets: list[dict[str, str]]) -> list[str]:
@@ -524,7 +554,7 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
 
 
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
-                      host: str | None = None) -> Parsed:
+                      host: str | None = None, instance: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
     data = _obj(_obj(obj).get("data"))
     refused = _obj(obj).get("status") == "error"
@@ -555,10 +585,11 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
         p.parsed += 1
     if _obj(obj).get("status") not in (None, "success"):
         p.notes.append(f"{path}: query status {obj.get('status')!r}: {obj.get('error')}")
-    return dcgm_hosts(p, path, host)
+    return dcgm_hosts(p, path, host, instance)
 
 
-def parse_vm_export(path: Path, text: str, want: list[str] | None = None, host: str | None = None) -> Parsed:
+def parse_vm_export(path: Path, text: str, want: list[str] | None = None, host: str | None = None,
+                    instance: str | None = None) -> Parsed:
     """VictoriaMetrics' ``/api/v1/export`` (what ``vmctl`` and a VictoriaMetrics-backed Grafana users
     download): a series a line, '{"metric": {labels}, "values": [...], "timestamps": [ms, ...]}'. Its
     series are read as a query_range export's are; a line that is not one is quarantined."""
@@ -589,7 +620,7 @@ def parse_vm_export(path: Path, text: str, want: list[str] | None = None, host: 
     for (no, labels, points), tag in zip(series, tags, strict=True):
         _series_points(p, f"line {no}", labels.get("__name__", ""), labels, tag, points, 1000, others=True, line=no)
         p.parsed += 1
-    return dcgm_hosts(p, path, host)
+    return dcgm_hosts(p, path, host, instance)
 
 
 VM_EXPORT_LINE = re.compile(r'^\{\s*"metric"\s*:\s*\{.*"timestamps"\s*:\s*\[')  # (how its every line looks)
@@ -640,7 +671,8 @@ def _grafana_cell(p: Parsed, no: int, t: int, series: _GrafanaSeries, cell: str,
     p.samples.append((t, gpu, src, metric, v))
 
 
-def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | None = None) -> Parsed:
+def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | None = None,
+                      instance: str | None = None) -> Parsed:
     """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series ('series joined by
     time', the default), or one row per point under 'Series', 'Time', 'Value' ('series as rows', as
     older Grafana wrote it); ';' or ',' delimiter."""
@@ -669,7 +701,7 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
                 continue
             p.parsed += 1
             _grafana_cell(p, i, t, by_name[row[0].strip()], row[2], delim, row)
-        return dcgm_hosts(p, path, host)
+        return dcgm_hosts(p, path, host, instance)
     series = _grafana_series(p, header[1:])
     for i, row in enumerate(rows[1:], start=2):
         if not row:
@@ -681,7 +713,7 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
         p.parsed += 1
         for ser, cell in zip(series, row[1:]):
             _grafana_cell(p, i, t, ser, cell, delim, row)
-    return dcgm_hosts(p, path, host)
+    return dcgm_hosts(p, path, host, instance)
 
 
 def _frames(obj: Any) -> list[dict[str, Any]]:
@@ -715,7 +747,7 @@ def _frame_fields(frame: dict[str, Any]) -> list[tuple[dict[str, Any], list[Any]
     return out
 
 
-def parse_grafana_frames(path: Path, obj: Any, host: str | None = None) -> Parsed:
+def parse_grafana_frames(path: Path, obj: Any, host: str | None = None, instance: str | None = None) -> Parsed:
     """Grafana's JSON of a panel's data (panel inspector: 'DataFrame JSON', 'Panel data', or the query
     response): per frame a time field (epoch ms) and value fields, named by their '__name__' label, or
     their own name or legend where that is a metric's name."""
@@ -744,7 +776,7 @@ def parse_grafana_frames(path: Path, obj: Any, host: str | None = None) -> Parse
             columns.append((k, times, vals))
     for (name, labels), tag, (k, times, vals) in zip(named, vllm_series_tags(named), columns, strict=True):
         _series_points(p, f"frame {k}", name, labels, tag, list(zip(times, vals, strict=False)), 1000, gaps=True)
-    return dcgm_hosts(p, path, host)
+    return dcgm_hosts(p, path, host, instance)
 
 
 _GRAFANA_CELL = re.compile(r"^(-?[\d,]*\.?\d+(?:e[+-]?\d+)?)\s*(%|[KMGTP]i?B|B|[KMBT])?$", re.I)
@@ -854,6 +886,9 @@ _SMI_GPU = re.compile(r"^\|\s+(?P<idx>\d+)\s+(?P<name>\S.*?)\s+(?:On|Off)\s+\|\s
 _SMI_MEM = re.compile(r"\|\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|")
 _SMI_PROC = re.compile(r"^\|\s+(?P<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?P<pid>\d+)\s+(?P<type>[CGM+]+)\s+"
                        r"(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*\|$")
+# a MIG instance's row in the table's 'MIG devices:' part: GPU, GPU instance, compute instance, MIG device,
+# then its own Memory-Usage (the row under it is its BAR1-Usage)
+_SMI_MIG = re.compile(r"^\|\s+(?P<gpu>\d+)\s+(?P<gi>\d+)\s+(?P<ci>\d+)\s+(?P<dev>\d+)\s+\|\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|")
 _Q_LINE = re.compile(r"^(?P<indent> *)(?P<key>\S[^:]*?)\s*(?::\s*(?P<value>.*?))?\s*$")
 _Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)$")
 _Q_FB = {"Total": "device_total_bytes", "Reserved": "device_reserved_bytes", "Used": "device_used_bytes",
@@ -865,18 +900,30 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
     repeated (``nvidia-smi -l``, ``watch``): per GPU the used and total memory of its Memory-Usage cell
     (used excludes the driver's reserve, as memory.used does), per process its GPU memory. Each table
     is placed at the time line nvidia-smi prints above it (host local time), a table without one at
-    ``--at``. Old layouts (no GI/CI columns) read the same."""
+    ``--at``. Old layouts (no GI/CI columns) read the same. The instances of a GPU split by MIG (the
+    table's 'MIG devices:' part) each hold memory of their own: a series per instance
+    ('nvidia-smi[GPU_I_ID=3]'), beside their GPU's row, which counts them all."""
     p = Parsed(kind="nvidia-smi-table")
     lines = text.splitlines()
     p.lines = len(lines)
     t: int | None = None
     gpu: int | None = None
+    split: dict[int, set[str]] = {}  # GPU -> its MIG instances (GPU_I_ID)
     for i, ln in enumerate(lines, start=1):
         s = ln.rstrip()
         m = _SMI_TIME.match(s.strip())
         if m:
             t = parse_time(m.group(1), tz_offset_s)
             p.naive_local_times = True
+            p.parsed += 1
+            continue
+        mig = _SMI_MIG.match(s)
+        if mig:
+            src = f"nvidia-smi[GPU_I_ID={mig['gi']}]"
+            g_i = int(mig["gpu"])
+            split.setdefault(g_i, set()).add(mig["gi"])
+            p.samples += [(t, g_i, src, "device_used_bytes", float(int(mig["used"]) * MiB)),
+                          (t, g_i, src, "device_total_bytes", float(int(mig["total"]) * MiB))]
             p.parsed += 1
             continue
         g = _SMI_GPU.match(s)
@@ -899,6 +946,10 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
             p.quarantine.append((i, "not part of an nvidia-smi table", ln))
             continue
         p.parsed += 1  # a data row, or the table's frame and headings
+    for g_i, ids in sorted(split.items()):
+        p.notes.append(f"{path.name}: GPU {g_i} is split into MIG instances (GPU_I_ID {', '.join(sorted(ids, key=int))}): "
+                       "each instance's memory is a series of its own (source 'nvidia-smi[GPU_I_ID=…]'); the GPU's row "
+                       "is all of them")
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the time line nvidia-smi prints above each table")
 
 

@@ -649,6 +649,7 @@ class RecordOptions:
     nvsmi_columns: str | None = None
     rows_interval_s: float = 1.0  # how far apart rows without times were taken (dcgmi dmon's -d)
     host: str | None = None  # the node vLLM ran on, where GPU evidence covers several
+    gpu_instance: str | None = None  # the MIG instance vLLM ran in (DCGM's GPU_I_ID, or GPU:GPU_I_ID)
     metrics: list[str] = field(default_factory=list)
     clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
     progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
@@ -752,15 +753,16 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         text = _read_text(path)
         if kind == "prometheus-text":
             result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics,
-                                          host=opts.host)
+                                          host=opts.host, instance=opts.gpu_instance)
         elif kind == "prometheus-query-range":
-            result = ev.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host)
+            result = ev.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host,
+                                          instance=opts.gpu_instance)
         elif kind == "victoriametrics-export":
-            result = ev.parse_vm_export(path, text, want=opts.metrics, host=opts.host)
+            result = ev.parse_vm_export(path, text, want=opts.metrics, host=opts.host, instance=opts.gpu_instance)
         elif kind == "grafana-csv":
-            result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host)
+            result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance)
         elif kind == "grafana-json":
-            result = ev.parse_grafana_frames(path, _json(path, text), opts.host)
+            result = ev.parse_grafana_frames(path, _json(path, text), opts.host, opts.gpu_instance)
         elif kind == "nvidia-smi":
             result = fastsmi.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-table":

@@ -3426,3 +3426,52 @@ def test_a_logs_time_span_runs_from_its_first_to_its_last_timed_line(tmp_path: P
     assert span([early, *real, *late]) == ("11-29 18:50:00", "11-29 19:02:00") != ("11-29 18:50:00", facts_end)
     assert span([*real, late[0], stamped]) == (expected(real)[0], "11-29 19:10:00")  # (the runtime's time)
     assert span([*real, stamped, late[0]]) == (expected(real)[0], "11-29 19:00:00")  # (its first and last lines)
+
+
+def test_mig_instances_of_one_gpu_are_series_of_their_own(tmp_path: Path) -> None:
+    """GIVEN a real DCGM scrape of A30s split into MIG instances (a framebuffer series per GPU_I_ID)
+    WHEN recorded THEN each instance of a split GPU is a series of its own, none the bundle's device
+    memory until --gpu-instance names the one vLLM ran in (as an instance of any GPU, or GPU:ID), and
+    the GPUs keep their names and UUIDs; a bundle of instances alone says to choose one."""
+    from replay.analysis.pipeline import analyze_bundle
+    src = DATA / "dcgm_a30_mig_instances.prom"
+    at = "2025-08-01T10:00:00Z"
+
+    def sources(**kw: object) -> tuple[dict[tuple[int, str], int], list[str], Bundle]:
+        out = tmp_path / f"b{len(list(tmp_path.iterdir()))}"
+        reps, _ = record([src], out, RecordOptions(at=at, **kw))  # type: ignore[arg-type]
+        b = read_bundle(out)
+        got = b.samples.group_by("gpu", "source").len().rows()
+        return {(g, s): n for g, s, n in got}, reps[0].notes, b
+
+    split = {(g, f"dcgm[GPU_I_ID={i}]"): 1 for g, ids in ((0, "3456"), (1, "34")) for i in ids}
+    got, notes, b = sources()
+    assert got == split
+    assert [(g["index"], g["uuid"], g["name"]) for g in b.meta.gpus] == [
+        (0, "GPU-265c9814-6156-355b-e589-ff2064894f16", "NVIDIA A30"), (1, "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49", "NVIDIA A30")]
+    assert any("GPU 0 is split into MIG instances (GPU_I_ID 3, 4, 5, 6)" in n and "--gpu-instance" in n for n in notes)
+    found = {f.id: f for f in analyze_bundle(b).findings}
+    assert "--gpu-instance" in found["evidence:mig"].detail and "evidence:machines" not in found
+    got, notes, _ = sources(gpu_instance="4")  # instance 4 of each split GPU
+    assert got == {**{k: n for k, n in split.items() if "=4]" not in k[1]}, (0, "dcgm"): 1, (1, "dcgm"): 1}
+    assert any("instance 4's is the bundle's device memory" in n for n in notes)
+    got, _, b = sources(gpu_instance="1:3")  # GPU 1's instance 3 only
+    assert got == {**{k: n for k, n in split.items() if k != (1, "dcgm[GPU_I_ID=3]")}, (1, "dcgm"): 1}
+    assert "evidence:mig" not in {f.id for f in analyze_bundle(b).findings}
+    got, notes, _ = sources(gpu_instance="9")
+    assert got == split and any("none is --gpu-instance 9" in n for n in notes)
+
+
+def test_nvidia_smi_table_mig_devices_are_series_of_their_own(tmp_path: Path) -> None:
+    """GIVEN the default nvidia-smi table of a GPU split by MIG, with its 'MIG devices:' part (real
+    rows) WHEN recorded THEN each instance's Memory-Usage is a series of its own (used and total), its
+    BAR1-Usage row is no memory, and the GPU's own row stays the device memory."""
+    reps, _ = record([DATA / "nvidia_smi_table_a100_mig_devices.txt"], tmp_path / "b", RecordOptions())
+    s = read_bundle(tmp_path / "b").samples
+    mig = s.filter(pl.col("source").str.starts_with("nvidia-smi[")).sort("source", "metric")
+    assert mig.select("gpu", "source", "metric", "value").rows() == [
+        (1, f"nvidia-smi[GPU_I_ID={gi}]", m, v * 2**20) for gi, used in (("3", 14366), ("5", 9826), ("6", 13))
+        for m, v in (("device_total_bytes", 19968), ("device_used_bytes", used))]
+    whole = s.filter((pl.col("source") == "nvidia-smi") & (pl.col("metric") == "device_used_bytes")).sort("gpu")
+    assert whole.select("gpu", "value").rows() == [(0, 0.0), (1, 24205 * 2**20)]
+    assert reps[0].quarantined == 0 and any("GPU 1 is split into MIG instances (GPU_I_ID 3, 5, 6)" in n for n in reps[0].notes)
