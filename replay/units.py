@@ -57,3 +57,15 @@ def parse_duration_us(text: str) -> int | None:
     if not m:
         return None
     return int(round(float(m.group(1)) * _DUR_MULT[m.group(2) or "s"]))
+
+
+def say_duration(seconds: float) -> str:
+    """A duration as people read it: '8.0 s' under two minutes, then '12 min 5 s', '3 h 12 min', '148 d 3 h'."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    n = int(round(seconds))
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if n >= size:
+            big, rest = divmod(n, size)
+            return f"{big} {unit}" + (f" {rest // sub_size} {sub}" if rest // sub_size else "")
+    return f"{n} s"  # (not reached: n >= 120)

@@ -182,6 +182,19 @@ def machines_frame(samples: pl.DataFrame, limit: int = MACHINES_DRAWN) -> tuple[
     return named.filter(pl.col("series").is_in(keep.implode())).sort("series", "t_us"), peaks.height
 
 
+MIG_TAG = "[GPU_I_ID="  # (in a MIG instance's series: 'dcgm[GPU_I_ID=3]', the recorder's)
+
+
+def unchosen(series: list[str]) -> tuple[str, str]:
+    """What device series of several machines or MIG instances (``machines_frame``'s) are, and the
+    record option that makes one of them the bundle's device memory."""
+    mig = [MIG_TAG in t for t in series]
+    if mig and all(mig):
+        return "MIG instances", "--gpu-instance ID (the instance vLLM ran in: DCGM's GPU_I_ID)"
+    return ("machines", "--host NODE (the node vLLM ran on)" + (
+        ", and --gpu-instance ID where its GPU is split into MIG instances" if any(mig) else ""))
+
+
 def stacked_parts(acc: Accounting) -> list[tuple[str, float]]:
     """vLLM's accounted parts as non-overlapping segments, bottom first, for a stacked view."""
     p = acc.parts

@@ -21,6 +21,7 @@ from replay.analysis.memory import (
     kv_in_use,
     layers_frame,
     machines_frame,
+    unchosen,
 )
 from replay.analysis.outages import Outage, outages
 from replay.bundle import Bundle
@@ -83,7 +84,10 @@ class Analysis:
             "total_gib": gb(self.acc.total_bytes), "kv_pool_gib": gb(self.acc.kv_pool_bytes),
             "parts_gib": {k: gb(v) for k, v in self.acc.parts.items()},
             "peak_actual_gib": gb(peak), "machine_series": self.machines_total,  # (device memory of several
-            # machines, none chosen: why the peak is unknown)
+            # machines or MIG instances, none chosen: why the peak is unknown; what they are, how to choose)
+            **dict(zip(("machine_kind", "machine_choice"),
+                       unchosen(list(self.machines["series"].unique(maintain_order=True)) if self.machines_total else []),
+                       strict=True)),
             "max_gap_gib": gb(self.div.max_gap_bytes),
             "baseline_gap_gib": gb(self.div.baseline_bytes), "threshold_gib": gb(self.div.threshold_bytes),
             "onset_s": s(self.div.onset_us), "first_crossing_s": s(self.div.first_crossing_us),
@@ -147,20 +151,15 @@ def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
 
 def _machines_unchosen(machines: pl.DataFrame, total: int) -> list[Finding]:
     """Device memory held only as series of several machines or hosts ('dcgm[Hostname=node-2] GPU 0',
-    'nvidia-smi[node2.csv] GPU 0'; ``machines_frame``'s): none is the bundle's, so no actual memory is
-    known until one is chosen."""
+    'nvidia-smi[node2.csv] GPU 0'), or of the MIG instances of a GPU ('dcgm[GPU_I_ID=3] GPU 0';
+    ``machines_frame``'s): none is the bundle's, so no actual memory is known until one is chosen."""
     shown = list(dict.fromkeys(machines["series"]))
-    listed = f"{', '.join(shown[:4])}{', …' if total > 4 else ''}"
-    if all("[GPU_I_ID=" in t for t in shown):  # (a GPU split into MIG instances: 'dcgm[GPU_I_ID=3] GPU 0')
-        return [Finding("evidence:mig", "Device memory of several MIG instances, none chosen",
-                        f"the bundle holds device memory only as {total} series of MIG instances ({listed}); record "
-                        "again with --gpu-instance ID (the instance vLLM ran in: DCGM's GPU_I_ID)", "high",
-                        [{"source": t} for t in shown[:10]])]
-    return [Finding("evidence:machines", "Device memory of several machines, none chosen",
-                    f"the bundle holds device memory only as {total} series of separate machines or hosts "
-                    f"({listed}); record again with --host NODE (the node vLLM ran on), or with that machine's GPU "
-                    "file first" + ("; where a GPU is split into MIG instances, with --gpu-instance ID too"
-                                    if any("[GPU_I_ID=" in t for t in shown) else ""), "high",
+    what, option = unchosen(shown)
+    mig = what == "MIG instances"
+    return [Finding("evidence:mig" if mig else "evidence:machines", f"Device memory of several {'MIG instances' if mig else 'machines'}, none chosen",
+                    f"the bundle holds device memory only as {total} series of {what if mig else 'separate machines or hosts'} "
+                    f"({', '.join(shown[:4])}{', …' if total > 4 else ''}); record again with {option}"
+                    + ("" if mig else ", or with that machine's GPU file first"), "high",
                     [{"source": t} for t in shown[:10]])]
 
 

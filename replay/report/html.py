@@ -15,7 +15,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from replay import __version__
-from replay.analysis.memory import stacked_parts
+from replay.analysis.memory import stacked_parts, unchosen
 from replay.analysis.outages import crash_line
 from replay.analysis.pipeline import Analysis, analyze_bundle
 from replay.bundle import read_bundle
@@ -86,9 +86,10 @@ def timeline_figure(a: Analysis) -> go.Figure:
                                  hovertemplate=f"{series}: %{{y:.2f}} GiB<extra></extra>"), row=1, col=1)
     drawn = a.machines["series"].n_unique() if a.machines_total else 0
     if a.machines_total > drawn:
+        what, option = unchosen(list(a.machines["series"].unique(maintain_order=True)))
         fig.add_annotation(x=0, y=1.0, xref="x domain", yref="y domain", showarrow=False, xanchor="left",
-                           text=f"{drawn} of {a.machines_total} machines' series drawn "
-                                "(highest peaks); record with --host NODE to choose vLLM's", row=1, col=1)
+                           text=f"{drawn} of {a.machines_total} {what}' series drawn "
+                                f"(highest peaks); record with {option} to choose vLLM's", row=1, col=1)
     kvu = a.kv.filter(pl.col("kv_used_bytes").is_not_null()) if a.kv.height else a.kv
     names = [n for n, _ in parts]
     if kvu.height and "KV pool" in names:

@@ -12,6 +12,7 @@ import polars as pl
 
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import read_bundle
+from replay.units import say_duration
 
 
 def _md(s: object) -> str:
@@ -40,8 +41,8 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L += ["## Summary", ""]
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
     actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
-              else f"unknown (the evidence holds device memory of several machines, {s['machine_series']} series, and "
-                   "none was chosen: record with --host NODE)" if s["machine_series"]
+              else f"unknown (the evidence holds device memory of several {s['machine_kind']}, {s['machine_series']} series, "
+                   f"and none was chosen: record with {s['machine_choice']})" if s["machine_series"]
               else "unknown (no memory measurement in the evidence)")
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
              f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
@@ -53,12 +54,12 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     if a.outages:
         total = sum(o.seconds(a.end_us) for o in a.outages)
         open_ended = any(o.lower_bound for o in a.outages)
-        L.append(f"- Downtime from crash to the next engine start: {'at least ' if open_ended else ''}{total:.1f} s "
+        L.append(f"- Downtime from crash to the next engine start: {'at least ' if open_ended else ''}{say_duration(total)} "
                  f"in {len(a.outages)} outage(s):")
         for o in a.outages:
             back = f"back at {utc(o.up_us)}" if o.up_us is not None else "not back within the evidence"
             L.append(f"  - {utc(o.down_us)}: {_md(o.cause)} ({_md(o.source)}), {back}: "
-                     f"{'at least ' if o.lower_bound else ''}{o.seconds(a.end_us):.1f} s")
+                     f"{'at least ' if o.lower_bound else ''}{say_duration(o.seconds(a.end_us))}")
     L += ["- TODO: user-facing impact (error rate, latency, customers affected).", "", "## Root causes", ""]
     if a.findings:
         L.append("Ranked hypotheses (from the evidence; confirm or reject each):")

@@ -3452,6 +3452,11 @@ def test_mig_instances_of_one_gpu_are_series_of_their_own(tmp_path: Path) -> Non
     assert any("GPU 0 is split into MIG instances (GPU_I_ID 3, 4, 5, 6)" in n and "--gpu-instance" in n for n in notes)
     found = {f.id: f for f in analyze_bundle(b).findings}
     assert "--gpu-instance" in found["evidence:mig"].detail and "evidence:machines" not in found
+    from replay.report.html import render
+    from replay.report.postmortem import render_postmortem
+    summary = render_postmortem(b.path).split("## Impact")[0]
+    assert "several MIG instances, 6 series" in summary and "--gpu-instance ID" in summary and "--host" not in summary
+    assert "device memory of several MIG instances (6 series), none chosen; record with --gpu-instance ID" in render([analyze_bundle(b)])
     got, notes, _ = sources(gpu_instance="4")  # instance 4 of each split GPU
     assert got == {**{k: n for k, n in split.items() if "=4]" not in k[1]}, (0, "dcgm"): 1, (1, "dcgm"): 1}
     assert any("instance 4's is the bundle's device memory" in n for n in notes)

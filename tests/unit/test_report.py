@@ -188,3 +188,9 @@ def test_postmortem_says_unknown_not_none(tmp_path: Path) -> None:
     html = re.sub(r"<[^>]+>", " ", (tmp_path / "r.html").read_text().split("<h2>Summary</h2>")[1].split("</table>")[0])
     assert "not measured (no memory source in the evidence)" in html
     assert not re.search(r"(?:unknown|measured|—)\s+GiB", html), html
+
+
+def test_durations_read_as_people_read_them() -> None:
+    from replay.units import say_duration
+    assert [say_duration(x) for x in (8.04, 119.9, 725, 7200, 3 * 3600 + 12 * 60 + 30, 148 * 86400 + 3 * 3600 + 59)] == [
+        "8.0 s", "119.9 s", "12 min 5 s", "2 h", "3 h 12 min", "148 d 3 h"]
