@@ -895,6 +895,14 @@ _Q_FB = {"Total": "device_total_bytes", "Reserved": "device_reserved_bytes", "Us
          "Free": "device_free_bytes"}
 
 
+def _smi_mig(p: Parsed, path: Path, split: dict[int, set[str]]) -> None:
+    """Note the GPUs nvidia-smi showed split into MIG instances, whose memory ``split`` kept apart."""
+    for g_i, ids in sorted(split.items()):
+        p.notes.append(f"{path.name}: GPU {g_i} is split into MIG instances (GPU_I_ID "
+                       f"{', '.join(sorted(ids, key=lambda x: (len(x), x)))}): each instance's memory is a series of its "
+                       "own (source 'nvidia-smi[GPU_I_ID=…]'); the GPU's own is all of them")
+
+
 def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
     """The default ``nvidia-smi`` table, the evidence most often pasted into a postmortem, once or
     repeated (``nvidia-smi -l``, ``watch``): per GPU the used and total memory of its Memory-Usage cell
@@ -946,18 +954,18 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
             p.quarantine.append((i, "not part of an nvidia-smi table", ln))
             continue
         p.parsed += 1  # a data row, or the table's frame and headings
-    for g_i, ids in sorted(split.items()):
-        p.notes.append(f"{path.name}: GPU {g_i} is split into MIG instances (GPU_I_ID {', '.join(sorted(ids, key=int))}): "
-                       "each instance's memory is a series of its own (source 'nvidia-smi[GPU_I_ID=…]'); the GPU's row "
-                       "is all of them")
+    _smi_mig(p, path, split)
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the time line nvidia-smi prints above each table")
 
 
 def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
     """``nvidia-smi -q`` (whole or ``-d MEMORY``, or an excerpt): per GPU its framebuffer Total,
     Reserved, Used and Free (Used excludes Reserved: they and Free add up to Total), and per process
-    its used GPU memory. GPUs are numbered in the order their sections appear."""
+    its used GPU memory. GPUs are numbered in the order their sections appear. The FB memory of a MIG
+    instance (a 'MIG Device' block of 'MIG Devices') is a series of its own ('nvidia-smi[GPU_I_ID=3]')."""
     p = Parsed(kind="nvidia-smi-q")
+    split: dict[int, set[str]] = {}  # GPU -> its MIG instances (GPU_I_ID)
+    mig_gi = "?"  # the GPU Instance ID of the MIG Device block the line is in
     lines = text.splitlines()
     p.lines = len(lines)
     t: int | None = None
@@ -985,16 +993,24 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
                 seen_gpu = True
                 p.gpus.setdefault(gpu, {"index": gpu})["pci_bus_id"] = bus.group(1)
             section.append((indent, key))
+            if key == "MIG Device":
+                mig_gi = "?"
             continue
         heads = [h for _, h in section]
+        in_mig = "MIG Device" in heads
         if key == "Timestamp":
             t = parse_time(value, tz_offset_s)
             p.naive_local_times = True
         elif key == "Product Name":
             p.gpus.setdefault(gpu, {"index": gpu})["name"] = value
+        elif key == "GPU Instance ID" and in_mig:
+            mig_gi = value.strip() or "?"
         elif heads and heads[-1] == "FB Memory Usage" and key in _Q_FB:
             v = _nv_value(value, "")
-            if v is not None:
+            if v is not None and in_mig:
+                split.setdefault(gpu, set()).add(mig_gi)
+                p.samples.append((t, gpu, f"nvidia-smi[GPU_I_ID={mig_gi}]", _Q_FB[key], v))
+            elif v is not None:
                 p.samples.append((t, gpu, "nvidia-smi", _Q_FB[key], v))
                 if key == "Total":
                     p.gpus.setdefault(gpu, {"index": gpu})["total_bytes"] = int(v)
@@ -1004,6 +1020,7 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
             v = _nv_value(value, "")
             if v is not None:
                 p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{pid}", v))
+    _smi_mig(p, path, split)
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the Timestamp line of nvidia-smi -q")
 
 
@@ -1018,6 +1035,7 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
     while nvidia-smi wrote it) is quarantined line by line."""
     p = Parsed(kind="nvidia-smi-q")
     p.lines = len(text.splitlines())
+    split: dict[int, set[str]] = {}  # GPU -> its MIG instances (<gpu_instance_id>)
     covered, pos, no = 0, 0, 1  # lines inside documents read; where the line count stands
     for m in _XML_DOC.finditer(text):
         no, pos = no + text.count("\n", pos, m.start()), m.start()  # (counted on from the last document)
@@ -1046,6 +1064,13 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
                     p.samples.append((t, gpu, "nvidia-smi", metric, v))
                     if tag == "total":
                         info["total_bytes"] = int(v)
+            for mig in g.findall("mig_devices/mig_device"):  # (a MIG instance's memory: a series of its own)
+                gi = (mig.findtext("gpu_instance_id") or "").strip() or "?"
+                for tag, metric in _XML_FB.items():
+                    v = _nv_value(mig.findtext(f"fb_memory_usage/{tag}") or "", "")
+                    if v is not None:
+                        split.setdefault(gpu, set()).add(gi)
+                        p.samples.append((t, gpu, f"nvidia-smi[GPU_I_ID={gi}]", metric, v))
             for proc in g.findall("processes/process_info"):
                 pid, used = (proc.findtext("pid") or "").strip(), _nv_value(proc.findtext("used_memory") or "", "")
                 if is_uint(pid) and used is not None:
@@ -1055,6 +1080,7 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
         p.quarantine += [(k, "no nvidia-smi -x document (<nvidia_smi_log>) in the file", ln)
                          for k, ln in enumerate(text.splitlines(), start=1)]
         p.parsed = 0
+    _smi_mig(p, path, split)
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the <timestamp> of nvidia-smi -q -x")
 
 

@@ -3480,3 +3480,39 @@ def test_nvidia_smi_table_mig_devices_are_series_of_their_own(tmp_path: Path) ->
     whole = s.filter((pl.col("source") == "nvidia-smi") & (pl.col("metric") == "device_used_bytes")).sort("gpu")
     assert whole.select("gpu", "value").rows() == [(0, 0.0), (1, 24205 * 2**20)]
     assert reps[0].quarantined == 0 and any("GPU 1 is split into MIG instances (GPU_I_ID 3, 5, 6)" in n for n in reps[0].notes)
+
+
+def test_nvidia_smi_q_and_xml_mig_devices_are_series_of_their_own(tmp_path: Path) -> None:
+    """GIVEN nvidia-smi -q, as text and as -x XML, of a GPU split into two MIG instances (written here in
+    -q's layout and -x's element names, 'MIG Devices' / mig_devices/mig_device, with the figures of the
+    MIG table fixture) WHEN recorded THEN each instance's FB memory is a series of its own and the GPU's
+    own FB block stays the device memory (the instances' blocks were read as the GPU's: three used
+    values for one GPU at one time)."""
+    inst = [("3", 19968, 14366), ("5", 19968, 9826)]
+    q = ["Timestamp                                 : Tue Apr 26 15:29:49 2022", "GPU 00000000:5A:00.0",
+         "    Product Name                          : NVIDIA A100-SXM4-80GB", "    MIG Devices"]
+    for k, (gi, total, used) in enumerate(inst):
+        q += ["        MIG Device", f"            Index                         : {k}",
+              f"            GPU Instance ID               : {gi}", "            Compute Instance ID           : 0",
+              "            FB Memory Usage", f"                Total                     : {total} MiB",
+              "                Reserved                  : 0 MiB", f"                Used                      : {used} MiB",
+              f"                Free                      : {total - used} MiB", "            BAR1 Memory Usage",
+              "                Total                     : 32767 MiB", "                Used                      : 4 MiB"]
+    q += ["    FB Memory Usage", "        Total                             : 81920 MiB",
+          "        Reserved                          : 0 MiB", "        Used                              : 24205 MiB",
+          "        Free                              : 57715 MiB"]
+    migs = "".join(f"<mig_device><index>{k}</index><gpu_instance_id>{gi}</gpu_instance_id><compute_instance_id>0"
+                   f"</compute_instance_id><fb_memory_usage><total>{total} MiB</total><reserved>0 MiB</reserved><used>"
+                   f"{used} MiB</used><free>{total - used} MiB</free></fb_memory_usage><bar1_memory_usage><total>32767 MiB"
+                   "</total><used>4 MiB</used></bar1_memory_usage></mig_device>" for k, (gi, total, used) in enumerate(inst))
+    xml = ('<?xml version="1.0" ?><nvidia_smi_log><timestamp>Tue Apr 26 15:29:49 2022</timestamp><gpu id="00000000:5A:00.0">'
+           f"<product_name>NVIDIA A100-SXM4-80GB</product_name><mig_devices>{migs}</mig_devices><fb_memory_usage><total>81920 MiB"
+           "</total><reserved>0 MiB</reserved><used>24205 MiB</used><free>57715 MiB</free></fb_memory_usage></gpu></nvidia_smi_log>")
+    for name, text in (("q.txt", "\n".join(q) + "\n"), ("q.xml", xml)):
+        (tmp_path / name).write_text(text)
+        reps, _ = record([tmp_path / name], tmp_path / name.replace(".", "_"), RecordOptions())
+        s = read_bundle(tmp_path / name.replace(".", "_")).samples.filter(pl.col("metric") == "device_used_bytes")
+        assert sorted(s.select("gpu", "source", "value").rows()) == [
+            (0, "nvidia-smi", 24205 * 2**20), (0, "nvidia-smi[GPU_I_ID=3]", 14366 * 2**20),
+            (0, "nvidia-smi[GPU_I_ID=5]", 9826 * 2**20)], name
+        assert any("GPU 0 is split into MIG instances (GPU_I_ID 3, 5)" in n for n in reps[0].notes), name
