@@ -363,9 +363,10 @@ def _list(x: Any) -> list[Any]:
 
 
 def dcgm_gpu(labels: dict[str, str]) -> int | None:
-    """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none."""
+    """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none, or
+    where the label is no index a machine has (its digits would not fit the bundle's GPU column)."""
     g = (labels.get("gpu") or labels.get("GPU") or "").strip()
-    return int(g) if is_uint(g) else None
+    return int(g) if is_uint(g) and len(g) <= 6 else None
 
 
 # labels that name the machine a DCGM series comes from, in the order they are trusted: the exporter's

@@ -3516,3 +3516,34 @@ def test_nvidia_smi_q_and_xml_mig_devices_are_series_of_their_own(tmp_path: Path
             (0, "nvidia-smi", 24205 * 2**20), (0, "nvidia-smi[GPU_I_ID=3]", 14366 * 2**20),
             (0, "nvidia-smi[GPU_I_ID=5]", 9826 * 2**20)], name
         assert any("GPU 0 is split into MIG instances (GPU_I_ID 3, 5)" in n for n in reps[0].notes), name
+
+
+_MIG_VALUES = st.sampled_from(["0", "1", "3", "", " 4 ", "N/A", "x", "12345678901234567890", "1:3"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_MIG_VALUES, _MIG_VALUES, st.sampled_from(["n1", "n2", None]), st.integers(0, 10**6)),
+                min_size=1, max_size=8), st.sampled_from([None, "3", "0:3", "1:x", ""]))
+@example(rows=[("12345678901234567890", "0", "n1", 0)], chosen=None)
+@example(rows=[("0", "3", None, 1), ("0", "4", None, 2), ("0", "3", None, 3)], chosen=None)
+def test_fuzz_dcgm_mig_labels_never_a_traceback(tmp_path_factory: pytest.TempPathFactory,
+                                                rows: list[tuple[str, str, str | None, int]], chosen: str | None) -> None:
+    """DCGM series with any mix of gpu, GPU_I_ID and host labels (empty, not numbers, too long for an
+    index, repeated), with or without --gpu-instance: recorded without an internal error (a gpu label of
+    20 digits was one), a sample for every series, and no GPU's memory is the bundle's device memory
+    ('dcgm') from two instances at one time."""
+    d = tmp_path_factory.mktemp("mig")
+    lines = [f'DCGM_FI_DEV_FB_USED{{gpu="{g}",GPU_I_ID="{gi}"' + (f',Hostname="{h}"' if h else "") + f"}} {v}"
+             for g, gi, h, v in rows]
+    (d / "s.prom").write_text("\n".join(lines) + "\n")
+    record([d / "s.prom"], d / "b", RecordOptions(at="2025-08-01T10:00:00Z", gpu_instance=chosen))
+    b = read_bundle(d / "b")
+    assert b.samples.height == len({(g, gi, h) for g, gi, h, _ in rows})  # (a series repeated keeps its first)
+    mine = b.samples.filter(pl.col("source") == "dcgm")
+    split = {}
+    for g, gi, h, _ in rows:
+        if g.strip().isdigit() and gi.strip():
+            split.setdefault((h or "", int(g)), set()).add(gi.strip())
+    several = {k for k, v in split.items() if len(v) > 1}
+    if chosen is None and len({h for _, _, h, _ in rows}) == 1:
+        assert not set(mine["gpu"].to_list()) & {g for _, g in several}
