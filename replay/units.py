@@ -17,6 +17,16 @@ _SIZE_MULT = {
 }
 
 
+MAX_GPU_INDEX = 2**31 - 1  # the most a GPU index can be in a bundle (its samples' GPU column is 32-bit)
+
+
+def gpu_index(text: str) -> int | None:
+    """A GPU's index as evidence writes it ('0', '12'); None where it is none, or more than any machine
+    has (a damaged or made-up line)."""
+    text = text.strip()
+    return int(text) if is_uint(text) and int(text) <= MAX_GPU_INDEX else None
+
+
 def is_uint(text: str) -> bool:
     """Whether ``text`` is a plain non-negative integer ('0'-'9' only): ``str.isdigit`` also takes
     '²' and other digits ``int`` refuses."""

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from replay.bundle import SAMPLES_SCHEMA
 from replay.errors import ReplayError
 from replay.record.vllm_log import ANSI
-from replay.units import MiB, is_uint, parse_size_bytes
+from replay.units import MAX_GPU_INDEX, MiB, is_uint, parse_size_bytes
 
 # vLLM metric name (any version) -> (bundle metric, scale)
 VLLM_METRICS: dict[str, tuple[str, float]] = {
@@ -115,7 +115,18 @@ class Parsed:
 
     def frame(self) -> pl.DataFrame:
         """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
-        so from then on (the list is emptied): as tuples, a day of samples took a gigabyte."""
+        so from then on (the list is emptied): as tuples, a day of samples took a gigabyte. A sample
+        of a GPU index no machine has (more digits than the bundle's GPU column holds: a damaged or
+        made-up line) is quarantined, not an internal error."""
+        if any(s[1] is not None and not 0 <= s[1] <= MAX_GPU_INDEX for s in self.samples):
+            bad = [s for s in self.samples if s[1] is not None and not 0 <= s[1] <= MAX_GPU_INDEX]
+            self.samples = [s for s in self.samples if s[1] is None or 0 <= s[1] <= MAX_GPU_INDEX]
+            counts: dict[tuple[Any, str, str], int] = {}
+            for s in bad:
+                counts[s[1], s[2], s[3]] = counts.get((s[1], s[2], s[3]), 0) + 1
+            self.quarantine += [(None, f"GPU index {g} is no index a machine has: {n} sample(s) of {src} {metric} left out",
+                                 f"{src} {metric} (GPU {g})") for (g, src, metric), n in counts.items()]
+            self.gpus = {g: v for g, v in self.gpus.items() if 0 <= g <= MAX_GPU_INDEX}
         if self.samples or len(self.frames) != 1:
             listed = pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)
             self.frames = [pl.concat([*self.frames, listed], how="vertical_relaxed").cast(SAMPLES_SCHEMA)  # type: ignore[arg-type]
@@ -363,10 +374,9 @@ def _list(x: Any) -> list[Any]:
 
 
 def dcgm_gpu(labels: dict[str, str]) -> int | None:
-    """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none, or
-    where the label is no index a machine has (its digits would not fit the bundle's GPU column)."""
+    """The GPU index a DCGM series states ('gpu', or 'GPU' in older exporters); None where none."""
     g = (labels.get("gpu") or labels.get("GPU") or "").strip()
-    return int(g) if is_uint(g) and len(g) <= 6 else None
+    return int(g) if is_uint(g) else None
 
 
 # labels that name the machine a DCGM series comes from, in the order they are trusted: the exporter's
@@ -534,7 +544,8 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
         frame = _series_frame(points, us_per_unit, gaps)
         if frame is not None and not frame.height:  # (gaps alone: no sample, and no GPU or host told of)
             return
-        if frame is not None:  # (a series of the usual shape, as columns: a cluster's export is millions of points)
+        if frame is not None and (gpu is None or gpu <= MAX_GPU_INDEX):  # (a series of the usual shape, as columns:
+            # a cluster's export is millions of points; a GPU index no machine has takes the loop, which quarantines it)
             p.frames.append(frame.select("t_us", gpu=pl.lit(gpu, pl.Int32), source=pl.lit(source), metric=pl.lit(metric),
                                          value=pl.col("value").cast(pl.Float64) * scale))
             if source == "dcgm":

@@ -899,8 +899,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 if "restated_lines" in data:  # (the same OOM stated again by its rank: one OOM, stated where)
                     data["restated_at"] = [f"{path.name}:{n}" for n in data.pop("restated_lines")]
                 events.append({"t": t, "kind": f.kind, "data": data, "source": src, "rank": f.rank})
-                if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes"):
-                    gpu = int(f.data.get("gpu") or 0)
+                if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes") and f.data.get("gpu") is not None:
+                    gpu = int(f.data["gpu"])
                     log_samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"])))
             logs.append(log)
             repeated = stats_repeated + sum(also_in.values())
@@ -980,8 +980,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     notes += version_notes(version, inferred)
     engine = max(set(engines), key=engines.count) if engines else None
     for ge in events:
-        if ge["kind"] == "oom" and ge["data"].get("gpu_total_bytes"):
-            g = gpus.setdefault(int(ge["data"].get("gpu") or 0), {"index": int(ge["data"].get("gpu") or 0)})
+        if ge["kind"] == "oom" and ge["data"].get("gpu_total_bytes") and ge["data"].get("gpu") is not None:
+            g = gpus.setdefault(int(ge["data"]["gpu"]), {"index": int(ge["data"]["gpu"])})
             g.setdefault("total_bytes", ge["data"]["gpu_total_bytes"])
         if ge["kind"] in ("memory_budget", "memory_profile") and ge["data"].get("total_gpu_gib"):
             g = gpus.setdefault(0, {"index": 0})

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from replay.units import parse_size_bytes
+from replay.units import gpu_index, parse_size_bytes
 from replay.versioning import version_key
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -516,7 +516,7 @@ def _oom(text: str) -> dict[str, Any] | None:
         procs = [{"pid": int(p), "used_bytes": _size(s)} for p, s in R_PROC_HAS.findall(m.group(0))]
         return {
             "generation": "torch>=2.2" if "capacity" in text else "torch-2.1",
-            "gpu": int(m.group("gpu")),
+            "gpu": gpu_index(m.group("gpu")),
             "tried_to_allocate_bytes": _size(m.group("tried")),
             "gpu_total_bytes": _size(m.group("total")),
             "free_bytes": _size(m.group("free")),
@@ -532,7 +532,7 @@ def _oom(text: str) -> dict[str, Any] | None:
         resv = _size(m.group("resv_total"))
         return {
             "generation": "torch<=2.0",
-            "gpu": int(m.group("gpu")),
+            "gpu": gpu_index(m.group("gpu")),
             "tried_to_allocate_bytes": _size(m.group("tried")),
             "gpu_total_bytes": _size(m.group("total")),
             "free_bytes": _size(m.group("free")),

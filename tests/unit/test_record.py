@@ -3530,15 +3530,18 @@ def test_fuzz_dcgm_mig_labels_never_a_traceback(tmp_path_factory: pytest.TempPat
                                                 rows: list[tuple[str, str, str | None, int]], chosen: str | None) -> None:
     """DCGM series with any mix of gpu, GPU_I_ID and host labels (empty, not numbers, too long for an
     index, repeated), with or without --gpu-instance: recorded without an internal error (a gpu label of
-    20 digits was one), a sample for every series, and no GPU's memory is the bundle's device memory
-    ('dcgm') from two instances at one time."""
+    20 digits was one), a sample for every series but those of a GPU index no machine has (quarantined),
+    and no GPU's memory is the bundle's device memory ('dcgm') from two instances at one time."""
     d = tmp_path_factory.mktemp("mig")
     lines = [f'DCGM_FI_DEV_FB_USED{{gpu="{g}",GPU_I_ID="{gi}"' + (f',Hostname="{h}"' if h else "") + f"}} {v}"
              for g, gi, h, v in rows]
     (d / "s.prom").write_text("\n".join(lines) + "\n")
     record([d / "s.prom"], d / "b", RecordOptions(at="2025-08-01T10:00:00Z", gpu_instance=chosen))
     b = read_bundle(d / "b")
-    assert b.samples.height == len({(g, gi, h) for g, gi, h, _ in rows})  # (a series repeated keeps its first)
+    series = {(g, gi, h) for g, gi, h, _ in rows}  # (a series repeated keeps its first)
+    impossible = {k for k in series if k[0].strip().isdigit() and int(k[0]) >= 2**31}  # (a GPU index no machine has)
+    assert b.samples.height == len(series - impossible)
+    assert b.quarantine_count >= bool(impossible)
     mine = b.samples.filter(pl.col("source") == "dcgm")
     split = {}
     for g, gi, h, _ in rows:
@@ -3547,3 +3550,38 @@ def test_fuzz_dcgm_mig_labels_never_a_traceback(tmp_path_factory: pytest.TempPat
     several = {k for k, v in split.items() if len(v) > 1}
     if chosen is None and len({h for _, _, h, _ in rows}) == 1:
         assert not set(mine["gpu"].to_list()) & {g for _, g in several}
+
+
+
+def test_a_gpu_index_no_machine_has_is_quarantined_in_every_kind_of_evidence(tmp_path: Path) -> None:
+    """A GPU index of 20 digits (a damaged or made-up line) in an nvidia-smi table (a GPU's row, a MIG
+    instance's, a process's), a DCGM export read as columns, an nvidia-smi CSV log read as columns and
+    a CUDA OOM message: the rest is recorded and the samples of that index are quarantined with their
+    count, not an internal error (each was one: the bundle's GPU column is 32-bit)."""
+    big = "12345678901234567890"
+    table = (DATA / "nvidia_smi_table_a100_mig_devices.txt").read_text()
+    cases = {
+        "gpu_row.txt": table.replace("|   1  NVIDIA A100", f"|   {big}  NVIDIA A100"),
+        "mig_row.txt": table.replace("|  1    3   0   0  |", f"|  {big}    3   0   0  |"),
+        "proc_row.txt": table.replace("|    1    3    0      12345", f"|    {big}    3    0      12345"),
+        "export.json": json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": g, "Hostname": "n1"},
+             "values": [[1_700_000_000 + 15 * k, str(1000 + k)] for k in range(300)]} for g in (big, "1")]}}),
+        "smi.csv": "timestamp, index, memory.used [MiB]\n" + "".join(
+            f"2026/07/03 00:{s // 60 % 60:02d}:{s % 60:02d}.000, {g}, {20000 + s} MiB\n" for s in range(40000) for g in (0, big)),
+        "oom.log": "ERROR 03-19 10:55:18 [engine.py:158] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                   f"128.00 MiB. GPU {big} has a total capacity of 79.33 GiB of which 16.00 MiB is free. Of the allocated "
+                   "memory 69.59 GiB is allocated by PyTorch, and 118.89 MiB is reserved by PyTorch but unallocated.\n",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        out = tmp_path / (name + ".bundle")
+        record([tmp_path / name], out, RecordOptions(year=2025))
+        b = read_bundle(out)
+        assert big not in str(b.samples["gpu"].to_list()) and big not in str([g["index"] for g in b.meta.gpus]), name
+        if name == "oom.log":  # (the OOM itself is kept, without a GPU to place its total on)
+            assert [e["gpu"] for e in b.events if e["kind"] == "oom"] == [None]
+            continue
+        quarantined = [json.loads(ln) for ln in (out / "quarantine.jsonl").read_text().splitlines()]
+        assert any(f"GPU index {big} is no index a machine has" in q["reason"] for q in quarantined), name
+        assert b.samples.height > 0, name
