@@ -93,6 +93,11 @@ NEVER_EXISTED_METRICS = {
 NEVER_EXISTED_METRICS["vllm:gpu_memory_usage_bytes"] = NEVER_EXISTED_METRICS["vllm_gpu_memory_usage_bytes"]
 
 
+def _a_gpu(index: int | None) -> bool:
+    """Whether a sample's GPU index is one a machine can have (or none: a sample of no GPU)."""
+    return index is None or 0 <= index <= MAX_GPU_INDEX
+
+
 @dataclass
 class Parsed:
     """What a parser makes of one evidence file. Parsers that read a sample at a time list them in
@@ -118,15 +123,15 @@ class Parsed:
         so from then on (the list is emptied): as tuples, a day of samples took a gigabyte. A sample
         of a GPU index no machine has (more digits than the bundle's GPU column holds: a damaged or
         made-up line) is quarantined, not an internal error."""
-        if any(s[1] is not None and not 0 <= s[1] <= MAX_GPU_INDEX for s in self.samples):
-            bad = [s for s in self.samples if s[1] is not None and not 0 <= s[1] <= MAX_GPU_INDEX]
-            self.samples = [s for s in self.samples if s[1] is None or 0 <= s[1] <= MAX_GPU_INDEX]
+        if not all(_a_gpu(s[1]) for s in self.samples):
             counts: dict[tuple[Any, str, str], int] = {}
-            for s in bad:
-                counts[s[1], s[2], s[3]] = counts.get((s[1], s[2], s[3]), 0) + 1
+            for s in self.samples:
+                if not _a_gpu(s[1]):
+                    counts[s[1], s[2], s[3]] = counts.get((s[1], s[2], s[3]), 0) + 1
+            self.samples = [s for s in self.samples if _a_gpu(s[1])]
             self.quarantine += [(None, f"GPU index {g} is no index a machine has: {n} sample(s) of {src} {metric} left out",
                                  f"{src} {metric} (GPU {g})") for (g, src, metric), n in counts.items()]
-            self.gpus = {g: v for g, v in self.gpus.items() if 0 <= g <= MAX_GPU_INDEX}
+            self.gpus = {g: v for g, v in self.gpus.items() if _a_gpu(g)}
         if self.samples or len(self.frames) != 1:
             listed = pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)
             self.frames = [pl.concat([*self.frames, listed], how="vertical_relaxed").cast(SAMPLES_SCHEMA)  # type: ignore[arg-type]
@@ -544,7 +549,7 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
         frame = _series_frame(points, us_per_unit, gaps)
         if frame is not None and not frame.height:  # (gaps alone: no sample, and no GPU or host told of)
             return
-        if frame is not None and (gpu is None or gpu <= MAX_GPU_INDEX):  # (a series of the usual shape, as columns:
+        if frame is not None and _a_gpu(gpu):  # (a series of the usual shape, as columns:
             # a cluster's export is millions of points; a GPU index no machine has takes the loop, which quarantines it)
             p.frames.append(frame.select("t_us", gpu=pl.lit(gpu, pl.Int32), source=pl.lit(source), metric=pl.lit(metric),
                                          value=pl.col("value").cast(pl.Float64) * scale))
