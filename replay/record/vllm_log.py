@@ -961,7 +961,6 @@ class LogParser:
 OOM_RESTATED_S = 60  # how long after an OOM the same figures, from the same rank, are that OOM stated again
 _OOM_FIGURES = ("gpu", "tried_to_allocate_bytes", "gpu_total_bytes", "free_bytes", "process_in_use_bytes",
                 "allocated_by_pytorch_bytes", "private_pools_bytes", "reserved_unallocated_bytes")
-_DAYS_BEFORE = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)  # a month's first day in the year
 
 
 def _oom_figures(data: dict[str, Any]) -> tuple[Any, ...]:
@@ -970,17 +969,10 @@ def _oom_figures(data: dict[str, Any]) -> tuple[Any, ...]:
 
 def _seconds(ts: str | None) -> float | None:
     """A fact's time in seconds, to tell how far apart two facts of one log are: an ISO container time
-    exactly, a logged 'MM-DD HH:MM:SS' within its year (its year is not known yet); None without one."""
-    if ts is None:
-        return None
-    if "T" in ts:
-        us = fact_time_us(ts, 1970)
-        return None if us is None else us / 1e6
-    m = re.match(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)", ts)
-    if m is None or not 1 <= int(m[1]) <= 12:
-        return None
-    mo, d, h, mi, se = (int(g) for g in m.groups())
-    return (((_DAYS_BEFORE[mo - 1] + d) * 24 + h) * 60 + mi) * 60 + se
+    exactly, a logged 'MM-DD HH:MM:SS' within a year of its own (a leap one: its year is not known yet);
+    None without one."""
+    us = fact_time_us(ts, 2000)
+    return None if us is None else us / 1e6
 
 
 def physical_lines(text: str) -> list[str]:
