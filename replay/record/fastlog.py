@@ -92,7 +92,7 @@ STRICT_ANY = _STRICT.replace(")?INFO ", ")?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)
 INERT_UNLESS = ("kv cache", "blocks", "memory", "model weights", "took", "maximum concurrency", "preempt",
                 "received request", "added request", "finished request", "aborted request", " details: ",
                 "serve at least one request", "enginedead", "engine background", "engine core proc", "enginecore",
-                "engine process", "engine loop", "engine terminated", "llm engine", "async_llm_engine",
+                "engine process", "engine loop", "worker proc", "engine core init", "engine terminated", "llm engine", "async_llm_engine",
                 *(f"engine {d}" for d in range(10)), "fatal", "version", "non-default args", "worker.py:267",
                 "scheduler.py:1558", "pending:", "kv_cache_utils.py:86", "loggers.py:", "default since", "apiserver",
                 "waiting:", "gpu_model_runner", "vllmworker", "swapped:", "dumping ", "_alloc_failed", "cuda error", "hip error", "watchdog caught", RAY_FOLD_MARK)

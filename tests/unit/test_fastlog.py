@@ -193,6 +193,8 @@ def test_inert_messages_tell_the_reference_nothing() -> None:
 _TELLING = [
     "Initializing an LLM engine (v0.6.0) with config: model='m'", "vLLM API server version 0.6.3", "non-default args: {}",
     "MQLLMEngine terminated", "Engine loop has died", "EngineDeadError: x", "Engine core proc EngineCore_0 died unexpectedly",
+    "Worker proc VllmWorker-2 died unexpectedly (exit code: None), shutting down executor.",
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
     "Got fatal signal from worker processes, shutting down", "RuntimeError: Engine process failed to start",
     "Engine background task failed", "EngineCore encountered a fatal error.", "Engine 000: Avg prompt throughput: 1.0",
     "Graph capturing finished in 5 secs, took 0.5 GiB", "Loading model weights took 1.5 GB", "# GPU blocks: 100, # CPU blocks: 10",

@@ -210,6 +210,16 @@ def test_preemption_and_death(tmp_path: Path) -> None:
     assert any(e["kind"] == "engine_death" for e in b.events)
 
 
+def test_worker_death_and_failed_start_are_engine_deaths(tmp_path: Path) -> None:
+    # GIVEN V1's executor saying a worker died after an OOM, and its front end saying an engine core
+    # failed to start, under a traceback that quotes the source line raising it
+    _inspect(tmp_path, "v1_worker_died_and_init_failed.log", year=2025)
+    deaths = [(e["source"], e["message"]) for e in read_bundle(tmp_path / "b").events if e["kind"] == "engine_death"]
+    # THEN each is an engine death at its own line, and the quoted source line is none
+    assert deaths == [("v1_worker_died_and_init_failed.log:2", "Worker proc VllmWorker-2 died unexpectedly"),
+                      ("v1_worker_died_and_init_failed.log:9", "Engine core initialization failed")]
+
+
 def test_real_world_mess() -> None:
     # GIVEN ANSI colours, a kubectl prefix, container timestamps, glued lines and thousands separators
     lines = [
