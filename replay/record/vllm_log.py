@@ -406,13 +406,19 @@ def _glued(s: str) -> bool:
     return next(found, None) is not None or GLUE.search(s, 0, first.end()) is not None
 
 
+# a log pasted indented (a Markdown code block, a quote in a ticket or a postmortem): the indent before
+# vLLM's own head (a process prefix, a level and time, uvicorn's access line), never before a traceback's
+# lines, which stay the message's continuation
+INDENT = re.compile(r"[ \t]+(?=\(" + PROC_BODY + r"\)|" + _BARE_HEAD.pattern + r"|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
+
+
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
     """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
     records, stern's pod and container, Slurm's task label, docker compose's service column, kubectl's
     prefix, container and syslog times, CRI stream flags, journald's host and process, a shipper's
     time and tags) and colour codes, with the shipper's ISO time where it gave one with a zone, and the
     year of a shipper's time that has none. vLLM's own line as it wrote it (most lines) is known by
-    how it opens, without trying every envelope."""
+    how it opens, without trying every envelope; an indent before it is taken off (``INDENT``)."""
     if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "\r" not in raw:
         return raw.rstrip("\n"), None, None
     return _strip_envelopes(raw)
@@ -420,6 +426,10 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
 
 def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
     iso, year0 = None, None
+    if raw[:1] in " \t":
+        m = INDENT.match(raw)
+        if m:
+            raw = raw[m.end():]
     if raw.startswith("{"):  # (vLLM's own JSON records name none of the shippers' keys: read below)
         doc = _shipped(raw)
         if doc is not None:

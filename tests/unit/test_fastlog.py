@@ -137,7 +137,8 @@ def _messy_log(path: Path, seed: int, real: list[list[str]]) -> None:
                               "[pod/vllm-ü/vllm] 2026-05-19T10:13:{s:02d}.1Z ", "vllm-1  | ",
                               "vllm_1  | 2026-05-19T10:13:{s:02d}.123456789Z ", "2026-05-19 10:13:{s:02d}.982 [Info] (Process) ",
                               "2026-05-19T10:13:{s:02d}Z [Info] ", "2026-05-19T10:13:{s:02d}+0000 gpu-1 python3[77]: ",
-                              "May 19 10:13:{s:02d} gpu-1 vllm[77]: ", "3: "])
+                              "May 19 10:13:{s:02d} gpu-1 vllm[77]: ", "3: ",
+                              "        ", "\t"])  # (and a paste's indent)
             out.append(env.format(s=s) + rnd.choice([STATS_V1, ADDED, ACCESS, STATS_V0]).format(s=s, r=i % 7))
         elif r < 0.68:  # CRs: a CRLF line, a progress bar's before a message, one inside a message
             out.append(rnd.choice([ADDED.format(s=7, r=5) + "\r", "Processed prompts:  50%|#####     | 1/2\r"
@@ -534,7 +535,7 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(tmp_path
 _HEAD_PARTS = ["(APIServer pid=1) ", "(EngineCore_DP0 pid=2)", "[VllmWorker rank=0]", "INFO 05-19 10:13:09 ", "DEBUG 05-19 ",
                "WARNING 12-31 23:59:59.123 ", "ERROR 2025-05-19 ", "INFO  | ", "0: ", "web-1  | ", "[pod/v/c] ",
                "2025-05-19T10:13:09.5Z ", "stdout F ", "Mar  1 10:13:09 host vllm[1]: ", "\x1b[32m", "\x1b[0m", "\r", " ",
-               "[loggers.py:271] ", "text", "{", "x"]
+               "[loggers.py:271] ", "text", "{", "x", "    ", "\t"]
 
 
 @settings(max_examples=600, deadline=None)

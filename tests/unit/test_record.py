@@ -220,6 +220,26 @@ def test_worker_death_and_failed_start_are_engine_deaths(tmp_path: Path) -> None
                       ("v1_worker_died_and_init_failed.log:9", "Engine core initialization failed")]
 
 
+def test_an_indented_paste_keeps_its_processes_and_times(tmp_path: Path) -> None:
+    # GIVEN a V1 start-up pasted as an indented block (a Markdown code block in a GitHub issue), with a
+    # traceback whose own lines are indented deeper
+    text = ("        (EngineCore_DP0 pid=15098) INFO 02-12 08:33:42 [gpu_model_runner.py:4216] Model loading took 11.55 GiB "
+            "memory and 1940.360672 seconds\n"
+            "        (EngineCore_DP0 pid=15098) INFO 02-12 08:34:25 [gpu_worker.py:360] Available KV cache memory: 12.57 GiB\n"
+            "\tINFO 02-12 08:34:26 [kv_cache_utils.py:1307] GPU KV cache size: 53,136 tokens\n"
+            "        ERROR 02-12 08:40:00 [core.py:330] EngineCore encountered a fatal error.\n"
+            "        Traceback (most recent call last):\n"
+            '          File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 321, in run_engine_core\n'
+            "        INFO:     127.0.0.1:40000 - \"POST /v1/completions HTTP/1.1\" 200 OK\n")
+    b = _bundle_of(tmp_path, "pasted.log", text, 2026)
+    got = [(e["kind"], e["rank"], e["t_us"]) for e in b.events]
+    # THEN each line is read as the unindented log's would be: its process, its time
+    assert got == [("weights", "EngineCore_DP0 pid=15098", 0), ("kv_memory", "EngineCore_DP0 pid=15098", 43_000_000),
+                   ("kv_tokens", "main", 44_000_000), ("engine_death", "main", 378_000_000)]
+    f = b.meta.inputs[0]
+    assert (f["lines_read"], f["parsed"], f["quarantined"]) == (7, 7, 0)
+
+
 def test_real_world_mess() -> None:
     # GIVEN ANSI colours, a kubectl prefix, container timestamps, glued lines and thousands separators
     lines = [
