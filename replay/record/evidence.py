@@ -459,7 +459,12 @@ def _mig_split(series: list[tuple[int, dict[str, str]]], key: str) -> dict[tuple
         gpu, gi = dcgm_gpu(labels), (labels.get("GPU_I_ID") or "").strip()
         if gpu is not None and gi:
             ids.setdefault((labels.get(key, "") if key else "", gpu), set()).add(gi)
-    return {g: sorted(v, key=lambda x: (len(x), x)) for g, v in ids.items() if len(v) > 1}
+    return {g: instance_order(v) for g, v in ids.items() if len(v) > 1}
+
+
+def instance_order(ids: set[str]) -> list[str]:
+    """MIG instance ids (GPU_I_ID) in number order, as text: '3', '5', '13'."""
+    return sorted(ids, key=lambda x: (len(x), x))
 
 
 def series_tags(label_sets: list[dict[str, str]]) -> list[str]:
@@ -916,7 +921,7 @@ def _smi_mig(p: Parsed, path: Path, split: dict[int, set[str]]) -> None:
     """Note the GPUs nvidia-smi showed split into MIG instances, whose memory ``split`` kept apart."""
     for g_i, ids in sorted(split.items()):
         p.notes.append(f"{path.name}: GPU {g_i} is split into MIG instances (GPU_I_ID "
-                       f"{', '.join(sorted(ids, key=lambda x: (len(x), x)))}): each instance's memory is a series of its "
+                       f"{', '.join(instance_order(ids))}): each instance's memory is a series of its "
                        "own (source 'nvidia-smi[GPU_I_ID=…]'); the GPU's own is all of them")
 
 

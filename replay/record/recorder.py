@@ -927,9 +927,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             frame = r.frame()
             elsewhere = _another_machine(gpus, r.gpus)
             if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
-                source = pl.col("source")
-                frame = frame.with_columns(source=pl.when(source.is_in(DEVICE_SOURCES)).then(source + f"[{path.name}]")
-                                           .otherwise(source))
+                source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its
+                # own name it was one series with this machine's instance of that id)
+                device = source.str.extract(r"^([\w-]+)(?:\[|$)", 1).is_in(DEVICE_SOURCES)
+                frame = frame.with_columns(source=pl.when(device).then(source + f"[{path.name}]").otherwise(source))
                 r.gpus = {}
                 rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
                                  f"own (source '…[{path.name}]'), not those of the GPUs the files before it describe")

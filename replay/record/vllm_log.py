@@ -230,7 +230,8 @@ R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine cor
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
                      r"RuntimeError: Engine process failed to start|MQLLMEngine terminated|Engine loop has died)")
 R_START = re.compile(r"(vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|Initializing a V1 LLM engine|non-default args:)")
-_VERSION = r"(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)"  # (four numbers: 0.10.1.1)
+# (four numbers: 0.10.1.1; a nightly's or candidate's whole name: 0.8.5.dev169+gce17db808.d20250423, 0.11.1rc2)
+_VERSION = r"(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?(?:\.?(?:rc|dev)\d+)*(?:\+[\w.]*\w)?)"
 R_VERSION = [
     re.compile(r"vLLM (?:API )?server version " + _VERSION),
     re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v" + _VERSION),

@@ -31,6 +31,7 @@ from replay.record.evidence import parse_exposition
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
 from replay.record.vllm_log import parse_log
+from replay.versioning import version_key
 from tests.conftest import DATA, shared
 
 GIB = 2**30
@@ -291,9 +292,28 @@ def test_an_oom_without_torch_accounting_is_still_an_oom(text: str, is_oom: bool
      "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled cuda error (run with "
      "NCCL_DEBUG=INFO for details), NCCL version 2.21.5", None),
     ("INFO 05-01 10:00:00 [cuda.py:100] Using FlashInfer version 0.2.5", None),
+    # a nightly's and a release candidate's whole name (vLLM GitHub issues 14452 and 15960), not the
+    # release they lead to
+    ("INFO 04-23 14:42:34 [llm_engine.py:243] Initializing a V0 LLM engine (v0.8.5.dev169+gce17db808.d20250423) with "
+     "config: model='/models/QwQ-32B-unsloth-bnb-4bit', speculative_config=None", "0.8.5.dev169+gce17db808.d20250423"),
+    ("INFO 04-07 06:05:43 [core.py:54] Initializing a V1 LLM engine (v0.7.4.dev713+gb4961126) with config: model='m'",
+     "0.7.4.dev713+gb4961126"),
+    ("INFO 10-01 10:00:00 [api_server.py:1805] vLLM API server version 0.11.0rc2", "0.11.0rc2"),
 ])
 def test_the_version_stated_is_vllms(line: str, version: str | None) -> None:
     assert parse_log([line]).version == version
+
+
+def test_a_nightly_sorts_between_the_releases_around_it() -> None:
+    """A nightly or candidate of 0.8.5 has 0.8.4's code and not yet all of 0.8.5's: it sorts after every
+    0.8.4 release and before 0.8.5 (its digits read as numbers put it after 0.8.5.post1); a local part
+    ('+cpu') is not read."""
+    order = ["0.8.3", "0.8.4", "0.8.4.post1", "0.8.5.dev169+gce17db808.d20250423", "0.8.5rc1", "0.8.5", "0.8.5.post1",
+             "0.8.99", "0.9.0.dev1", "0.9.0", "0.10.0rc2.dev5+g1", "0.10.0"]
+    keys = [version_key(v) for v in order]
+    assert keys == sorted(keys) and len(set(keys[:3] + keys[5:])) == len(order) - 2
+    assert version_key("0.32.0+cpu") == version_key("0.32.0") == (0, 32, 0)
+    assert version_key("0.8.5.dev169")[:3] == (0, 8, 4) and version_key("0.20.0rc1") < (0, 20)
 
 
 def test_lines_after_a_line_that_is_not_vllms_are_quarantined_each() -> None:
@@ -3510,6 +3530,25 @@ def test_nvidia_smi_table_mig_devices_are_series_of_their_own(tmp_path: Path) ->
     whole = s.filter((pl.col("source") == "nvidia-smi") & (pl.col("metric") == "device_used_bytes")).sort("gpu")
     assert whole.select("gpu", "value").rows() == [(0, 0.0), (1, 24205 * 2**20)]
     assert reps[0].quarantined == 0 and any("GPU 1 is split into MIG instances (GPU_I_ID 3, 5, 6)" in n for n in reps[0].notes)
+
+
+def test_another_machines_mig_instances_are_its_own_series(tmp_path: Path) -> None:
+    """GIVEN the MIG table fixture and the same table of another machine (its GPUs on other PCI buses,
+    its instance 3 at other figures) WHEN recorded together THEN the other machine's instances are
+    series of their own, tagged with its file as its whole GPUs' are: under the same name the two
+    machines' instance 3 was one series, with two values at one time."""
+    table = (DATA / "nvidia_smi_table_a100_mig_devices.txt").read_text()
+    other = tmp_path / "smi-b.txt"
+    other.write_text(table.replace("00000000:5A:00.0", "00000000:1B:00.0").replace("00000000:54:00.0", "00000000:1A:00.0")
+                     .replace("14366MiB / 19968MiB", "17000MiB / 19968MiB"))
+    reps, _ = record([DATA / "nvidia_smi_table_a100_mig_devices.txt", other], tmp_path / "b", RecordOptions())
+    s = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
+    three = s.filter(pl.col("source").str.contains("GPU_I_ID=3", literal=True)).sort("source")
+    assert three.select("source", "value").rows() == [("nvidia-smi[GPU_I_ID=3]", 14366 * 2**20),
+                                                      ("nvidia-smi[GPU_I_ID=3][smi-b.txt]", 17000 * 2**20)]
+    assert set(s["source"]) == {"nvidia-smi", "nvidia-smi[smi-b.txt]", *(f"nvidia-smi[GPU_I_ID={g}]{f}" for g in "356"
+                                                                          for f in ("", "[smi-b.txt]"))}
+    assert any("another machine's GPUs" in n for n in reps[1].notes)
 
 
 def test_nvidia_smi_q_and_xml_mig_devices_are_series_of_their_own(tmp_path: Path) -> None:
