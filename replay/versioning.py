@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-
 PRE_RELEASE = re.compile(r"\.?(?:rc|dev)\d*")  # ('0.8.5.dev169', '0.11.1rc2.dev206': a nightly or candidate)
 AFTER_EVERY_POST = 2**31  # (what a pre-release of X.Y.Z sorts as, after X.Y.(Z-1)'s post releases)
 
