@@ -47,6 +47,8 @@ FORMATS: dict[str, str] = {
     "vidur": "Vidur processed-trace CSV (arrived_at s, num_prefill_tokens, num_decode_tokens)",
     "splitwise": "splitwise-sim CSV (request_id, arrival_timestamp s, prompt_size, token_size, ...)",
     "vllm-bench": "vLLM benchmark custom dataset JSONL (prompt, output_tokens[, timestamp])",
+    "sharegpt": "ShareGPT conversations, the dataset of vLLM's benchmarks (--dataset-name sharegpt): a JSON array (or JSON "
+                "lines) of {id, conversations: [{from, value}, ...]}; the first turn is the prompt, lengths in characters",
     "servegen-offline": "Alibaba ServeGen offline batch-job JSONL (request_id, type, input_length, then output_length and "
                         "duration ms, or hash_ids and img_ids); a batch is submitted at once, so every request arrives at 0",
 }
@@ -788,6 +790,44 @@ def import_vllm_bench(path: Path, label: Path) -> _Plan:
                  {"block_size": None}, 1)
 
 
+def import_sharegpt(path: Path, label: Path) -> _Plan:
+    """ShareGPT conversations (a JSON array of ``{"id", "conversations": [{"from", "value"}, ...]}``),
+    the dataset ``vllm bench serve --dataset-name sharegpt`` (benchmark_serving.py before it) samples
+    from. As vLLM's benchmark reads a conversation, its first turn is the prompt and its second the
+    reference completion, whose length it asks for: here, without the tokenizer, the prompt's length
+    is in characters (the trace's ``prompt_chars``), the tokens are unknown, and the whole conversation
+    stays in ``extra``. vLLM's benchmark sets the arrival rate itself: every conversation arrives at 0.
+    The same conversations as JSON lines (one a line, as fine-tuning tools write them) read alike. A
+    conversation with no first turn (or a first turn without text) is quarantined with its line, or in
+    an array its element's number (1 for the first). An array is read whole, as columns (ShareGPT
+    V3's 94k conversations are 640 MB of JSON); JSON lines stream."""
+    with path.open("rb") as fh:
+        lines = fh.read(1 << 16).lstrip().startswith(b"{")  # (ShareGPT as JSON lines, one conversation a line)
+    if lines:
+        lf, cols = _scan_jsonl(path, label)
+    else:
+        try:
+            df = pl.read_json(path, infer_schema_length=None)
+        except (pl.exceptions.PolarsError, ValueError) as e:
+            raise ReplayError(f"{label}: cannot be read as a JSON array of conversations ({str(e).splitlines()[0][:200]}); "
+                              f"expected: {FORMATS['sharegpt']}") from None
+        lf, cols = df.lazy().with_row_index("src_row"), df.columns
+    _require(cols, ["conversations"], label, "sharegpt")
+    turns = lf.collect_schema()["conversations"]
+    if not (isinstance(turns, pl.List) and isinstance(turns.inner, pl.Struct)
+            and "value" in [f.name for f in turns.inner.fields]):
+        raise ReplayError(f"{where(label, 1)}: 'conversations' is not a list of turns with a 'value' ({turns}); "
+                          f"expected: {FORMATS['sharegpt']}")
+    text = {f.name: f.dtype for f in turns.inner.fields}["value"] == pl.Utf8  # (no text: every row quarantined)
+    prompt = (pl.col("conversations").list.get(0, null_on_oob=True).struct.field("value") if text
+              else pl.lit(None, dtype=pl.Utf8))
+    fields = _common_fields(src_ts=pl.lit(None, dtype=pl.Utf8), input_tokens=pl.lit(None, dtype=pl.Int64),
+                            output_tokens=pl.lit(None, dtype=pl.Int64), output_kind=pl.lit("unknown"), prompt=prompt)
+    return _Plan(lf, pl.lit(0, dtype=pl.Int64), {"prompt_chars": prompt.str.len_chars()}, fields, cols,
+                 {"src_unit": None, "src_origin": "none (a dataset of conversations: all arrive at 0)",
+                  "tz_assumed": None, "clock": "unknown", "quantum_ms": None}, {"block_size": None}, 1)
+
+
 def import_servegen_offline(path: Path, label: Path) -> _Plan:
     """A batch job of Alibaba Model Studio (ServeGen's ``data/offline``): the whole input file is
     submitted at once, so there is no arrival time and every request arrives at 0, in the file's
@@ -822,7 +862,7 @@ def import_servegen_offline(path: Path, label: Path) -> _Plan:
 _IMPORTERS: dict[str, Callable[[Path, Path], _Plan]] = {
     "azure": import_azure, "burstgpt": import_burstgpt, "mooncake": import_mooncake,
     "bailian": import_bailian, "vidur": import_vidur, "splitwise": import_splitwise,
-    "vllm-bench": import_vllm_bench, "servegen-offline": import_servegen_offline,
+    "vllm-bench": import_vllm_bench, "servegen-offline": import_servegen_offline, "sharegpt": import_sharegpt,
 }
 
 
@@ -835,6 +875,7 @@ _SIGNATURES: list[tuple[str, str, set[str]]] = [
     ("csv", "splitwise", {"arrival_timestamp", "prompt_size", "token_size"}),
     ("csv", "bailian", {"timestamp", "input_length", "output_length"}),
     ("json", "vllm-bench", {"prompt"}),
+    ("json", "sharegpt", {"conversations"}),
     ("json", "bailian", {"timestamp", "input_length", "output_length", "chat_id"}),
     ("json", "bailian", {"timestamp", "input_length", "output_length", "parent_chat_id"}),
     ("json", "mooncake", {"timestamp", "input_length", "output_length"}),
@@ -846,6 +887,13 @@ def detect_format(path: Path, label: Path) -> str:
     """The format of a trace file from its columns: the CSV header, or the keys of the first JSON line.
     Mooncake and Bailian share their length columns; Bailian's lines name their chat (and give the time
     in seconds, Mooncake's in ms), so a line without ``chat_id`` or ``parent_chat_id`` is read as Mooncake."""
+    with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
+        head = fh.read(1 << 16)  # (a JSON array may be one line of the whole file: its head tells it)
+    if head.lstrip().startswith("["):
+        if re.match(r'\[\s*\{\s*(?:"[^"]*"\s*:\s*"[^"]*"\s*,\s*)*"conversations"\s*:\s*\[', head.lstrip()):
+            return "sharegpt"
+        raise ReplayError(f"{label}: cannot tell the format: a JSON array, not JSON lines or CSV; name it if it is "
+                          f"ShareGPT's conversations: replay import sharegpt {label}", 2)
     with path.open("r", encoding="utf-8", errors="replace", newline="") as fh:
         first = next((ln for ln in fh if ln.strip()), "")
     if not first:

@@ -21,6 +21,8 @@ from replay.trace.format import iter_requests, read_header
 from replay.trace.importers import import_trace
 from tests.conftest import shared
 
+DATA = Path(__file__).parents[1] / "data"
+
 
 def _csv_truth(path: Path, in_col: str, out_col: str) -> tuple[int, int, int]:
     with path.open(newline="") as fh:
@@ -551,7 +553,8 @@ def test_jsonl_fields_that_are_objects_or_lists(tmp_path: Path) -> None:
 _JSONL_KEYS = {"mooncake": ["timestamp", "input_length", "output_length", "hash_ids"],
                "bailian": ["timestamp", "input_length", "output_length", "hash_ids", "chat_id", "parent_chat_id"],
                "vllm-bench": ["prompt", "output_tokens", "timestamp"],
-               "servegen-offline": ["request_id", "input_length", "output_length", "duration", "hash_ids", "img_ids"]}
+               "servegen-offline": ["request_id", "input_length", "output_length", "duration", "hash_ids", "img_ids"],
+               "sharegpt": ["id", "conversations"]}
 _JSON_VALUE = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=4)),
                            lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=3), c, max_size=2)),
                            max_leaves=6)
@@ -797,3 +800,66 @@ def test_a_field_too_long_for_pythons_csv_reader_is_named_by_its_line(tmp_path: 
                    + ",1,2,3\n2023-11-16 18:00:01.5,11,1\n")
     with pytest.raises(ReplayError, match=r"a\.csv:3: cannot be read as CSV \(a field over 128 KiB"):
         import_trace("azure", src, tmp_path / "a.jsonl")
+
+
+def test_sharegpt_array_and_lines(tmp_path: Path) -> None:
+    """GIVEN conversations in ShareGPT V3's layout (an indented JSON array), and the same as JSON lines
+    WHEN imported (by name, and by 'auto') THEN each conversation's first turn is its prompt, as vLLM's
+    benchmark takes it (a system turn too), tokens are unknown, the whole conversation stays in extra,
+    and one without a first turn is quarantined with its element's number or its line."""
+    src = DATA / "sharegpt_v3_layout.json"
+    rows = json.loads(src.read_text())
+    res = import_trace("auto", src, tmp_path / "a.jsonl")
+    assert res.format == "sharegpt" and (res.rows_read, res.rows_emitted, res.quarantined) == (6, 5, 1)
+    got = list(iter_requests(tmp_path / "a.jsonl"))
+    want = [r for r in rows if r["conversations"]]
+    assert [g["prompt"] for g in got] == [r["conversations"][0]["value"] for r in want]
+    assert got[-1]["prompt"] == "You are a helpful assistant."
+    assert [g["extra"] for g in got] == want and all(g["t_us"] == 0 for g in got)
+    assert all(g["input_tokens"] is None and g["output_tokens"] is None and g["output_kind"] == "unknown" for g in got)
+    q = [json.loads(ln) for ln in (tmp_path / "a.jsonl.quarantine.jsonl").read_text().splitlines()]
+    assert [(e["line"], e["raw"]["id"]) for e in q] == [(5, "empty_0")]
+    lines = tmp_path / "sg.jsonl"
+    lines.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    res = import_trace("auto", lines, tmp_path / "b.jsonl")
+    assert res.format == "sharegpt" and list(iter_requests(tmp_path / "b.jsonl")) == got
+    assert read_header(tmp_path / "b.jsonl").source["format"] == "sharegpt"
+
+
+@pytest.mark.parametrize("text,match", [
+    ("[1, 2]", "cannot be read as a JSON array of conversations"),
+    ('[{"id": "a", "conversations": "hi"}]', "'conversations' is not a list of turns with a 'value'"),
+    ('[{"id": "a", "turns": []}]', "missing column"),
+])
+def test_sharegpt_refuses_what_is_not_conversations(tmp_path: Path, text: str, match: str) -> None:
+    src = tmp_path / "s.json"
+    src.write_text(text)
+    with pytest.raises(ReplayError, match=match):
+        import_trace("sharegpt", src, tmp_path / "o.jsonl")
+
+
+def test_auto_names_sharegpt_for_an_array_it_cannot_tell(tmp_path: Path) -> None:
+    src = tmp_path / "s.json"
+    src.write_text('[{"prompt": "hi"}]')
+    with pytest.raises(ReplayError, match="a JSON array, not JSON lines or CSV; .*replay import sharegpt"):
+        import_trace("auto", src, tmp_path / "o.jsonl")
+
+
+_TURN = st.one_of(st.fixed_dictionaries({"from": _JSON_VALUE, "value": _JSON_VALUE}), _JSON_VALUE)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.fixed_dictionaries({"id": _JSON_VALUE, "conversations": st.one_of(st.lists(_TURN, max_size=3), _JSON_VALUE)}),
+                          _JSON_VALUE), min_size=1, max_size=5), st.booleans())
+def test_fuzz_sharegpt_any_conversations(rows: list, as_lines: bool) -> None:
+    """ShareGPT arrays and lines whose turns hold any JSON value: imported with every conversation
+    emitted or quarantined, or refused with a clear error; never a traceback."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as td:
+        src = Path(td) / "s.json"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows) if as_lines else json.dumps(rows))
+        try:
+            res = import_trace("sharegpt", src, Path(td) / "o.jsonl")
+        except ReplayError:
+            return
+        assert res.rows_read == len(rows) and res.rows_emitted + res.quarantined == res.rows_read
