@@ -28,6 +28,7 @@ class Outcome:
     first_token_us: int | None = None
     finish_us: int | None = None
     output_tokens: int | None = None
+    input_tokens: int | None = None  # as the server counted the prompt (its usage), None where it did not say
     status: str = "pending"  # ok | error | aborted | pending
     error: str | None = None
 
@@ -88,7 +89,10 @@ class Driver:
 
     def _payload(self, body: dict[str, Any]) -> bytes:
         stream = body.get("prompt_logprobs") is None  # vLLM refuses prompt_logprobs with stream=True
-        return json.dumps({**body, "model": self.model, "stream": stream}, separators=(",", ":")).encode()
+        # (a streamed reply ends with a chunk of its usage, so that a prompt sent as text has its length
+        # in tokens as the server's tokenizer counted it; 'stream' stays last: ``_one`` reads it there)
+        usage = {"stream_options": {"include_usage": True}} if stream else {}
+        return json.dumps({**body, "model": self.model, **usage, "stream": stream}, separators=(",", ":")).encode()
 
     def _prepare(self, items: list[tuple[int, str, dict[str, Any]]], i: int, deadline_us: int) -> None:
         """Serialise upcoming bodies while the scheduler would otherwise sleep (not at send time)."""
@@ -166,6 +170,10 @@ class Driver:
             nonlocal n_out
             if data == b"[DONE]":
                 return
+            if b'"choices":[]' in data:  # (the usage chunk: no token)
+                m = _PROMPT_TOKENS.search(data)
+                oc.input_tokens = int(m.group(1)) if m else None
+                return
             if b'"error"' in data:
                 try:
                     err = json.loads(data).get("error")
@@ -194,6 +202,8 @@ class Driver:
             else:  # one JSON body (prompt_logprobs): no TTFT; usage read without parsing the logprobs
                 m = _COMPLETION_TOKENS.search(text[-4096:]) or _COMPLETION_TOKENS.search(text)
                 oc.output_tokens = int(m.group(1)) if m else None
+                m = _PROMPT_TOKENS.search(text[-4096:]) or _PROMPT_TOKENS.search(text)
+                oc.input_tokens = int(m.group(1)) if m else None
             if oc.status == "pending":
                 oc.status = "ok"
                 self.stats.finished += 1
@@ -212,6 +222,7 @@ class Driver:
 
 
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 
 
 def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_policy: str = "observed") -> dict[str, Any]:

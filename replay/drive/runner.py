@@ -334,7 +334,8 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             "sent_us": offset_us + oc.sent_us if oc and oc.sent_us is not None else None,
             "first_token_us": offset_us + oc.first_token_us if oc and oc.first_token_us is not None else None,
             "finish_us": offset_us + oc.finish_us if oc and oc.finish_us is not None else None,
-            "input_tokens": len(body["prompt"]) if isinstance(body["prompt"], list) else r.get("input_tokens"),
+            "input_tokens": oc.input_tokens if oc and oc.input_tokens is not None else
+            len(body["prompt"]) if isinstance(body["prompt"], list) else r.get("input_tokens"),  # (the server's count first)
             "output_tokens": oc.output_tokens if oc else None, "max_tokens": body.get("max_tokens"),
             "prompt_logprobs": s.get("prompt_logprobs"), "logprobs": s.get("logprobs"), "n": s.get("n"),
             "best_of": s.get("best_of"), "mm_items": len(r.get("mm") or []),

@@ -33,7 +33,13 @@ def _completion(req: dict[str, Any]) -> bytes:
                "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
         return _response("200 OK", json.dumps(obj).encode(), "application/json")
     chunk = json.dumps({"id": "cmpl-stub", "object": "text_completion", "choices": [{"index": 0, "text": "x"}]})
-    body = "".join(f"data: {chunk}\n\n" for _ in range(n)) + "data: [DONE]\n\n"
+    body = "".join(f"data: {chunk}\n\n" for _ in range(n))
+    if (req.get("stream_options") or {}).get("include_usage"):  # (as vLLM ends such a stream: compact JSON)
+        prompt = req.get("prompt")
+        used = len(prompt) if isinstance(prompt, list) else len(str(prompt or "").split())  # (a word a token)
+        body += "data: " + json.dumps({"id": "cmpl-stub", "object": "text_completion", "choices": [], "usage": {
+            "prompt_tokens": used, "completion_tokens": n, "total_tokens": used + n}}, separators=(",", ":")) + "\n\n"
+    body += "data: [DONE]\n\n"
     return _response("200 OK", body.encode(), "text/event-stream")
 
 

@@ -58,6 +58,9 @@ def test_replay_reproduces_the_divergence(replay_bundle: tuple[Path, subprocess.
     assert b.meta.kind == "replay" and b.meta.vllm_version == "0.32.0"
     req = b.requests
     assert req.height == 15 and set(req["status"]) == {"ok"}
+    # each prompt's length as the server counted it (its usage), streamed or not: the trace's lengths
+    from replay.trace.format import iter_requests
+    assert dict(zip(req["id"], req["input_tokens"], strict=True)) == {str(x["id"]): x["input_tokens"] for x in iter_requests(TRACE)}
     # startup accounting from the server log landed in the bundle via the recorder's parser
     assert any(e["kind"] == "kv_memory" and e["kv_cache_gib"] == 1.0 for e in b.events)
     a = analyze_bundle(b)
@@ -232,4 +235,27 @@ def test_ctrl_c_leaves_a_valid_bundle_and_no_server(tmp_path: Path) -> None:
     assert any(e["kind"] == "interrupted" for e in b.events)
     assert b.samples.height > 0
     time.sleep(1)
+    assert not _engine_procs()
+
+
+def test_sharegpt_text_prompts_replay_with_the_servers_token_counts(tmp_path: Path) -> None:
+    """GIVEN ShareGPT conversations imported as a trace (prompts as text, their lengths in tokens
+    unknown) WHEN replayed on the real engine THEN each request's input_tokens is the server's own
+    count of its prompt (from the usage that ends its stream), the longest prompt the most tokens;
+    the trace gave none."""
+    trace = tmp_path / "sharegpt.jsonl"
+    r = _replay("import", "auto", str(ROOT / "tests/data/sharegpt_v3_layout.json"), "-o", str(trace))
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "sg.bundle"
+    r = _replay("run", str(trace), "--vllm", "0.32", "-o", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    from replay.trace.format import iter_requests
+    prompts = {str(x["id"]): x["prompt"] for x in iter_requests(trace)}
+    req = read_bundle(out).requests
+    assert req.height == 5 and set(req["status"]) == {"ok"}
+    got = dict(zip(req["id"], req["input_tokens"], strict=True))
+    assert all(n is not None and n > 0 for n in got.values()), got
+    # (a token covers a byte at least: no more tokens than bytes, but for a start-of-text token or two)
+    size = {i: len(p.encode()) for i, p in prompts.items()}
+    assert all(got[i] <= size[i] + 2 for i in got) and max(got, key=got.__getitem__) == max(size, key=size.__getitem__)
     assert not _engine_procs()

@@ -24,14 +24,18 @@ def test_driver_over_real_sockets_against_stub() -> None:
     arrivals: list[int] = []
     items = [(i * 2_000, f"r{i}", {"prompt": [1, 2, 3], "max_tokens": 3}) for i in range(200)]
     items.append((400_000, "lp", {"prompt": [1, 2], "max_tokens": 2, "prompt_logprobs": 1}))
+    items.append((401_000, "text", {"prompt": "a prompt of seven words, as text", "max_tokens": 3}))
 
     async def go(url: str) -> dict:
         return await Driver(url, "stub").run(items)
 
     out = asyncio.run(_with_server(StubServer(arrivals).handle, go))
-    assert len(arrivals) == 201 and all(o.status == "ok" for o in out.values())
+    assert len(arrivals) == 202 and all(o.status == "ok" for o in out.values())
+    # (the stream's closing usage chunk is no token; it tells the prompt's length as the server counted it)
     assert all(o.output_tokens == 3 and o.first_token_us is not None for k, o in out.items() if k != "lp")
+    assert all(o.input_tokens == 3 for k, o in out.items() if k.startswith("r")) and out["text"].input_tokens == 7
     assert out["lp"].output_tokens == 2 and out["lp"].first_token_us is None  # unstreamed JSON body
+    assert out["lp"].input_tokens == 1  # (its usage, as the stub gives it)
 
 
 async def _chunked_closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
