@@ -45,6 +45,28 @@ def outages(events: list[dict[str, Any]]) -> list[Outage]:
     return out
 
 
+START_MARKERS_S = 120  # one engine start logs several markers within seconds ('vLLM API server version',
+# 'non-default args', 'Initializing a V1 LLM engine'): those this close, with no crash between, are one
+
+
+def engine_starts(events: list[dict[str, Any]]) -> int:
+    """How many times the engine started: its start markers, those of one start counted once (each
+    excerpt holds some of them: a start pasted from its 'vLLM API server version' line alone had
+    counted none). A marker without a time counts only where it opens an engine ('Initializing …')."""
+    timed = sorted((e for e in events if e.get("t_us") is not None and e.get("kind") in (*UP_KINDS, *DOWN_KINDS)),
+                   key=lambda e: e["t_us"])
+    n, last_start, down_since = 0, None, False
+    for e in timed:
+        if e.get("kind") in DOWN_KINDS:
+            down_since = True
+            continue
+        if last_start is None or down_since or e["t_us"] - last_start > START_MARKERS_S * 1_000_000:
+            n += 1
+        last_start, down_since = e["t_us"], False
+    return n + sum(1 for e in events if e.get("t_us") is None and e.get("kind") in UP_KINDS
+                   and str(e.get("marker", "")).startswith("Initializing"))
+
+
 def crash_line(events: list[dict[str, Any]]) -> str | None:
     """What vLLM reported of its scheduler and batch when its engine last failed (V1's dump), in one
     line; None where the evidence holds no such dump."""

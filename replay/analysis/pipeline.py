@@ -23,7 +23,7 @@ from replay.analysis.memory import (
     machines_frame,
     unchosen,
 )
-from replay.analysis.outages import Outage, outages
+from replay.analysis.outages import Outage, engine_starts, outages
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -98,6 +98,7 @@ class Analysis:
                              "rest_mean": a.rest_mean, "requests": a.near_ids[:20], "why": a.why}
                             for a in self.attributions],
             "findings": [f.__dict__ for f in self.findings],
+            "engine_starts": engine_starts(self.bundle.events),
             "downtime_s": round(sum(o.seconds(self.end_us) for o in self.outages), 3) if self.outages else None,
             "outages": [{"down_s": s(o.down_us), "up_s": s(o.up_us), "cause": o.cause, "source": o.source,
                          "seconds": round(o.seconds(self.end_us), 3), "at_least": o.lower_bound} for o in self.outages],

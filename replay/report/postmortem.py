@@ -33,7 +33,6 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     status = pl.col("status")  # (counted by a query: a day of log holds millions of requests)
     n_requests, failed, aborted = b.scan_requests().select(
         pl.len(), (status == "error").sum().alias("failed"), (status == "aborted").sum().alias("aborted")).collect().row(0)
-    restarts = [e for e in b.events if e.get("kind") == "engine_start" and str(e.get("marker", "")).startswith("Initializing")]
     L: list[str] = [f"# Postmortem draft: vLLM out-of-memory ({bundle.name})", ""]
     L += ["Status: DRAFT — TODO: owner, reviewers, date", ""]
     if report_link:
@@ -50,7 +49,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
              + (f" An OOM followed at {utc(a.oom_us)}." if a.oom_us is not None else ""))
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
     L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}.")
-    L.append(f"- Engine starts seen in logs: {len(restarts)}.")
+    L.append(f"- Engine starts seen in logs: {s['engine_starts']}.")
     if a.outages:
         total = sum(o.seconds(a.end_us) for o in a.outages)
         open_ended = any(o.lower_bound for o in a.outages)
@@ -83,18 +82,25 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L += ["Note: `vllm:kv_cache_usage_perc` is the fill of vLLM's KV pool, not device memory; alert on device memory "
           "(DCGM_FI_DEV_FB_USED or NVML) against vLLM's budget instead.", "", "TODO: how it was actually noticed.", "",
           "## Action items", "", "| action | type | owner | from finding |", "|---|---|---|---|"]
+    actions: dict[tuple[str, str], list[str]] = {}  # (action, type) -> the findings that ask for it, once each
     for f in a.findings:
         if f.id == "headroom":
-            L.append(f"| {_md(f.detail)} | mitigate | TODO | {f.id} |")
+            action = (_md(f.detail), "mitigate")
         elif f.id.startswith("cause:prompt_logprobs"):
-            L.append("| Cap or reject prompt_logprobs on long prompts (--max-logprobs, gateway limit) | prevent | TODO | " + f.id + " |")
+            action = ("Cap or reject prompt_logprobs on long prompts (--max-logprobs, gateway limit)", "prevent")
         elif f.id.startswith("oom:fragmentation"):
-            L.append("| Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True | mitigate | TODO | " + f.id + " |")
+            action = ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "mitigate")
         elif f.id == "startup:gpu_in_use":
-            L.append("| Check that the GPU is free before the engine starts (an orphaned EngineCore, a second engine) "
-                     "and alert on it | prevent | TODO | " + f.id + " |")
+            action = ("Check that the GPU is free before the engine starts (an orphaned EngineCore, a second engine) "
+                      "and alert on it", "prevent")
         elif f.id == "divergence":
-            L.append("| Add a CI gate: `replay check --max-discrepancy 3` on a replay of this trace | detect | TODO | divergence |")
+            action = ("Add a CI gate: `replay check --max-discrepancy 3` on a replay of this trace", "detect")
+        else:
+            continue
+        ids = actions.setdefault(action, [])
+        if f.id not in ids:
+            ids.append(f.id)
+    L += [f"| {what} | {kind} | TODO | {', '.join(ids)} |" for (what, kind), ids in actions.items()]
     advice = next((e for e in b.events if e.get("kind") == "startup_free" and e.get("kv_cache_memory_fit_bytes")), None)
     if advice is not None:  # vLLM's own figure, from its start-up summary
         fit = int(advice["kv_cache_memory_fit_bytes"])

@@ -173,6 +173,33 @@ def test_postmortem_downtime_between_restarts_from_real_log(tmp_path: Path) -> N
     assert second.lower_bound and second.up_us is None
     md = render_postmortem(b, None)
     assert "Downtime from crash to the next engine start: at least" in md and "not back within the evidence" in md
+    # each life logs several start markers (version, args, engine): two starts, not one a marker
+    markers = [e for e in read_bundle(b).events if e["kind"] == "engine_start"]
+    assert len(markers) > 2 and a.summary()["engine_starts"] == 2 and "- Engine starts seen in logs: 2." in md
+    # an excerpt of the API server's start alone (its 'non-default args' line, no 'Initializing' marker)
+    # still shows that start
+    head = src.splitlines()[:20]
+    one = tmp_path / "one.log"
+    one.write_text("\n".join(head) + "\n")
+    assert any("non-default args" in ln for ln in head) and not any("Initializing" in ln for ln in head)
+    record([one], tmp_path / "b1", RecordOptions(year=2026))
+    assert "- Engine starts seen in logs: 1." in render_postmortem(tmp_path / "b1", None)
+
+
+def test_engine_starts_count_markers_of_one_start_once() -> None:
+    from replay.analysis.outages import engine_starts
+    s = 1_000_000
+    up = [{"kind": "engine_start", "t_us": t * s, "marker": m} for t, m in
+          ((0, "vLLM API server version"), (0, "non-default args:"), (20, "Initializing a V1 LLM engine"))]
+    assert engine_starts(up) == 1
+    # a crash between two markers splits them, however close; markers far apart are starts of their own
+    crash = {"kind": "oom", "t_us": 30 * s}
+    assert engine_starts([*up, crash, {"kind": "engine_start", "t_us": 40 * s, "marker": "vLLM API server version"}]) == 2
+    assert engine_starts([*up, {"kind": "engine_start", "t_us": 900 * s, "marker": "vLLM API server version"}]) == 2
+    # untimed: only the markers that open an engine count
+    assert engine_starts([{"kind": "engine_start", "t_us": None, "marker": m} for m in
+                          ("vLLM API server version", "Initializing an LLM engine")]) == 1
+    assert engine_starts([]) == 0
 
 
 def test_postmortem_says_unknown_not_none(tmp_path: Path) -> None:
@@ -194,3 +221,23 @@ def test_durations_read_as_people_read_them() -> None:
     from replay.units import say_duration
     assert [say_duration(x) for x in (8.04, 119.9, 725, 7200, 3 * 3600 + 12 * 60 + 30, 148 * 86400 + 3 * 3600 + 59)] == [
         "8.0 s", "119.9 s", "12 min 5 s", "2 h", "3 h 12 min", "148 d 3 h"]
+
+
+def test_postmortem_asks_for_each_action_once(tmp_path: Path) -> None:
+    """GIVEN two CUDA OOMs that each point at fragmentation (the real V1 worker OOM fixture, and another
+    rank's real OOM line of the same shape) WHEN the draft is written THEN both are hypotheses, and the
+    action they share is one row that names its finding once."""
+    from replay.record.recorder import RecordOptions, record
+    from replay.report.postmortem import render_postmortem
+    from tests.conftest import DATA
+    other = tmp_path / "rank1.log"
+    other.write_text("(EngineCore pid=112) ERROR 08-14 16:10:06 [core.py:1131] torch.OutOfMemoryError: CUDA out of memory. "
+                     "Tried to allocate 50.00 MiB. GPU 0 has a total capacity of 23.56 GiB of which 21.75 MiB is free. "
+                     "Including non-PyTorch memory, this process has 23.50 GiB memory in use. Of the allocated memory 22.88 GiB "
+                     "is allocated by PyTorch, with 24.00 MiB allocated in private pools (e.g., CUDA Graphs), and 275.38 MiB "
+                     "is reserved by PyTorch but unallocated.\n")
+    record([DATA / "v1_worker_died_and_init_failed.log", other], tmp_path / "b", RecordOptions(year=2025))
+    md = render_postmortem(tmp_path / "b", None)
+    assert md.count("**CUDA OOM: fragmentation**") == 2
+    rows = [ln for ln in md.splitlines() if "expandable_segments:True | mitigate" in ln]
+    assert rows == ["| Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True | mitigate | TODO | oom:fragmentation |"]
