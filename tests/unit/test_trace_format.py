@@ -140,3 +140,23 @@ def test_every_spec_the_check_passes_gives_requests_a_server_can_take(
                for r in reqs)
     ts = [r["t_us"] for r in reqs]
     assert ts == sorted(ts) and ts[-1] < 2**63
+
+
+def test_export_gives_aiperf_a_text_prompt_as_text_input(tmp_path: Path) -> None:
+    """GIVEN ShareGPT conversations imported (prompts as text, lengths in tokens unknown) WHEN exported
+    for AIPerf THEN each prompt is its text_input (which AIPerf tokenises), not a null input_length it
+    refuses; a prompt of token ids is as long as its ids."""
+    from replay.trace.importers import import_trace
+    t = tmp_path / "t.jsonl"
+    import_trace("sharegpt", Path(__file__).parents[1] / "data" / "sharegpt_v3_layout.json", t)
+    export_trace("aiperf-mooncake", t, tmp_path / "m.jsonl")
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    prompts = [r["prompt"] for r in iter_requests(t)]
+    assert rows == [{"timestamp": 0, "text_input": p} for p in prompts] and len(rows) == 5
+    p = tmp_path / "n.jsonl"
+    write_trace(p, TraceHeader(source={}, time={}), [{"id": "q7", "t_us": 0, "input_tokens": None,
+                                                      "prompt_token_ids": [5, 6, 7]}])
+    export_trace("aiperf-mooncake", p, tmp_path / "x.jsonl")
+    assert json.loads((tmp_path / "x.jsonl").read_text()) == {"timestamp": 0, "input_length": 3}
+    export_trace("vllm-bench", p, tmp_path / "y.jsonl")
+    assert len(json.loads((tmp_path / "y.jsonl").read_text())["prompt"].split()) == 3  # (not a prompt of one)
