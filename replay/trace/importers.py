@@ -48,7 +48,7 @@ FORMATS: dict[str, str] = {
     "splitwise": "splitwise-sim CSV (request_id, arrival_timestamp s, prompt_size, token_size, ...)",
     "vllm-bench": "vLLM benchmark custom dataset JSONL (prompt, output_tokens[, timestamp])",
     "sharegpt": "ShareGPT conversations, the dataset of vLLM's benchmarks (--dataset-name sharegpt): a JSON array (or JSON "
-                "lines) of {id, conversations: [{from, value}, ...]}; the first turn is the prompt, lengths in characters",
+                "lines) of {id, conversations: [{from, value}, ...]}; the first turn is the prompt, as text (its tokens unknown)",
     "servegen-offline": "Alibaba ServeGen offline batch-job JSONL (request_id, type, input_length, then output_length and "
                         "duration ms, or hash_ids and img_ids); a batch is submitted at once, so every request arrives at 0",
 }
@@ -794,9 +794,9 @@ def import_sharegpt(path: Path, label: Path) -> _Plan:
     """ShareGPT conversations (a JSON array of ``{"id", "conversations": [{"from", "value"}, ...]}``),
     the dataset ``vllm bench serve --dataset-name sharegpt`` (benchmark_serving.py before it) samples
     from. As vLLM's benchmark reads a conversation, its first turn is the prompt and its second the
-    reference completion, whose length it asks for: here, without the tokenizer, the prompt's length
-    is in characters (the trace's ``prompt_chars``), the tokens are unknown, and the whole conversation
-    stays in ``extra``. vLLM's benchmark sets the arrival rate itself: every conversation arrives at 0.
+    reference completion, whose length it asks for: here, without the tokenizer, the prompt goes in as
+    text with its tokens unknown (a replay has the server count them), the output length is unknown,
+    and the whole conversation stays in ``extra``. vLLM's benchmark sets the arrival rate itself: every conversation arrives at 0.
     The same conversations as JSON lines (one a line, as fine-tuning tools write them) read alike. A
     conversation with no first turn (or a first turn without text) is quarantined with its line, or in
     an array its element's number (1 for the first). An array is read whole, as columns (ShareGPT
