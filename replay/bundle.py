@@ -32,8 +32,21 @@ SAMPLES_SCHEMA = {
     "t_us": pl.Int64, "gpu": pl.Int32, "source": pl.Utf8, "metric": pl.Utf8, "value": pl.Float64,
 }
 # the sources of a GPU's device memory, in the order the analysis prefers them; a machine other than the
-# incident's keeps its own series under the same source with a tag ('dcgm[Hostname=node-2]')
+# incident's keeps its own series under the same source with a tag ('dcgm[Hostname=node-2]'), and so does
+# each MIG instance of a split GPU ('dcgm[GPU_I_ID=3]', ``mig_source``)
 DEVICE_SOURCES = ("nvml", "dcgm", "nvidia-smi")
+MIG_TAG = "[GPU_I_ID="  # (what names a MIG instance's series)
+
+
+def mig_source(source: str, instance: str) -> str:
+    """The source of a MIG instance's device memory: 'nvidia-smi', '3' -> 'nvidia-smi[GPU_I_ID=3]'."""
+    return f"{source}{MIG_TAG}{instance}]"
+
+
+def device_source(source: pl.Expr, tagged_only: bool = False) -> pl.Expr:
+    """Whether a sample's ``source`` is device memory: one of DEVICE_SOURCES, as it is or with its tags
+    ('dcgm[Hostname=node-2]', 'nvidia-smi[GPU_I_ID=3][node-b.txt]'); with ``tagged_only``, tagged ones alone."""
+    return source.str.contains("^(?:" + "|".join(DEVICE_SOURCES) + (r")\[" if tagged_only else r")(?:\[|$)"))
 REQUESTS_SCHEMA = {
     "id": pl.Utf8, "arrival_us": pl.Int64, "sent_us": pl.Int64, "first_token_us": pl.Int64,
     "finish_us": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,

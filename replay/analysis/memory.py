@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import DEVICE_SOURCES, Bundle
+from replay.bundle import DEVICE_SOURCES, MIG_TAG, Bundle, device_source
 from replay.units import GiB, fraction
 from replay.versioning import version_key
 
@@ -170,7 +170,7 @@ def machines_frame(samples: pl.DataFrame, limit: int = MACHINES_DRAWN) -> tuple[
     'nvidia-smi[node2.csv]'), long format (t_us, series, value_bytes), one series per source and
     GPU; the ``limit`` with the highest peaks, and how many there were in all."""
     tagged = samples.filter((pl.col("metric") == "device_used_bytes")
-                            & pl.col("source").str.contains("^(?:" + "|".join(DEVICE_SOURCES) + r")\["))
+                            & device_source(pl.col("source"), tagged_only=True))
     empty = pl.DataFrame(schema={"t_us": pl.Int64, "series": pl.Utf8, "value_bytes": pl.Float64})
     if not tagged.height:
         return empty, 0
@@ -180,9 +180,6 @@ def machines_frame(samples: pl.DataFrame, limit: int = MACHINES_DRAWN) -> tuple[
     peaks = named.group_by("series").agg(pl.col("value_bytes").max()).sort("value_bytes", "series", descending=[True, False])
     keep = peaks["series"].head(limit)
     return named.filter(pl.col("series").is_in(keep.implode())).sort("series", "t_us"), peaks.height
-
-
-MIG_TAG = "[GPU_I_ID="  # (in a MIG instance's series: 'dcgm[GPU_I_ID=3]', the recorder's)
 
 
 def unchosen(series: list[str]) -> tuple[str, str]:

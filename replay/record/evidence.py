@@ -29,7 +29,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from replay.bundle import SAMPLES_SCHEMA
+from replay.bundle import SAMPLES_SCHEMA, mig_source
 from replay.errors import ReplayError
 from replay.record.vllm_log import ANSI
 from replay.units import MAX_GPU_INDEX, MiB, is_uint, parse_size_bytes
@@ -427,7 +427,7 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None, instance: str | None = N
         gpu = dcgm_gpu(labels)
         gi = (labels.get("GPU_I_ID") or "").strip()
         if gpu is not None and (labels.get(key, ""), gpu) in split and instance not in (gi, f"{gpu}:{gi}"):
-            tag(i, k, f"dcgm[GPU_I_ID={gi}]")  # (its GPU's name and UUID are the GPU's still)
+            tag(i, k, mig_source("dcgm", gi))  # (its GPU's name and UUID are the GPU's still)
         if gpu is not None:
             info = p.gpus.setdefault(gpu, {"index": gpu})
             info.update({k: v for k, v in (("uuid", labels.get("UUID") or labels.get("uuid")),
@@ -949,7 +949,7 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
             continue
         mig = _SMI_MIG.match(s)
         if mig:
-            src = f"nvidia-smi[GPU_I_ID={mig['gi']}]"
+            src = mig_source("nvidia-smi", mig["gi"])
             g_i = int(mig["gpu"])
             split.setdefault(g_i, set()).add(mig["gi"])
             p.samples += [(t, g_i, src, "device_used_bytes", float(int(mig["used"]) * MiB)),
@@ -1031,7 +1031,7 @@ def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | No
             v = _nv_value(value, "")
             if v is not None and in_mig:
                 split.setdefault(gpu, set()).add(mig_gi)
-                p.samples.append((t, gpu, f"nvidia-smi[GPU_I_ID={mig_gi}]", _Q_FB[key], v))
+                p.samples.append((t, gpu, mig_source("nvidia-smi", mig_gi), _Q_FB[key], v))
             elif v is not None:
                 p.samples.append((t, gpu, "nvidia-smi", _Q_FB[key], v))
                 if key == "Total":
@@ -1092,7 +1092,7 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
                     v = _nv_value(mig.findtext(f"fb_memory_usage/{tag}") or "", "")
                     if v is not None:
                         split.setdefault(gpu, set()).add(gi)
-                        p.samples.append((t, gpu, f"nvidia-smi[GPU_I_ID={gi}]", metric, v))
+                        p.samples.append((t, gpu, mig_source("nvidia-smi", gi), metric, v))
             for proc in g.findall("processes/process_info"):
                 pid, used = (proc.findtext("pid") or "").strip(), _nv_value(proc.findtext("used_memory") or "", "")
                 if is_uint(pid) and used is not None:

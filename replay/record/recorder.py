@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import DEVICE_SOURCES, SAMPLES_SCHEMA, BundleMeta, BundleWriter
+from replay.bundle import SAMPLES_SCHEMA, BundleMeta, BundleWriter, device_source
 from replay.errors import ReplayError
 from replay.filehash import (
     DECOMPRESS_ERRORS,
@@ -929,8 +929,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
                 source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its
                 # own name it was one series with this machine's instance of that id)
-                device = source.str.extract(r"^([\w-]+)(?:\[|$)", 1).is_in(DEVICE_SOURCES)
-                frame = frame.with_columns(source=pl.when(device).then(source + f"[{path.name}]").otherwise(source))
+                frame = frame.with_columns(source=pl.when(device_source(source)).then(source + f"[{path.name}]")
+                                           .otherwise(source))
                 r.gpus = {}
                 rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
                                  f"own (source '…[{path.name}]'), not those of the GPUs the files before it describe")
