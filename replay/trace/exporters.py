@@ -43,17 +43,16 @@ def export_trace(fmt: str, src: Path, out: Path, seed: int = 0) -> int:
     with out.open("w", encoding="utf-8") as fh:
         for r in iter_requests(src):
             out_n = _output_length(r)
+            n_in, ids = r.get("input_tokens"), r.get("prompt_token_ids")
+            n_in = len(ids) if n_in is None and isinstance(ids, list) else n_in  # (token ids are as long as they are)
             if fmt == "vllm-bench":
-                n_in = r.get("input_tokens")
-                n_in = len(r.get("prompt_token_ids") or []) if n_in is None else n_in  # (ids' length where no count)
                 prompt = r.get("prompt") or synth_prompt_text(int(n_in or 1), seed, str(r["id"]))
                 rec = {"prompt": prompt, **({"output_tokens": out_n} if out_n is not None else {})}
             else:  # (a prompt known only as text, from vllm-bench or ShareGPT: AIPerf's text_input, which it
-                # tokenises itself; a null input_length it refuses); token ids are as long as they are
-                n_in, ids = r.get("input_tokens"), r.get("prompt_token_ids")
-                n_in = len(ids) if n_in is None and isinstance(ids, list) else n_in
-                text = r.get("prompt")  # (a valid trace has a prompt where it has neither length nor ids)
-                rec = {"timestamp": r["t_us"] // 1000, **({"input_length": n_in} if n_in is not None else {"text_input": text}),
+                # tokenises itself; a null input_length it refuses. A valid trace has a prompt where it has
+                # neither length nor ids.)
+                rec = {"timestamp": r["t_us"] // 1000,
+                       **({"input_length": n_in} if n_in is not None else {"text_input": r.get("prompt")}),
                        **({"output_length": out_n} if out_n is not None else {})}
                 if r.get("prefix_blocks"):
                     rec["hash_ids"] = r["prefix_blocks"]
