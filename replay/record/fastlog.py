@@ -41,6 +41,8 @@ from replay.record.vllm_log import (
     AFTER_TS_BODY,
     ANSI,
     COMPOSE_PREFIX,
+    ISO_CLOSE,
+    ISO_OPEN,
     ISO_TIME,
     KUBECTL_PREFIX,
     LEVEL_TIME,
@@ -109,8 +111,9 @@ def inert(msg: pl.Expr) -> pl.Expr:
 # ``vllm_log._strip`` takes it off (of its pieces): task label, syslog head, compose service, pod, ISO
 # time, then a CRI flag or journald's host and process
 ENVELOPE = ("^(?P<env>(?:" + SLURM_LABEL + ")?(?:" + SYSLOG_BSD_PREFIX + ")?(?:" + COMPOSE_PREFIX + ")?(?:"
-            + KUBECTL_PREFIX + ")?(?:(?P<iso>" + ISO_TIME + r")\s+(?:" + AFTER_TS_BODY + ")?)?)")
+            + KUBECTL_PREFIX + ")?(?:" + ISO_OPEN + "(?P<iso>" + ISO_TIME + ")" + ISO_CLOSE + r"\s+(?:" + AFTER_TS_BODY + ")?)?)")
 
+ESC_CHARS = ("\x1b", "^[")  # how a colour code opens: the byte, or its caret notation (``vllm_log.ESC_OPEN``)
 CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
 # of their time on them)
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
@@ -408,8 +411,8 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
 
 _MAYBE_ENVELOPE = (r"^(?:\[|\d{4}-\d\d-\d\dT|[A-Z][a-z]{2} [ \d]\d |" + SLURM_LABEL + "|" + COMPOSE_PREFIX
                    + ")")  # how an envelope opens
-_ENVELOPED = re.compile("^(?:" + SLURM_LABEL + "|" + SYSLOG_BSD_PREFIX + "|" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_TIME
-                        + r"\s)")  # (a line that opens with one)
+_ENVELOPED = re.compile("^(?:" + SLURM_LABEL + "|" + SYSLOG_BSD_PREFIX + "|" + COMPOSE_PREFIX + "|" + KUBECTL_PREFIX + "|" + ISO_OPEN
+                        + ISO_TIME + ISO_CLOSE + r"\s)")  # (a line that opens with one)
 
 
 def _strip_envelopes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
@@ -528,7 +531,7 @@ def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
     + 'd request '), or an access line."""
     raw = pl.col("raw")
     return df.lazy().select(
-        opens=raw.str.contains(OPENS), esc=raw.str.contains("\x1b", literal=True) if esc else raw.is_null(),
+        opens=raw.str.contains(OPENS), esc=raw.str.contains_any(list(ESC_CHARS)) if esc else raw.is_null(),
         want=raw.str.contains("KV cache usage", literal=True) | raw.str.contains("d request ", literal=True),
         ac=raw.str.contains(' - "', literal=True),
     ).collect()
@@ -557,7 +560,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         df = _take_out(df, "\r", "\r", literal=True)
     esc = has_esc or json_lines  # (whether any line can hold a colour code)
     if esc:
-        df = _take_out(df, "\x1b", ANSI.pattern, literal=False)
+        for char in ESC_CHARS:
+            df = _take_out(df, char, ANSI.pattern, literal=False)
     # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
     # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
     # runtime's own log file) is stripped whole first and marked once
@@ -737,7 +741,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # lines take the line-by-line parser)
     second = piece.find(b"\n") + 1
     json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
-    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, b"\x1b" in piece, json_lines,
+    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, any(c.encode() in piece for c in ESC_CHARS), json_lines,
                                                 request_keys)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))

@@ -23,12 +23,16 @@ from typing import Any
 from replay.units import gpu_index, parse_size_bytes
 from replay.versioning import version_key
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# a colour code, or one pasted in caret notation ('^[[0;36m': `cat -v`, a CI system's raw log view)
+ESC_OPEN = r"(?:\x1b|\^\[)\["
+ANSI = re.compile(ESC_OPEN + r"[0-9;]*[A-Za-z]")
 # the pieces of what log shippers put in front of a line (the vectorised lane builds its envelope from them)
 ISO_TIME = r"(?P<dt>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<zone>Z|[+-]\d\d:?\d\d)?"
 KUBECTL_PREFIX = r"\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+"
 CRI_FLAG = r"(?:stdout|stderr) [FP] "
-CONTAINER_TS = re.compile(r"^(" + ISO_TIME + r")\s+")
+# a container runtime's time, or a CI system's in brackets ('[2026-01-28T23:59:42Z] ', Buildkite's)
+ISO_OPEN, ISO_CLOSE = r"\[?", r"\]?"
+CONTAINER_TS = re.compile(r"^" + ISO_OPEN + "(" + ISO_TIME + ")" + ISO_CLOSE + r"\s+")
 # Python logging's asctime ('2025-08-11 16:12:02,123 '): no zone, a space after it (a shipper's naive time,
 # Grafana's, is followed by a tab, and its lines after the first are a message's continuation)
 NAIVE_TIME = re.compile(r"^\d{4}-(?P<md>\d\d-\d\d)[ T](?P<hms>\d\d:\d\d:\d\d)(?:[.,]\d+)? (?=\S)")
@@ -100,7 +104,8 @@ SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" +
 STERN = re.compile(r"^[a-z0-9][a-z0-9.-]{0,252} [a-z0-9][a-z0-9-]{0,62} (?=(?:" + ISO_TIME + r")\s|" + VLLM_HEAD + ")")
 # a message's level and logged time, wherever it stands in a line
 LEVEL_TIME = r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
-GLUE = re.compile(r"(?<=\S)(?=(?:\x1b\[[0-9;]*m)?(?:(?:\(" + PROC_BODY + r"\)|\[" + PROC_BODY + r"\])\s*(?:\x1b\[[0-9;]*m)?\s*)?"
+GLUE = re.compile(r"(?<=\S)(?=(?:" + ESC_OPEN + r"[0-9;]*m)?(?:(?:\(" + PROC_BODY + r"\)|\[" + PROC_BODY + r"\])\s*(?:" + ESC_OPEN
+                  + r"[0-9;]*m)?\s*)?"
                   + LEVEL_TIME + ")")
 _NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
 
@@ -420,7 +425,7 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
     time and tags) and colour codes, with the shipper's ISO time where it gave one with a zone, and the
     year of a shipper's time that has none. vLLM's own line as it wrote it (most lines) is known by
     how it opens, without trying every envelope; an indent before it is taken off (``INDENT``)."""
-    if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "\r" not in raw:
+    if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "^[" not in raw and "\r" not in raw:
         return raw.rstrip("\n"), None, None
     return _strip_envelopes(raw)
 

@@ -221,6 +221,19 @@ def test_worker_death_and_failed_start_are_engine_deaths(tmp_path: Path) -> None
                       ("v1_worker_died_and_init_failed.log:9", "Engine core initialization failed")]
 
 
+def test_a_ci_systems_bracketed_time_and_caret_colour_codes_come_off(tmp_path: Path) -> None:
+    # GIVEN two real lines pasted from Buildkite: its UTC time in brackets in front of each, and on the
+    # second vLLM's colour codes as caret notation ('^[[0;36m')
+    _inspect(tmp_path, "buildkite_timed_caret_colours.log")
+    b = read_bundle(tmp_path / "b")
+    got = [(e["kind"], e["rank"], e["t_us"], e["free_gib"], e["error"][:30]) for e in b.events]
+    # THEN each is vLLM's memory error of its own engine process, at Buildkite's exact time (the year
+    # too), with the codes taken out of its text
+    assert got == [("vllm_memory_error", "EngineCore_DP0 pid=972", 196_445_000_000, 1.53, "ValueError: Free memory on dev"),
+                   ("vllm_memory_error", "EngineCore_DP0 pid=738", 0, 1.54, "ValueError: Free memory on dev")]
+    assert b.meta.t0_utc == "2026-01-26T17:25:37Z"
+
+
 def test_an_indented_paste_keeps_its_processes_and_times(tmp_path: Path) -> None:
     # GIVEN a V1 start-up pasted as an indented block (a Markdown code block in a GitHub issue), with a
     # traceback whose own lines are indented deeper
