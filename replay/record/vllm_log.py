@@ -231,7 +231,7 @@ R_PROC_HAS = re.compile(r"Process (\d+) has ([\d.]+ \w+) memory in use")
 # unexpectedly, shutting down executor.'; and its front end when an engine core dies while starting: 'Engine
 # core initialization failed. See root cause above.'; not the source line that raises it, which a traceback quotes)
 R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine core proc \S+ died unexpectedly|"
-                     r"Worker proc \S+ died unexpectedly|Engine core initialization failed(?=\. See root cause)|"
+                     r"Worker proc \S+ died unexpectedly|Engine core initialization failed(?=\. See root cause)|EngineCore failed to start(?=\.)|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
                      r"RuntimeError: Engine process failed to start|MQLLMEngine terminated|Engine loop has died)")
 R_START = re.compile(r"(vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|Initializing a V1 LLM engine|non-default args:)")

@@ -221,6 +221,26 @@ def test_worker_death_and_failed_start_are_engine_deaths(tmp_path: Path) -> None
                       ("v1_worker_died_and_init_failed.log:9", "Engine core initialization failed")]
 
 
+def test_an_engine_core_that_failed_to_start_is_down_once(tmp_path: Path) -> None:
+    # GIVEN the engine core's own 'EngineCore failed to start.' (real lines of vLLM #20305: a start-up
+    # refused for want of free memory), then the front end's line for the same failure
+    text = ("ERROR 06-30 13:53:19 [core.py:515] EngineCore failed to start.\n"
+            "ERROR 06-30 13:53:19 [core.py:515] Traceback (most recent call last):\n"
+            'ERROR 06-30 13:53:19 [core.py:515]   File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", '
+            "line 506, in run_engine_core\n"
+            "ERROR 06-30 13:53:19 [core.py:515] ValueError: Free memory on device (31.44/47.38 GiB) on startup is less than "
+            "desired GPU memory utilization (0.95, 45.01 GiB). Decrease GPU memory utilization or reduce GPU memory used by "
+            "other processes.\n"
+            "ERROR 06-30 13:53:20 [core.py:515] RuntimeError: Engine core initialization failed. See root cause above.\n")
+    b = _bundle_of(tmp_path, "start.log", text, 2025)
+    from replay.analysis.outages import outages
+    # THEN the core's line is an engine death at its own line (it was none: an excerpt of the core's
+    # log alone showed no outage), and both lines are one outage
+    assert [(e["kind"], e["source"]) for e in b.events if e["kind"] in ("engine_death", "vllm_memory_error")] == [
+        ("engine_death", "start.log:1"), ("vllm_memory_error", "start.log:4"), ("engine_death", "start.log:5")]
+    assert len(outages(b.events)) == 1
+
+
 def test_a_ci_systems_bracketed_time_and_caret_colour_codes_come_off(tmp_path: Path) -> None:
     # GIVEN two real lines pasted from Buildkite: its UTC time in brackets in front of each, and on the
     # second vLLM's colour codes as caret notation ('^[[0;36m')
