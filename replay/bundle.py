@@ -69,7 +69,9 @@ class BundleMeta:
     engine: str | None = None  # v0 | v1
     engine_args: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
-    gpus: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)  # index, and where the evidence says: name, uuid,
+    # total bytes, host, the pods DCGM attributes it to ('namespace/pod') and those that held it at once
+    # ('shared_by': MPS, time-slicing)
     inputs: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     keep_prompts: bool = False

@@ -164,6 +164,22 @@ def _machines_unchosen(machines: pl.DataFrame, total: int) -> list[Finding]:
                     [{"source": t} for t in shown[:10]])]
 
 
+def _shared_gpus(gpus: list[dict[str, Any]]) -> list[Finding]:
+    """The bundle's GPUs that DCGM attributed to several pods at once (MPS, time-slicing): the device
+    memory the evidence shows is every tenant's together, and what another tenant takes is memory vLLM's
+    budget, fixed at its start, did not plan for."""
+    out = []
+    for g in gpus:
+        pods = [str(x) for x in g.get("shared_by") or []]
+        if len(pods) > 1:
+            out.append(Finding(f"gpu:shared{g.get('index')}", f"GPU {g.get('index')} was shared by {len(pods)} pods",
+                               f"DCGM attributed GPU {g.get('index')} to {len(pods)} pods at the same time ({', '.join(pods[:4])}"
+                               f"{', …' if len(pods) > 4 else ''}): the device memory it reports is every tenant's together, "
+                               "and what another tenant takes is memory that vLLM's budget, fixed at its start, did not plan for",
+                               "medium", [{"source": "bundle.json gpus", "what": p} for p in pods[:10]]))
+    return out
+
+
 EVIDENCE_KEPT = 5  # of a finding made many times over, the first occurrences kept as its evidence (and the last)
 
 
@@ -269,5 +285,6 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     f"NVIDIA driver error on PCI {e.get('pci')}: {e.get('message') or ''}".strip(),
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
     findings += cuda.values()
+    findings += _shared_gpus(b.meta.gpus)
     return Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), outages(b.events),
                     machines=machines, machines_total=machines_total)

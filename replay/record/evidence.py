@@ -329,10 +329,6 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                 gpu = dcgm_gpu(labels)
                 p.dcgm_labels.append((len(p.samples), labels))
                 p.samples.append((ts, gpu, "dcgm", metric, float(value) * scale))
-                pod = labels.get("exported_pod") or labels.get("pod")
-                if pod and metric == "device_used_bytes":
-                    p.dcgm_labels.append((len(p.samples), labels))
-                    p.samples.append((ts, gpu, "dcgm", f"pod_used_bytes:{pod}", float(value) * scale))
             elif name in NEVER_EXISTED_METRICS:
                 p.notes.append(NEVER_EXISTED_METRICS[name])
             elif (own := vllm_name(name)) == CACHE_CONFIG:
@@ -442,6 +438,7 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None, instance: str | None = N
                            "; pass --host with the node vLLM ran on to make its series the bundle's device memory"))
     elif host is not None and hosts and not any(chosen):
         p.notes.append(f"{path.name}: --host {host}, but its DCGM series come from {hosts[0]} alone (kept as they are)")
+    _dcgm_pods(p, path, series, framed, [not (several and not ours) for ours in chosen], key)
     for (_, gpu), ids in sorted(split.items()):
         picked = next((gi for gi in ids if instance in (gi, f"{gpu}:{gi}")), None)
         p.notes.append(f"{path.name}: GPU {gpu} is split into MIG instances (GPU_I_ID {', '.join(ids)}): each instance's "
@@ -450,6 +447,64 @@ def dcgm_hosts(p: Parsed, path: Path, host: str | None, instance: str | None = N
                            f"; none is --gpu-instance {instance}" if instance else
                            "; pass --gpu-instance with the one vLLM ran in to make its series the bundle's device memory"))
     return p
+
+
+def _pod_of(labels: dict[str, str]) -> str | None:
+    """The Kubernetes pod a DCGM series is attributed to ('namespace/pod'), as the exporter labels it
+    ('exported_' first: what Prometheus renames when its own target labels clash); None where none."""
+    pod = labels.get("exported_pod") or labels.get("pod")
+    ns = labels.get("exported_namespace") or labels.get("namespace")
+    return (f"{ns}/{pod}" if ns else pod) if pod else None
+
+
+def _dcgm_pods(p: Parsed, path: Path, series: list[tuple[int, dict[str, str]]], framed: int, ours: list[bool],
+               key: str) -> None:
+    """The pods DCGM attributes each GPU to, into the bundle's GPUs ('pods'), and its framebuffer
+    samples once each. DCGM's framebuffer figures are the whole device's: the pod label says which pod
+    holds the GPU, not what that pod uses. Where several pods hold one device at the same time (MPS,
+    time-slicing: the exporter repeats the device's series under each pod), the samples that repeat
+    one another are one fact, and a note says the GPU was shared (its memory is every tenant's). Pods
+    that follow one another on a GPU (a restart's new name) share nothing."""
+    devices: dict[tuple[str, int, str], set[str]] = {}
+    for (_, labels), mine in zip(series, ours, strict=True):
+        gpu, pod = dcgm_gpu(labels), _pod_of(labels)
+        if gpu is None or pod is None:
+            continue
+        devices.setdefault((labels.get(key, "") if key else "", gpu, (labels.get("GPU_I_ID") or "").strip()), set()).add(pod)
+        if mine:
+            info = p.gpus.setdefault(gpu, {"index": gpu})
+            info["pods"] = sorted({*info.get("pods", []), pod})
+    if all(len(v) < 2 for v in devices.values()):
+        return
+    # each sample's pod, beside it: the listed samples' by their index, a framed series' for the whole frame
+    listed: list[str | None] = [None] * len(p.samples)
+    framed_pod: dict[int, str | None] = {}
+    for i, (k, labels) in enumerate(series):
+        if i < framed:
+            listed[k] = _pod_of(labels)
+        else:
+            framed_pod[k] = _pod_of(labels)
+    parts = [f.with_columns(pod=pl.lit(framed_pod.get(k), pl.Utf8)) for k, f in enumerate(p.frames)]
+    if p.samples:
+        parts.append(pl.DataFrame(p.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False).with_columns(
+            pod=pl.Series(listed, dtype=pl.Utf8)))
+    df = pl.concat(parts, how="vertical_relaxed")
+    at = ["t_us", "gpu", "source", "metric"]
+    dcgm = pl.col("source").str.starts_with("dcgm") & pl.col("pod").is_not_null()
+    shared = (df.filter(dcgm).group_by(at).agg(pl.col("pod").unique()).filter(pl.col("pod").list.len() > 1)
+              .group_by("gpu", "source").agg(pl.col("pod").list.explode().unique().sort()).sort("gpu", "source"))
+    kept = df.filter(~dcgm | pl.struct(*at, "value").is_first_distinct()).drop("pod")
+    p.frames, p.samples = [kept.cast(SAMPLES_SCHEMA)], []  # type: ignore[arg-type]
+    for gpu, source, names in shared.iter_rows():
+        if source == "dcgm" and gpu in p.gpus:  # (the bundle's own GPUs: the analysis makes a finding of it)
+            p.gpus[gpu]["shared_by"] = sorted({*p.gpus[gpu].get("shared_by", []), *names})
+        shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+        where = f" ({source})" if source != "dcgm" else ""
+        p.notes.append(f"{path.name}: GPU {gpu}{where} was shared by {len(names)} pods at once ({shown}; MPS or "
+                       "time-slicing): its DCGM memory is the whole GPU's, every tenant's together, repeated under each pod")
+    if df.height > kept.height:
+        p.notes.append(f"{path.name}: DCGM samples repeating another's GPU, time and value under another pod's labels: "
+                       f"{df.height - kept.height}, kept once")
 
 
 def _mig_split(series: list[tuple[int, dict[str, str]]], key: str) -> dict[tuple[str, int], list[str]]:

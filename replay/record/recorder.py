@@ -944,7 +944,10 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 events.append({"t": None if pe.get("t") is None else pe["t"] - off, "kind": pe["kind"], "data": pe["data"],
                                "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
             for gi, info in r.gpus.items():
-                gpus.setdefault(gi, {"index": gi}).update(info)
+                have = gpus.setdefault(gi, {"index": gi})
+                pods = {k: sorted({*have.get(k, []), *info.get(k, [])}) for k in ("pods", "shared_by")}  # (every file's)
+                have.update(info)
+                have.update({k: v for k, v in pods.items() if v})
             notes += r.notes
             # (its own samples and events: those of every file so far, told apart by name, were read for
             # each file, and two files of one name in two folders took each other's times)

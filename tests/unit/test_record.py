@@ -977,6 +977,50 @@ def _dcgm_labels() -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', line))
 
 
+def test_a_gpu_two_pods_share_is_one_series_and_a_finding(tmp_path: Path) -> None:
+    """GIVEN a real DCGM scrape of one A100 shared through MPS by a vLLM pod and another tenant's, the
+    device's framebuffer series repeated under each pod's labels THEN it is one sample (it was two
+    device samples, plus a 'pod_used_bytes' series per pod claiming the whole GPU's memory for each),
+    the GPU names both pods as sharing it, and the analysis says so."""
+    from replay.analysis.pipeline import analyze_bundle
+    reps, _ = record([DATA / "dcgm_mps_two_pods.prom"], tmp_path / "b", RecordOptions(at="2025-08-15T10:00:00Z"))
+    b = read_bundle(tmp_path / "b")
+    assert b.samples.select("gpu", "source", "metric", "value").rows() == [(0, "dcgm", "device_used_bytes", 15866 * 2**20)]
+    pods = ["default/gpu-burn-deployment-1-85dc8ff699-clvh5", "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk"]
+    assert [(g["index"], g["pods"], g["shared_by"]) for g in b.meta.gpus] == [(0, pods, pods)]
+    assert any("shared by 2 pods at once" in n for n in reps[0].notes)
+    assert any("under another pod's labels: 1, kept once" in n for n in reps[0].notes)
+    found = {f.id: f for f in analyze_bundle(b).findings}
+    assert "gpu-burn-deployment" in found["gpu:shared0"].detail
+
+
+@pytest.mark.parametrize("points", [4, 300])  # (a series point by point, and read as columns)
+def test_pods_that_follow_one_another_on_a_gpu_share_nothing(points: int, tmp_path: Path) -> None:
+    """GIVEN a query_range export of one GPU's framebuffer use under the vLLM pod, then under its
+    replacement's new name (a restart), and a second GPU that both pods' series cover at the same times
+    THEN every sample of the first GPU is kept, it lists both pods and is shared by none; the second is."""
+    from replay.analysis.pipeline import analyze_bundle
+    a = _dcgm_labels()
+    old, new = {**a, "pod": "vllm-7d9f8-abcde", "namespace": "llm"}, {**a, "pod": "vllm-7d9f8-fghij", "namespace": "llm"}
+    t0 = 1_700_000_000
+    res = [{"metric": {**old, "__name__": "DCGM_FI_DEV_FB_USED"}, "values": [[t0 + 15 * k, str(1000 + k)] for k in range(points)]},
+           {"metric": {**new, "__name__": "DCGM_FI_DEV_FB_USED"},
+            "values": [[t0 + 15 * (points + k), str(2000 + k)] for k in range(points)]},
+           *({"metric": {**pod, "gpu": "5", "__name__": "DCGM_FI_DEV_FB_USED"},
+              "values": [[t0 + 15 * k, str(500 + k)] for k in range(points)]} for pod in (old, new))]
+    f = tmp_path / "dcgm.json"
+    f.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": res}}))
+    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    s = b.samples
+    assert s.filter(pl.col("gpu") == int(a["gpu"])).height == 2 * points
+    assert s.filter(pl.col("gpu") == 5)["value"].to_list() == [float((500 + k) * 2**20) for k in range(points)]
+    gpus = {g["index"]: g for g in b.meta.gpus}
+    assert gpus[int(a["gpu"])]["pods"] == ["llm/vllm-7d9f8-abcde", "llm/vllm-7d9f8-fghij"]
+    assert "shared_by" not in gpus[int(a["gpu"])] and gpus[5]["shared_by"] == gpus[5]["pods"]
+    assert {f.id for f in analyze_bundle(b).findings if f.id.startswith("gpu:shared")} == {"gpu:shared5"}
+
+
 def test_dcgm_series_of_several_hosts_stay_apart(tmp_path: Path) -> None:
     """GIVEN a cluster-wide query_range export of DCGM framebuffer use: GPU 2 of node-1 and GPU 2 of
     node-2 (the real label set, the second host renamed) WHEN recorded THEN they are two series, not one
