@@ -1,4 +1,4 @@
-"""Downtime: from each crash (CUDA OOM, engine death, OOMKilled) to the engine's next start; and what
+"""Downtime: from each crash (CUDA OOM, engine death, OOMKilled, a SIGKILL) to the engine's next start; and what
 vLLM said of its scheduler when its engine failed.
 
 The impact section of a postmortem needs the outage in numbers. The event lane has what it takes:
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DOWN_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed")
+DOWN_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed", "container_killed")
 UP_KINDS = ("engine_start",)
 
 

@@ -257,6 +257,11 @@ def analyze_bundle(b: Bundle) -> Analysis:
         elif e.get("kind") == "emulated_oom":
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
+    findings += [Finding("killed:sigkill", f"Container killed with SIGKILL (exit 137, reason {e.get('reason')})",
+                         "not named OOMKilled: a host OOM kill outside the container's cgroup, or a kill after the grace "
+                         "period (a failed liveness probe, an eviction, a delete); the node's kernel log tells which",
+                         "medium", [{"t_us": e.get("t_us"), "source": e.get("source")}])
+                 for e in b.events if e.get("kind") == "container_killed"]  # (a crash, of a cause unstated: not an OOM)
     findings += _vllm_memory_errors(b.events)
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:

@@ -1506,6 +1506,21 @@ def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: f
 # --- Kubernetes ----------------------------------------------------------------------------------
 OOMKILLED_MEANING = ("the container was killed for host/cgroup memory (OOMKilled, exit 137); "
                      "a CUDA OOM is an application error and does not show up as OOMKilled")
+SIGKILL_MEANING = ("the container was killed with SIGKILL (exit 137) and Kubernetes did not say OOMKilled: the "
+                   "node's kernel OOM killer outside the container's cgroup (a host OOM the kubelet does not name), "
+                   "or a kill after the grace period (a failed liveness probe, an eviction, a delete); the node's "
+                   "kernel log ('Out of memory: Killed process') tells which. A CUDA OOM exits on its own, not with 137")
+
+
+def terminated_kind(reason: Any, exit_code: Any) -> tuple[str, str | None]:
+    """The event of a terminated container: a host OOM kill where Kubernetes says OOMKilled (whatever
+    the exit code), a SIGKILL of unstated cause for exit 137 under another reason ('Error'), else a
+    plain termination."""
+    if reason == "OOMKilled":
+        return "host_oom_killed", OOMKILLED_MEANING
+    if exit_code == 137:
+        return "container_killed", SIGKILL_MEANING
+    return "container_terminated", None
 
 
 def _walk_container_statuses(obj: Any) -> list[dict[str, Any]]:
@@ -1632,12 +1647,10 @@ def parse_k8s(path: Path, text: str) -> Parsed:
             reason = term.get("reason")
             code = term.get("exitCode")
             t = parse_time(str(term["finishedAt"])) if term.get("finishedAt") else None
-            kind = "host_oom_killed" if reason == "OOMKilled" or code == 137 else "container_terminated"
+            kind, meaning = terminated_kind(reason, code)
             p.events.append({"t": t, "kind": kind, "line": None, "data": {
                 "container": st.get("name"), "reason": reason, "exit_code": code,
-                "restart_count": st.get("restartCount"),
-                "meaning": OOMKILLED_MEANING
-                if kind == "host_oom_killed" else None}})
+                "restart_count": st.get("restartCount"), "meaning": meaning}})
         if st.get("restartCount"):
             p.events.append({"t": None, "kind": "restart_count", "line": None,
                              "data": {"container": st.get("name"), "restart_count": st.get("restartCount")}})
@@ -1647,6 +1660,7 @@ def parse_k8s(path: Path, text: str) -> Parsed:
     return p
 
 
+DESCRIBE_TERMINATED = re.compile(r"^\s*(?:Last )?State:\s+Terminated\b")  # (how a container's ended state opens)
 DESCRIBE_EV = re.compile(r"^\s+(Normal|Warning)\s+(\S+)\s+(\S+(?: \(x\d+ over \S+\))?)\s+(\S+(?:, \S+)*)\s+(.*)$")
 
 
@@ -1806,7 +1820,7 @@ def parse_kubectl_table(path: Path, text: str, at: str | None = None, tz_offset_
             p.events.append({"t": taken, "kind": "k8s_pod_status", "line": i, "data": data})
             if "OOMKilled" in row["STATUS"]:
                 p.events.append({"t": taken, "kind": "host_oom_killed", "line": i, "data": {
-                    "container": row["NAME"], "reason": "OOMKilled", "exit_code": 137, "restart_count": restarts,
+                    "container": row["NAME"], "reason": "OOMKilled", "exit_code": None, "restart_count": restarts,
                     "seen": "pod status at --at" + (f", within {ago} s of its last restart" if ago is not None else ""),
                     "meaning": OOMKILLED_MEANING}})
             p.parsed += 1
@@ -1844,10 +1858,11 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
 
     def close_last() -> None:
         nonlocal last
-        if last is not None and (last.get("reason") == "OOMKilled" or last.get("exit_code") == 137):
-            p.events.append({"t": last.get("t"), "kind": "host_oom_killed", "line": last["line"], "data": {
+        kind, meaning = terminated_kind(last.get("reason"), last.get("exit_code")) if last is not None else ("", None)
+        if last is not None and meaning is not None:
+            p.events.append({"t": last.get("t"), "kind": kind, "line": last["line"], "data": {
                 "container": container, "reason": last.get("reason"), "exit_code": last.get("exit_code"),
-                "meaning": OOMKILLED_MEANING}})
+                "meaning": meaning}})
         last = None
 
     for i, ln in enumerate(lines, start=1):
@@ -1869,7 +1884,7 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
             close_last()
             container = head.group(1)
             continue
-        kv = re.match(r"^\s+([A-Z][\w ]*?):\s+(.*?)\s*$", ln)
+        kv = re.match(r"^\s*([A-Z][\w ]*?):\s+(.*?)\s*$", ln)  # (unindented: a container's block pasted alone)
         if kv and kv.group(1) in ("State", "Last State") and kv.group(2).startswith("Terminated"):
             close_last()
             last = {"line": i}

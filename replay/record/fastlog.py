@@ -40,6 +40,7 @@ from replay.parallel import ordered_map
 from replay.record.vllm_log import (
     AFTER_TS_BODY,
     ANSI,
+    BARE_SGR,
     COMPOSE_PREFIX,
     ISO_CLOSE,
     ISO_OPEN,
@@ -523,6 +524,17 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
     return df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(pattern, "", literal=literal)))
 
 
+def _take_out_bare_codes(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the colour codes that lost their ESC taken out of the lines that open with one, as
+    ``vllm_log._strip_envelopes`` takes them out (few lines of a log open with '[')."""
+    at = df["raw"].str.starts_with("[").fill_null(False).arg_true()
+    if at.len():
+        at = at.filter(df["raw"].gather(at).str.contains("^" + BARE_SGR))
+    if not at.len():
+        return df
+    return df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(BARE_SGR, "")))
+
+
 def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
     """Cheap tests of every line (literal searches, one anchored match), side by side in one lazy plan
     so that both cores work: whether it opens a message, holds a colour code (without ``esc``, none
@@ -562,6 +574,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if esc:
         for char in ESC_CHARS:
             df = _take_out(df, char, ANSI.pattern, literal=False)
+    df = _take_out_bare_codes(df)
     # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
     # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
     # runtime's own log file) is stripped whole first and marked once

@@ -603,8 +603,9 @@ def detect_kind(text: str) -> str | None:
         return "k8s"
     if ev.EVENTS_TABLE_HEADER.match(s) or ev.PODS_TABLE_HEADER.match(s):
         return "k8s-table"
-    if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:"):
-        return "k8s-describe"
+    if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:") or (
+            ev.DESCRIBE_TERMINATED.match(s) and "Exit Code:" in head):
+        return "k8s-describe"  # (or a container's terminated state pasted alone)
     if re.match(r"#Entity\s+\w", s):
         return "dcgmi-dmon"
     fields = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("#")][:50]

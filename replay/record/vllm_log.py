@@ -26,6 +26,11 @@ from replay.versioning import version_key
 # a colour code, or one pasted in caret notation ('^[[0;36m': `cat -v`, a CI system's raw log view)
 ESC_OPEN = r"(?:\x1b|\^\[)\["
 ANSI = re.compile(ESC_OPEN + r"[0-9;]*[A-Za-z]")
+# a colour code whose ESC a paste dropped ('[0;36m(APIServer pid=7)[0;0m INFO …', as GitHub shows a
+# coloured terminal's text): taken out of a line that opens with one (vLLM colours its head alone)
+BARE_SGR = r"\[[0-9;]*m"
+BARE_SGR_HEAD = re.compile("^" + BARE_SGR)
+_BARE_SGR = re.compile(BARE_SGR)
 # the pieces of what log shippers put in front of a line (the vectorised lane builds its envelope from them)
 ISO_TIME = r"(?P<dt>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?(?P<zone>Z|[+-]\d\d:?\d\d)?"
 KUBECTL_PREFIX = r"\[(?:pod/)?[\w.-]+(?:/[\w.-]+)?\]\s+"
@@ -436,6 +441,8 @@ def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
         m = INDENT.match(raw)
         if m:
             raw = raw[m.end():]
+    if raw[:1] == "[" and BARE_SGR_HEAD.match(raw):
+        raw = _BARE_SGR.sub("", raw)
     if raw.startswith("{"):  # (vLLM's own JSON records name none of the shippers' keys: read below)
         doc = _shipped(raw)
         if doc is not None:

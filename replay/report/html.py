@@ -119,7 +119,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         if e.get("t_us") is None:
             continue
         k = e["kind"]
-        lane = ("oom" if k in ("oom", "engine_death", "emulated_oom", "host_oom_killed", "gpu_xid", "cuda_error", "collective_timeout") else
+        lane = ("oom" if k in ("oom", "engine_death", "emulated_oom", "host_oom_killed", "container_killed", "gpu_xid", "cuda_error", "collective_timeout") else
                 "preemption" if k == "preemption" else "restart" if k in ("engine_start", "restart_count") else
                 "k8s" if k.startswith("k8s") else "startup")
         if k.startswith("request_"):

@@ -318,11 +318,14 @@ def _otel(text: str, t: str, **more: Any) -> str:
                        "logger": "vllm.v1.engine", "service.name": "vllm", **more})
 
 
-def test_coloured_logs_take_the_fast_lane(tmp_path: Path) -> None:
+@pytest.mark.parametrize("esc", ["\x1b[", "^[[", "["])  # (the codes as written, in caret notation, without ESC)
+def test_coloured_logs_take_the_fast_lane(esc: str, tmp_path: Path) -> None:
     """A log vLLM wrote to a terminal (`docker run -t`: colour codes in every prefix) goes through the
-    vectorised lane (every coloured line took the line-by-line parser), with the reference's facts."""
-    lines = [_coloured([STATS_V1, ADDED, ACCESS, WARN_PLAIN][i % 4].format(s=i % 60, r=i, n=i % 3)) for i in range(3000)]
-    assert "\x1b[90m" in lines[0] and "\x1b[1;36m" in lines[1]
+    vectorised lane (every coloured line took the line-by-line parser), with the reference's facts;
+    so does one pasted with its codes in caret notation or without their ESC byte."""
+    lines = [_coloured([STATS_V1, ADDED, ACCESS, WARN_PLAIN][i % 4].format(s=i % 60, r=i, n=i % 3)).replace("\x1b[", esc)
+             for i in range(3000)]
+    assert f"{esc}90m" in lines[0] and f"{esc}1;36m" in lines[1]
     log = tmp_path / "tty.log"
     log.write_text("\n".join(lines) + "\n")
     res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64 << 10)
@@ -334,7 +337,8 @@ def test_coloured_logs_take_the_fast_lane(tmp_path: Path) -> None:
 _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-09T14:01:52.1Z ", "[pod/a/b] ",
            "vllm-0-7d9f8 vllm ", "INFO 2026-06-09T14:01:52.1Z [resource.labels.containerName: vllm] ",  # (stern; GKE)
            "1781013712100\t2026-06-09T14:01:52.1Z\t",  # (Grafana's logs download)
-           "[2026-06-09T14:01:52Z] ", "^[[0;36m", "^[[0m",  # (Buildkite's time; colour codes in caret notation)
+           "[2026-06-09T14:01:52Z] ", "^[[0;36m", "^[[0m", "[0;36m", "[0m",  # (Buildkite's time; colour codes in
+           # caret notation, and without their ESC)
            "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "', " ",
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,
            "Finished request c-1.", "(APIServer pid=3646) INFO 05-19 10:13:02 [async_llm.py:587] Finished request cmpl-2-0.",
@@ -536,7 +540,7 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(tmp_path
 _HEAD_PARTS = ["(APIServer pid=1) ", "(EngineCore_DP0 pid=2)", "[VllmWorker rank=0]", "INFO 05-19 10:13:09 ", "DEBUG 05-19 ",
                "WARNING 12-31 23:59:59.123 ", "ERROR 2025-05-19 ", "INFO  | ", "0: ", "web-1  | ", "[pod/v/c] ",
                "2025-05-19T10:13:09.5Z ", "stdout F ", "Mar  1 10:13:09 host vllm[1]: ", "\x1b[32m", "\x1b[0m", "\r", " ",
-               "[2025-05-19T10:13:09Z] ", "^[[32m", "^[", "[loggers.py:271] ", "text", "{", "x", "    ", "\t"]
+               "[2025-05-19T10:13:09Z] ", "^[[32m", "^[", "[0;36m", "[loggers.py:271] ", "text", "{", "x", "    ", "\t"]
 
 
 @settings(max_examples=600, deadline=None)

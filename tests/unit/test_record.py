@@ -254,6 +254,18 @@ def test_a_ci_systems_bracketed_time_and_caret_colour_codes_come_off(tmp_path: P
     assert b.meta.t0_utc == "2026-01-26T17:25:37Z"
 
 
+def test_colour_codes_whose_esc_a_paste_dropped_come_off(tmp_path: Path) -> None:
+    # GIVEN real V1 stats lines pasted from a coloured terminal into GitHub, which drops the ESC byte
+    # and leaves '[0;36m(APIServer pid=2548211)[0;0m INFO …'
+    d = _inspect(tmp_path, "v1_stats_colour_codes_without_esc.log", year=2025)
+    b = read_bundle(tmp_path / "b")
+    # THEN they are stats lines at their times (before, no stats line was counted and their samples
+    # had no time), of the API server's process
+    assert (d["stats_lines"], d["kv_usage_pct"], d["running"], d["waiting"]) == (2, [0.3, 9.1], [1, 50], [0, 206])
+    assert b.meta.t0_utc == "2025-12-15T18:32:12Z"
+    assert sorted(set(b.samples["t_us"].to_list())) == [0, 10_000_000]
+
+
 def test_an_indented_paste_keeps_its_processes_and_times(tmp_path: Path) -> None:
     # GIVEN a V1 start-up pasted as an indented block (a Markdown code block in a GitHub issue), with a
     # traceback whose own lines are indented deeper
@@ -2657,6 +2669,7 @@ def test_kubectl_pods_table_gives_states_and_the_host_oom_kill(shape: str, tmp_p
         ("OOMKilled", 3, 45), ("Running", 0, None), ("CrashLoopBackOff", 5, 130)]
     kill = [e for e in b.events if e["kind"] == "host_oom_killed"]
     assert len(kill) == 1 and kill[0]["container"] == "vllm-7d9f8b6c5d-x2kqp" and "within 45 s" in kill[0]["seen"]
+    assert kill[0]["exit_code"] is None  # (a table states no exit code)
     assert any(f.id == "oom:host" for f in analyze_bundle(b).findings)
 
 
@@ -3163,6 +3176,45 @@ def test_log_that_opens_with_a_progress_bar_is_read(tmp_path: Path) -> None:
 def _record_to(out: Path, src: Path) -> Path:
     record([src], out, RecordOptions(year=2025))
     return out
+
+
+def test_a_containers_terminated_state_pasted_alone_is_a_describe(tmp_path: Path) -> None:
+    # GIVEN only a container's 'Last State: Terminated' block of `kubectl describe pod` (a real paste,
+    # its first line unindented: it was of no known kind and every line quarantined)
+    reps, _ = record([DATA / "describe_last_state_alone.txt"], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    # THEN it is a host OOM kill at its Finished time (+0200 read as such)
+    assert (reps[0].kind, reps[0].parsed, reps[0].quarantined) == ("k8s-describe", 5, 0)
+    assert [(e["kind"], e["reason"], e["exit_code"], e["source"]) for e in b.events] == [
+        ("host_oom_killed", "OOMKilled", 137, "describe_last_state_alone.txt:1")]
+    assert b.meta.t0_utc.startswith("2023-09-15T07:56:17")
+
+
+def test_exit_137_without_oomkilled_is_a_sigkill_not_a_host_oom(tmp_path: Path) -> None:
+    """A container that ended with exit 137 under reason 'Error' (the lastState of Kubernetes issue
+    53669: a node-level OOM kill the kubelet did not name) was recorded as a host OOM kill 'OOMKilled,
+    exit 137'. SIGKILL has other causes (a kill after a failed liveness probe's grace period): it is
+    a container killed, with what it may mean, an outage and a finding of medium confidence; the
+    reason OOMKilled stays a host OOM kill whatever its exit code (0 in Kubernetes issue 131530)."""
+    from replay.analysis.outages import outages
+    from replay.analysis.pipeline import analyze_bundle
+    term = {"containerID": "docker://5954f621c17f13706c25a215db06fe2bf7b9a9a6c732a909eb0db39d62346724", "exitCode": 137,
+            "finishedAt": "2017-10-10T17:41:58Z", "reason": "Error", "startedAt": "2017-10-10T17:20:37Z"}
+    pod = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "memtest", "namespace": "default"},
+           "status": {"containerStatuses": [{"name": "memtest", "restartCount": 1, "lastState": {"terminated": term}}]}}
+    (tmp_path / "pod.json").write_text(json.dumps(pod, indent=4))
+    record([tmp_path / "pod.json"], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    killed = [e for e in b.events if e["kind"] in ("container_killed", "host_oom_killed")]
+    assert [(e["kind"], e["reason"], e["exit_code"]) for e in killed] == [("container_killed", "Error", 137)]
+    assert "liveness probe" in killed[0]["meaning"] and len(outages(b.events)) == 1
+    ids = {f.id for f in analyze_bundle(b).findings}
+    assert "killed:sigkill" in ids and "oom:host" not in ids
+    (tmp_path / "d.txt").write_text("Name:         memtest\nContainers:\n  memtest:\n    State:          Terminated\n"
+                                    "      Reason:       OOMKilled\n      Exit Code:    0\n"
+                                    "      Finished:     Tue, 29 Apr 2025 14:10:51 +0800\n    Ready:          False\n")
+    record([tmp_path / "d.txt"], tmp_path / "c", RecordOptions())
+    assert [(e["kind"], e["exit_code"]) for e in read_bundle(tmp_path / "c").events] == [("host_oom_killed", 0)]
 
 
 def test_kubernetes_yaml_with_a_time_out_of_range_keeps_the_rest(tmp_path: Path) -> None:
