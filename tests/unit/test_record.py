@@ -995,7 +995,7 @@ def test_a_gpu_two_pods_share_is_one_series_and_a_finding(tmp_path: Path) -> Non
     device samples, plus a 'pod_used_bytes' series per pod claiming the whole GPU's memory for each),
     the GPU names both pods as sharing it, and the analysis says so."""
     from replay.analysis.pipeline import analyze_bundle
-    reps, _ = record([DATA / "dcgm_mps_two_pods.prom"], tmp_path / "b", RecordOptions(at="2025-08-15T10:00:00Z"))
+    reps, _ = record([DATA / "scrape_a100_mps_vllm_pod.prom"], tmp_path / "b", RecordOptions(at="2025-08-15T10:00:00Z"))
     b = read_bundle(tmp_path / "b")
     assert b.samples.select("gpu", "source", "metric", "value").rows() == [(0, "dcgm", "device_used_bytes", 15866 * 2**20)]
     pods = ["default/gpu-burn-deployment-1-85dc8ff699-clvh5", "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk"]
