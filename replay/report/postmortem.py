@@ -19,6 +19,12 @@ def _md(s: object) -> str:
     return str(s).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
+# how the summary names the first crash the evidence holds (``pipeline.OOM_KINDS``)
+_CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
+                "host_oom_killed": "The container was killed for host memory (not a CUDA OOM)",
+                "emulated_oom": "Actual memory crossed the production capacity (an emulated OOM)"}
+
+
 def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     b = read_bundle(bundle)
     a = analyze_bundle(b)
@@ -31,13 +37,15 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
         return (t0 + timedelta(microseconds=us)).strftime("%Y-%m-%d %H:%M:%S UTC") if t0 else f"t0+{us / 1e6:.1f}s"
 
     status = pl.col("status")  # (counted by a query: a day of log holds millions of requests)
-    n_requests, failed, aborted = b.scan_requests().select(
-        pl.len(), (status == "error").sum().alias("failed"), (status == "aborted").sum().alias("aborted")).collect().row(0)
+    n_requests, failed, aborted, unfinished = b.scan_requests().select(
+        pl.len(), (status == "error").sum().alias("failed"), (status == "aborted").sum().alias("aborted"),
+        (status == "unknown").sum().alias("unfinished")).collect().row(0)
     L: list[str] = [f"# Postmortem draft: vLLM out-of-memory ({bundle.name})", ""]
     L += ["Status: DRAFT — TODO: owner, reviewers, date", ""]
     if report_link:
         L += [f"HTML report: [{report_link}]({report_link})", ""]
     L += ["## Summary", ""]
+    first_down = min((e for e in a.ooms if e.get("t_us") is not None), key=lambda e: e["t_us"], default=None)
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
     actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
               else f"unknown (the evidence holds device memory of several {s['machine_kind']}, {s['machine_series']} series, "
@@ -46,19 +54,24 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
              f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
              + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
-             + (f" An OOM followed at {utc(a.oom_us)}." if a.oom_us is not None else ""))
+             + (f" {_CRASH_WORDS.get(str(first_down.get('kind')), 'The engine failed')} at {utc(a.oom_us)}."
+                if first_down is not None else ""))
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
-    L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}.")
+    L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}"
+             + (f"; with no end in the evidence (in flight when it ends, or lost in a crash): {unfinished}" if unfinished else "")
+             + ".")
     L.append(f"- Engine starts seen in logs: {s['engine_starts']}.")
     if a.outages:
         total = sum(o.seconds(a.end_us) for o in a.outages)
         open_ended = any(o.lower_bound for o in a.outages)
-        L.append(f"- Downtime from crash to the next engine start: {'at least ' if open_ended else ''}{say_duration(total)} "
-                 f"in {len(a.outages)} outage(s):")
+        L.append("- Downtime from crash to the next engine start: " + (
+            f"{len(a.outages)} outage(s), of a length the evidence does not show (it ends with the crash):"
+            if open_ended and total <= 0 else f"{'at least ' if open_ended else ''}{say_duration(total)} in {len(a.outages)} outage(s):"))
         for o in a.outages:
-            back = f"back at {utc(o.up_us)}" if o.up_us is not None else "not back within the evidence"
-            L.append(f"  - {utc(o.down_us)}: {_md(o.cause)} ({_md(o.source)}), {back}: "
-                     f"{'at least ' if o.lower_bound else ''}{say_duration(o.seconds(a.end_us))}")
+            back = (f"back at {utc(o.up_us)}: {say_duration(o.seconds(a.end_us))}" if o.up_us is not None
+                    else "not back within the evidence, which ends with it" if o.seconds(a.end_us) <= 0
+                    else f"not back within the evidence: at least {say_duration(o.seconds(a.end_us))}")
+            L.append(f"  - {utc(o.down_us)}: {_md(o.cause)} ({_md(o.source)}), {back}")
     L += ["- TODO: user-facing impact (error rate, latency, customers affected).", "", "## Root causes", ""]
     if a.findings:
         L.append("Ranked hypotheses (from the evidence; confirm or reject each):")

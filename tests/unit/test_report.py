@@ -241,3 +241,19 @@ def test_postmortem_asks_for_each_action_once(tmp_path: Path) -> None:
     assert md.count("**CUDA OOM: fragmentation**") == 2
     rows = [ln for ln in md.splitlines() if "expandable_segments:True | mitigate" in ln]
     assert rows == ["| Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True | mitigate | TODO | oom:fragmentation |"]
+
+
+def test_postmortem_names_the_crash_and_says_what_the_evidence_does_not_show(tmp_path: Path) -> None:
+    """GIVEN the real head of a V0 log that ends as its engine dies, one request added and never
+    finished (vLLM #13152) THEN the draft says the engine died (it said 'An OOM followed': the log holds
+    no OOM line), that the outage's length is not in the evidence (it said 'at least 0.0 s'), and that
+    one request has no end in the evidence (it said only 'failed: 0')."""
+    from replay.record.recorder import RecordOptions, record
+    from tests.conftest import shared
+
+    record([shared("vllm-logs/v072_80gb_qwen25_72b_awq_runtime_oom_head.log")], tmp_path / "b", RecordOptions(year=2025))
+    md = render_postmortem(tmp_path / "b")
+    assert "The engine died at 2025-02-12 12:20:21 UTC." in md and "An OOM" not in md
+    assert "0.0 s" not in md and "1 outage(s), of a length the evidence does not show (it ends with the crash)" in md
+    assert "not back within the evidence, which ends with it" in md
+    assert "failed: 0; aborted: 0; with no end in the evidence (in flight when it ends, or lost in a crash): 1." in md
