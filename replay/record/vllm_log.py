@@ -99,6 +99,12 @@ CLOUD_SEVERITIES = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "C
 SHIPPER_TIME = r"(?P<sdate>\d{4}-\d\d-\d\d)[T ](?P<stime>\d\d:\d\d:\d\d)(?:[.,](?P<sfrac>\d+))?(?P<szone>Z|[+-]\d\d:?\d\d)?"
 VLLM_HEAD = (r"(?:\(" + PROC_BODY + r"\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+"
              r"\[?[\w./-]+\.py:\d+\]|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
+# what a paste or a search puts in front of a line: a Markdown or e-mail quote ('> ', nested), a `cat -n`
+# or `nl` line number and its tab, grep's file name and line number (-H, -n: ':' after a match, '-' after
+# a context line) where vLLM's head or a container's time follows
+QUOTE = re.compile(r"^(?:>[ \t]?)+")
+_AHEAD = r"(?=" + VLLM_HEAD + r"|\d{4}-\d\d-\d\dT\d\d:)"
+NUMBERED = re.compile(r"^ *\d+\t|^(?:[\w./-]+[:-])?\d+[:-]" + _AHEAD + r"|^[\w./-]+\.(?:log|txt|out|err):" + _AHEAD)
 SHIPPER_TAG = r"(?:\[[^\]]{1,40}\]|\((?![^)]*pid=)[^)]{1,40}\)|[-|:])"
 TAGS_BEFORE_HEAD = re.compile(r"^(?:" + SHIPPER_TAG + r"\s+)+(?=" + VLLM_HEAD + ")")  # (after a container time)
 SHIPPED = re.compile("^(?:(?:" + "|".join(CLOUD_SEVERITIES) + r") |\d{13}\t)?" + SHIPPER_TIME + r"\s+(?:"
@@ -441,6 +447,12 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
 
 def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
     iso, year0 = None, None
+    if raw[:1] == ">":
+        raw = raw[QUOTE.match(raw).end():]  # type: ignore[union-attr]  # (a '>' opens QUOTE's match)
+    if raw[:1] in " \t" or raw[:1].isdigit() or raw[:1].isalpha():
+        m = NUMBERED.match(raw)
+        if m:
+            raw = raw[m.end():]
     if raw[:1] in " \t":
         m = INDENT.match(raw)
         if m:

@@ -339,6 +339,7 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            "1781013712100\t2026-06-09T14:01:52.1Z\t",  # (Grafana's logs download)
            "[2026-06-09T14:01:52Z] ", "^[[0;36m", "^[[0m", "[0;36m", "[0m",  # (Buildkite's time; colour codes in
            # caret notation, and without their ESC)
+           "> ", "1201:", "vllm.log-1202-", "  12\t",  # (a quote; grep's and cat -n's line numbers)
            "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "', " ",
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,
            "Finished request c-1.", "(APIServer pid=3646) INFO 05-19 10:13:02 [async_llm.py:587] Finished request cmpl-2-0.",
@@ -540,7 +541,7 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(tmp_path
 _HEAD_PARTS = ["(APIServer pid=1) ", "(EngineCore_DP0 pid=2)", "[VllmWorker rank=0]", "INFO 05-19 10:13:09 ", "DEBUG 05-19 ",
                "WARNING 12-31 23:59:59.123 ", "ERROR 2025-05-19 ", "INFO  | ", "0: ", "web-1  | ", "[pod/v/c] ",
                "2025-05-19T10:13:09.5Z ", "stdout F ", "Mar  1 10:13:09 host vllm[1]: ", "\x1b[32m", "\x1b[0m", "\r", " ",
-               "[2025-05-19T10:13:09Z] ", "^[[32m", "^[", "[0;36m", "[loggers.py:271] ", "text", "{", "x", "    ", "\t"]
+               "[2025-05-19T10:13:09Z] ", "^[[32m", "^[", "[0;36m", ">", "> ", "12:", "v.log-3-", "7\t", "[loggers.py:271] ", "text", "{", "x", "    ", "\t"]
 
 
 @settings(max_examples=600, deadline=None)

@@ -279,6 +279,30 @@ def test_colour_codes_whose_esc_a_paste_dropped_come_off(tmp_path: Path) -> None
     assert sorted(set(b.samples["t_us"].to_list())) == [0, 10_000_000]
 
 
+@pytest.mark.parametrize("put", [
+    lambda n, ln: f"> {ln}",  # (quoted: a Markdown or e-mail quote)
+    lambda n, ln: f"> > {ln}",
+    lambda n, ln: f"{n}:{ln}",  # (grep -n)
+    lambda n, ln: f"vllm.log:{n}:{ln}",  # (grep -Hn)
+    lambda n, ln: f"vllm.log-{n}-{ln}",  # (grep -C: a context line)
+    lambda n, ln: f"{n:6d}\t{ln}",  # (cat -n)
+])
+def test_lines_quoted_or_numbered_by_a_search_keep_their_facts(put: Callable[[int, str], str], tmp_path: Path) -> None:
+    # GIVEN two real V1 stats lines (vLLM #43295) as a quote or a search hands them on
+    lines = ["(APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+             "Avg generation throughput: 1055.3 tokens/s, Running: 18 reqs, Waiting: 43 reqs, GPU KV cache usage: 95.9%, "
+             "Prefix cache hit rate: 0.0%",
+             "(APIServer pid=3646) INFO 05-19 10:13:21 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+             "Avg generation throughput: 1226.3 tokens/s, Running: 18 reqs, Waiting: 42 reqs, GPU KV cache usage: 95.5%, "
+             "Prefix cache hit rate: 0.0%"]
+    b = _bundle_of(tmp_path, "x.log", "".join(put(1201 + k, ln) + "\n" for k, ln in enumerate(lines)), 2025)
+    d = inspect_bundle(b)
+    # THEN they are the stats lines they quote, at their times (they were read with no time, or the
+    # number was quarantined as a line of its own)
+    assert (d["stats_lines"], d["kv_usage_pct"], d["waiting"], d["quarantined"]) == (2, [95.9, 95.5], [43, 42], 0)
+    assert b.meta.t0_utc == "2025-05-19T10:13:11Z" and sorted(set(b.samples["t_us"].to_list())) == [0, 10_000_000]
+
+
 def test_an_indented_paste_keeps_its_processes_and_times(tmp_path: Path) -> None:
     # GIVEN a V1 start-up pasted as an indented block (a Markdown code block in a GitHub issue), with a
     # traceback whose own lines are indented deeper
