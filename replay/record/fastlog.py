@@ -42,11 +42,13 @@ from replay.record.vllm_log import (
     ANSI,
     BARE_SGR,
     COMPOSE_PREFIX,
+    INVISIBLE,
     ISO_CLOSE,
     ISO_OPEN,
     ISO_TIME,
     KUBECTL_PREFIX,
     LEVEL_TIME,
+    NBSP,
     OTEL_LEVELS,
     PROC_BODY,
     R_DP,
@@ -60,6 +62,7 @@ from replay.record.vllm_log import (
     SHIPPED_TIME,
     SLURM_LABEL,
     SYSLOG_BSD_PREFIX,
+    WEB_HEAD,
     LogFact,
     LogParse,
     LogParser,
@@ -524,6 +527,22 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
     return df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(pattern, "", literal=literal)))
 
 
+def _unweb(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with what a copy from a web page put in its lines taken out, as ``vllm_log.unweb`` does."""
+    r = df["raw"]
+    lead = r.str.starts_with(INVISIBLE[0]) | r.str.starts_with(INVISIBLE[1])
+    at = (lead | r.str.slice(0, WEB_HEAD).str.contains(NBSP, literal=True)).fill_null(False).arg_true()
+    if not at.len():
+        return df
+    rows = r.gather(at).str.strip_chars_start("".join(INVISIBLE))
+    rows = pl.select(pl.when(rows.str.slice(0, WEB_HEAD).str.contains(NBSP, literal=True))
+                     .then(rows.str.replace_all(NBSP, " ", literal=True)).otherwise(rows)).to_series()
+    return df.with_columns(raw=r.scatter(at, rows))
+
+
+WEB_BYTES = tuple(c.encode() for c in (NBSP, *INVISIBLE))
+
+
 def _take_out_bare_codes(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with the colour codes that lost their ESC taken out of the lines that open with one, as
     ``vllm_log._strip_envelopes`` takes them out (few lines of a log open with '[')."""
@@ -550,7 +569,7 @@ def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
 
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
-              has_esc: bool = True, json_lines: bool = True, request_keys: bool = True,
+              has_esc: bool = True, json_lines: bool = True, request_keys: bool = True, web: bool = True,
               ) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]],
                          list[tuple[int, str]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
@@ -564,6 +583,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
+    if web:  # (a piece holds a no-break space, a zero-width space or a byte-order mark)
+        df = _unweb(df)
     if json_lines:  # Docker's json-file log, vLLM's JSON logging (inside Docker's or not): the text inside
         df = _unotel(_unship(df))  # first (CRs and colour codes may come out of their escapes)
     # then, as the reference takes them out, every CR (a CRLF's, a progress bar's inside a line) and the
@@ -755,7 +776,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     second = piece.find(b"\n") + 1
     json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
     df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, any(c.encode() in piece for c in ESC_CHARS), json_lines,
-                                                request_keys)
+                                                request_keys, any(c in piece for c in WEB_BYTES))
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,

@@ -585,7 +585,7 @@ _VLLM_LINE = re.compile(fastlog.STRICT_ANY, re.M)
 
 
 def detect_kind(text: str) -> str | None:
-    head = text[:20000]
+    head = text[:20000].replace("\u00a0", " ")  # (a copy from a web page: no-break spaces for its spaces)
     s = head.lstrip()
     if s.startswith("{") and ('"resultType"' in head or re.match(r'\{\s*"status"\s*:\s*"error"', s) and '"errorType"' in head):
         return "prometheus-query-range"  # (or the API's answer to a query it refused)

@@ -433,6 +433,23 @@ def _glued(s: str) -> bool:
 INDENT = re.compile(r"[ \t]+(?=\(" + PROC_BODY + r"\)|" + _BARE_HEAD.pattern + r"|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - \")")
 
 
+# what a copy from a web page or a chat puts in a line: no-break spaces for its spaces (vLLM writes none in
+# a line's head: a line with one there has them all turned back), a zero-width space or a byte-order mark
+# in front of it (where files or pastes were joined)
+NBSP = "\u00a0"
+WEB_HEAD = 60  # characters: a line's head (process, level, time, call site) lies within them
+INVISIBLE = ("\u200b", "\ufeff")
+
+
+def unweb(raw: str) -> str:
+    """A line without what a copy from a web page put in it (``NBSP``, ``INVISIBLE``)."""
+    if raw.startswith(INVISIBLE):
+        raw = raw.lstrip("".join(INVISIBLE))
+    if NBSP in raw[:WEB_HEAD]:
+        raw = raw.replace(NBSP, " ")
+    return raw
+
+
 def _strip(raw: str) -> tuple[str, str | None, int | None]:
     """A line without what log shippers put around vLLM's own text (Docker's JSON, vLLM's own JSON
     records, stern's pod and container, Slurm's task label, docker compose's service column, kubectl's
@@ -440,6 +457,7 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
     time and tags) and colour codes, with the shipper's ISO time where it gave one with a zone, and the
     year of a shipper's time that has none. vLLM's own line as it wrote it (most lines) is known by
     how it opens, without trying every envelope; an indent before it is taken off (``INDENT``)."""
+    raw = unweb(raw)
     if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "^[" not in raw and "\r" not in raw:
         return raw.rstrip("\n"), None, None
     return _strip_envelopes(raw)
@@ -447,6 +465,7 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
 
 def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
     iso, year0 = None, None
+    raw = unweb(raw)
     if raw[:1] == ">":
         raw = raw[QUOTE.match(raw).end():]  # type: ignore[union-attr]  # (a '>' opens QUOTE's match)
     if raw[:1] in " \t" or raw[:1].isdigit() or raw[:1].isalpha():

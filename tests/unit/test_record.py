@@ -303,6 +303,24 @@ def test_lines_quoted_or_numbered_by_a_search_keep_their_facts(put: Callable[[in
     assert b.meta.t0_utc == "2025-05-19T10:13:11Z" and sorted(set(b.samples["t_us"].to_list())) == [0, 10_000_000]
 
 
+def test_a_log_copied_from_a_web_page_keeps_its_facts(tmp_path: Path) -> None:
+    # GIVEN real V1 stats lines (vLLM #43295) copied from a web page or a chat: every space a no-break
+    # space (the file was of no known kind, both lines quarantined), and a zero-width space before one
+    line = ("(APIServer pid=3646) INFO 05-19 10:13:{s} [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            "Avg generation throughput: 1055.3 tokens/s, Running: 18 reqs, Waiting: {w} reqs, GPU KV cache usage: 95.9%, "
+            "Prefix cache hit rate: 0.0%")
+    text = "\u200b" + line.format(s=11, w=43).replace(" ", "\u00a0") + "\n" + line.format(s=21, w=42).replace(" ", "\u00a0") + "\n"
+    b = _bundle_of(tmp_path, "copied.log", text, 2025)
+    d = inspect_bundle(b)
+    # THEN they read as the lines vLLM wrote: stats at their times, nothing quarantined
+    assert (d["stats_lines"], d["waiting"], d["quarantined"]) == (2, [43, 42], 0)
+    assert b.meta.t0_utc == "2025-05-19T10:13:11Z" and b.meta.inputs[0]["kind"] == "vllm-log"
+    # (a no-break space in a prompt's text, past the head, is the prompt's own and stays)
+    from replay.record.vllm_log import unweb
+    keep = "INFO 05-19 10:13:11 logger.py:36] Received request cmpl-0123456789abcdef-0: prompt: 'a\u00a0b'"
+    assert unweb(keep) == keep
+
+
 def test_an_indented_paste_keeps_its_processes_and_times(tmp_path: Path) -> None:
     # GIVEN a V1 start-up pasted as an indented block (a Markdown code block in a GitHub issue), with a
     # traceback whose own lines are indented deeper
