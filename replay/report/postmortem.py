@@ -22,7 +22,8 @@ def _md(s: object) -> str:
 # how the summary names the first crash the evidence holds (``pipeline.OOM_KINDS``)
 _CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
                 "host_oom_killed": "The container was killed for host memory (not a CUDA OOM)",
-                "emulated_oom": "Actual memory crossed the production capacity (an emulated OOM)"}
+                "emulated_oom": "Actual memory crossed the production capacity (an emulated OOM)",
+                "container_killed": "The container was killed with SIGKILL (exit 137; Kubernetes did not say OOMKilled)"}
 
 
 def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
@@ -45,7 +46,8 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     if report_link:
         L += [f"HTML report: [{report_link}]({report_link})", ""]
     L += ["## Summary", ""]
-    first_down = min((e for e in a.ooms if e.get("t_us") is not None), key=lambda e: e["t_us"], default=None)
+    first_down = min((e for e in (*a.ooms, *(e for e in b.events if e.get("kind") == "container_killed"))
+                      if e.get("t_us") is not None), key=lambda e: e["t_us"], default=None)
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
     actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
               else f"unknown (the evidence holds device memory of several {s['machine_kind']}, {s['machine_series']} series, "
@@ -54,7 +56,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
              f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
              + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
-             + (f" {_CRASH_WORDS.get(str(first_down.get('kind')), 'The engine failed')} at {utc(a.oom_us)}."
+             + (f" {_CRASH_WORDS.get(str(first_down.get('kind')), 'The engine failed')} at {utc(first_down['t_us'])}."
                 if first_down is not None else ""))
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
     L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}"

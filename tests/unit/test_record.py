@@ -3265,6 +3265,9 @@ def test_exit_137_without_oomkilled_is_a_sigkill_not_a_host_oom(tmp_path: Path) 
     assert "liveness probe" in killed[0]["meaning"] and len(outages(b.events)) == 1
     ids = {f.id for f in analyze_bundle(b).findings}
     assert "killed:sigkill" in ids and "oom:host" not in ids
+    from replay.report.postmortem import render_postmortem
+    assert "The container was killed with SIGKILL (exit 137; Kubernetes did not say OOMKilled) at 2017-10-10 17:41:58 UTC." in (
+        render_postmortem(tmp_path / "b"))
     (tmp_path / "d.txt").write_text("Name:         memtest\nContainers:\n  memtest:\n    State:          Terminated\n"
                                     "      Reason:       OOMKilled\n      Exit Code:    0\n"
                                     "      Finished:     Tue, 29 Apr 2025 14:10:51 +0800\n    Ready:          False\n")
