@@ -530,8 +530,7 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
 def _unweb(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with what a copy from a web page put in its lines taken out, as ``vllm_log.unweb`` does."""
     r = df["raw"]
-    lead = r.str.starts_with(INVISIBLE[0]) | r.str.starts_with(INVISIBLE[1])
-    at = (lead | r.str.slice(0, WEB_HEAD).str.contains(NBSP, literal=True)).fill_null(False).arg_true()
+    at = r.str.contains_any([NBSP, *INVISIBLE]).fill_null(False).arg_true()  # (one pass; few lines hold one)
     if not at.len():
         return df
     rows = r.gather(at).str.strip_chars_start("".join(INVISIBLE))
@@ -543,12 +542,10 @@ def _unweb(df: pl.DataFrame) -> pl.DataFrame:
 WEB_BYTES = tuple(c.encode() for c in (NBSP, *INVISIBLE))
 
 
-def _take_out_bare_codes(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with the colour codes that lost their ESC taken out of the lines that open with one, as
-    ``vllm_log._strip_envelopes`` takes them out (few lines of a log open with '[')."""
-    at = df["raw"].str.starts_with("[").fill_null(False).arg_true()
-    if at.len():
-        at = at.filter(df["raw"].gather(at).str.contains("^" + BARE_SGR))
+def _take_out_bare_codes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
+    """``df`` with the colour codes that lost their ESC taken out of those of lines ``at`` that open
+    with one, as ``vllm_log._strip_envelopes`` takes them out."""
+    at = at.filter(df["raw"].gather(at).str.contains("^" + BARE_SGR))
     if not at.len():
         return df
     return df.with_columns(raw=df["raw"].scatter(at, df["raw"].gather(at).str.replace_all(BARE_SGR, "")))
@@ -595,10 +592,11 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if esc:
         for char in ESC_CHARS:
             df = _take_out(df, char, ANSI.pattern, literal=False)
-    df = _take_out_bare_codes(df)
     # an envelope never opens a message: on a plain log only the few lines that open none can hold one,
     # and they are read after the marks (then marked again, stripped); a piece that begins with one (a
-    # runtime's own log file) is stripped whole first and marked once
+    # runtime's own log file) is stripped whole first and marked once. So with colour codes that lost their
+    # ESC (a line that opens with one opens no message: where a runtime's time comes first, the
+    # line-by-line parser reads it)
     first = df["raw"][0] if df.height else None
     if first is not None and _ENVELOPED.match(first):
         df = _strip_envelopes(df, pl.int_range(0, df.height, dtype=pl.UInt32, eager=True))
@@ -608,7 +606,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         at = marks["opens"].not_().fill_null(False).arg_true()
         at = at.filter(df["raw"].gather(at).str.contains(_MAYBE_ENVELOPE))
         if at.len():
-            df = _strip_envelopes(df, at)
+            df = _strip_envelopes(_take_out_bare_codes(df, at), at)
             again = _marks(df[at], esc)
             marks = marks.with_columns(marks[c].scatter(at, again[c]) for c in marks.columns)
     clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
@@ -775,8 +773,12 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # lines take the line-by-line parser)
     second = piece.find(b"\n") + 1
     json_lines = piece.startswith(b"{") or piece.startswith(b"{", second)
-    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, any(c.encode() in piece for c in ESC_CHARS), json_lines,
-                                                request_keys, any(c in piece for c in WEB_BYTES))
+    # (so are colour codes and a web page's spaces looked for: by a byte, at memory speed, which most
+    # pieces lack: the ESC, a caret, the first byte of each character; the lines that hold them are told
+    # apart in polars, without the GIL; an ASCII piece holds none of those characters)
+    esc = b"\x1b" in piece or b"^" in piece
+    web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
+    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,

@@ -476,8 +476,6 @@ def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
         m = INDENT.match(raw)
         if m:
             raw = raw[m.end():]
-    if raw[:1] == "[" and BARE_SGR_HEAD.match(raw):
-        raw = _BARE_SGR.sub("", raw)
     if raw.startswith("{"):  # (vLLM's own JSON records name none of the shippers' keys: read below)
         doc = _shipped(raw)
         if doc is not None:
@@ -487,6 +485,8 @@ def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
         if rec is not None:
             raw, iso = rec
     s = ANSI.sub("", raw).replace("\r", "").rstrip("\n")
+    if s[:1] == "[" and BARE_SGR_HEAD.match(s):  # (after the codes with their ESC: '\x1b[0m' holds one)
+        s = _BARE_SGR.sub("", s)
     m = STERN.match(s) if s[:1].islower() or s[:1].isdigit() else None
     if m:
         s = s[m.end():]

@@ -277,6 +277,10 @@ def test_colour_codes_whose_esc_a_paste_dropped_come_off(tmp_path: Path) -> None
     assert (d["stats_lines"], d["kv_usage_pct"], d["running"], d["waiting"]) == (2, [0.3, 9.1], [1, 50], [0, 206])
     assert b.meta.t0_utc == "2025-12-15T18:32:12Z"
     assert sorted(set(b.samples["t_us"].to_list())) == [0, 10_000_000]
+    # (a line that lost some ESC bytes and kept others is read alike: the codes with their ESC first)
+    from replay.record.vllm_log import split_line
+    ln = split_line(1, "[0;36m(APIServer pid=7)\x1b[0;0m \x1b[32mINFO\x1b[0m 12-15 18:32:12 [loggers.py:259] Engine 000: x")[0]
+    assert (ln.rank, ln.ts, ln.text) == ("APIServer pid=7", "12-15 18:32:12", "Engine 000: x")
 
 
 @pytest.mark.parametrize("put", [
