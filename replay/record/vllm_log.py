@@ -541,6 +541,10 @@ def split_line(no: int, raw: str) -> list[_Line]:
         if m:
             rank = m.group("proc") or m.group("bproc")
             s = s[m.end():]
+            inner = PROC.match(s)  # (a line another process relayed: '(EngineCore pid=1) (RayWorkerWrapper
+            if inner:  # pid=2, ip=…) INFO …' is the Ray worker's, which wrote it)
+                rank = inner.group("proc") or inner.group("bproc")
+                s = s[inner.end():]
         ts = None
         prefixed = False
         fileline = ""

@@ -353,6 +353,7 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            "[2026-06-09T14:01:52Z] ", "^[[0;36m", "^[[0m", "[0;36m", "[0m",  # (Buildkite's time; colour codes in
            # caret notation, and without their ESC)
            "> ", "1201:", "vllm.log-1202-", "  12\t",  # (a quote; grep's and cat -n's line numbers)
+           "(EngineCore pid=1) (RayWorkerWrapper pid=2, ip=10.0.0.1) ",  # (a line another process relayed)
            "\u00a0", "\u200b", "\ufeff", "INFO\u00a005-19\u00a010:13:00\u00a0[core.py:1]\u00a0",  # (a web page's copy)
            "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "', " ",
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,

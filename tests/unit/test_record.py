@@ -325,6 +325,18 @@ def test_a_log_copied_from_a_web_page_keeps_its_facts(tmp_path: Path) -> None:
     assert unweb(keep) == keep
 
 
+def test_a_line_another_process_relayed_is_its_writers(tmp_path: Path) -> None:
+    # GIVEN real lines of a Ray deployment (vllm-ascend #8440): the engine core relays each Ray worker's
+    # line under its own prefix, and logs its own
+    text = ("(EngineCore pid=1289) (RayWorkerWrapper pid=1886, ip=172.16.4.198) INFO 04-20 12:59:27 [worker.py:357] "
+            "Available KV cache memory: 3.15 GiB\n"
+            "(EngineCore pid=1289) INFO 04-20 12:59:32 [kv_cache_utils.py:1316] GPU KV cache size: 319,104 tokens\n")
+    b = _bundle_of(tmp_path, "ray.log", text, 2026)
+    # THEN the worker's fact is the worker's, at its time (it was the engine core's, with no time)
+    assert [(e["kind"], e["rank"], e["t_us"]) for e in b.events] == [
+        ("kv_memory", "RayWorkerWrapper pid=1886, ip=172.16.4.198", 0), ("kv_tokens", "EngineCore pid=1289", 5_000_000)]
+
+
 def test_an_indented_paste_keeps_its_processes_and_times(tmp_path: Path) -> None:
     # GIVEN a V1 start-up pasted as an indented block (a Markdown code block in a GitHub issue), with a
     # traceback whose own lines are indented deeper
