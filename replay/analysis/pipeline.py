@@ -23,11 +23,13 @@ from replay.analysis.memory import (
     machines_frame,
     unchosen,
 )
-from replay.analysis.outages import Outage, engine_starts, outages
+from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
 from replay.bundle import Bundle
 from replay.units import GiB
 
-OOM_KINDS = ("oom", "engine_death", "emulated_oom", "host_oom_killed")
+# the crashes that are an OOM or may be one (an engine death follows one, or has a cause the evidence may
+# not show); a container killed with SIGKILL is a crash of a cause unstated, not one of these
+OOM_KINDS = tuple(k for k in DOWN_KINDS if k != "container_killed")
 
 
 @dataclass
@@ -67,6 +69,12 @@ class Analysis:
     def oom_us(self) -> int | None:
         ts = [e["t_us"] for e in self.ooms if e.get("t_us") is not None]
         return min(ts) if ts else None
+
+    @property
+    def first_crash(self) -> dict[str, Any] | None:
+        """The first timed event that took the engine down (``outages.DOWN_KINDS``: the OOMs, and a SIGKILL)."""
+        return min((e for e in self.bundle.events if e.get("kind") in DOWN_KINDS and e.get("t_us") is not None),
+                   key=lambda e: e["t_us"], default=None)
 
     def summary(self) -> dict[str, Any]:
         g = self.gap

@@ -465,9 +465,10 @@ def _dcgm_pods(p: Parsed, path: Path, series: list[tuple[int, dict[str, str]]], 
     time-slicing: the exporter repeats the device's series under each pod), the samples that repeat
     one another are one fact, and a note says the GPU was shared (its memory is every tenant's). Pods
     that follow one another on a GPU (a restart's new name) share nothing."""
+    pods = [_pod_of(labels) for _, labels in series]
     devices: dict[tuple[str, int, str], set[str]] = {}
-    for (_, labels), mine in zip(series, ours, strict=True):
-        gpu, pod = dcgm_gpu(labels), _pod_of(labels)
+    for (_, labels), pod, mine in zip(series, pods, ours, strict=True):
+        gpu = dcgm_gpu(labels)
         if gpu is None or pod is None:
             continue
         devices.setdefault((labels.get(key, "") if key else "", gpu, (labels.get("GPU_I_ID") or "").strip()), set()).add(pod)
@@ -479,11 +480,11 @@ def _dcgm_pods(p: Parsed, path: Path, series: list[tuple[int, dict[str, str]]], 
     # each sample's pod, beside it: the listed samples' by their index, a framed series' for the whole frame
     listed: list[str | None] = [None] * len(p.samples)
     framed_pod: dict[int, str | None] = {}
-    for i, (k, labels) in enumerate(series):
+    for i, ((k, _), pod) in enumerate(zip(series, pods, strict=True)):
         if i < framed:
-            listed[k] = _pod_of(labels)
+            listed[k] = pod
         else:
-            framed_pod[k] = _pod_of(labels)
+            framed_pod[k] = pod
     parts = [f.with_columns(pod=pl.lit(framed_pod.get(k), pl.Utf8)) for k, f in enumerate(p.frames)]
     if p.samples:
         parts.append(pl.DataFrame(p.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False).with_columns(

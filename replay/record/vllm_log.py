@@ -460,12 +460,17 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
     raw = unweb(raw)
     if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "^[" not in raw and "\r" not in raw:
         return raw.rstrip("\n"), None, None
-    return _strip_envelopes(raw)
+    return _envelopes(raw)
 
 
 def _strip_envelopes(raw: str) -> tuple[str, str | None, int | None]:
+    """What ``_strip`` gives, trying every envelope (the cheap tests of ``_strip`` must agree with it)."""
+    return _envelopes(unweb(raw))
+
+
+def _envelopes(raw: str) -> tuple[str, str | None, int | None]:
+    """``_strip_envelopes`` of a line ``unweb`` has already been through."""
     iso, year0 = None, None
-    raw = unweb(raw)
     if raw[:1] == ">":
         raw = raw[QUOTE.match(raw).end():]  # type: ignore[union-attr]  # (a '>' opens QUOTE's match)
     if raw[:1] in " \t" or raw[:1].isdigit() or raw[:1].isalpha():

@@ -16,11 +16,14 @@ from plotly.subplots import make_subplots
 
 from replay import __version__
 from replay.analysis.memory import stacked_parts, unchosen
-from replay.analysis.outages import crash_line
+from replay.analysis.outages import DOWN_KINDS, crash_line
 from replay.analysis.pipeline import Analysis, analyze_bundle
 from replay.bundle import read_bundle
 from replay.report.downsample import minmax
 from replay.units import GiB
+
+# the events drawn in the timeline's crash lane: what took the engine down, and the GPU errors behind it
+CRASH_LANE = (*DOWN_KINDS, "gpu_xid", "cuda_error", "collective_timeout")
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("replay.report", "templates"),
                           autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
@@ -119,7 +122,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         if e.get("t_us") is None:
             continue
         k = e["kind"]
-        lane = ("oom" if k in ("oom", "engine_death", "emulated_oom", "host_oom_killed", "container_killed", "gpu_xid", "cuda_error", "collective_timeout") else
+        lane = ("oom" if k in CRASH_LANE else
                 "preemption" if k == "preemption" else "restart" if k in ("engine_start", "restart_count") else
                 "k8s" if k.startswith("k8s") else "startup")
         if k.startswith("request_"):

@@ -19,7 +19,7 @@ def _md(s: object) -> str:
     return str(s).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
 
 
-# how the summary names the first crash the evidence holds (``pipeline.OOM_KINDS``)
+# how the summary names the first crash the evidence holds (``outages.DOWN_KINDS``)
 _CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
                 "host_oom_killed": "The container was killed for host memory (not a CUDA OOM)",
                 "emulated_oom": "Actual memory crossed the production capacity (an emulated OOM)",
@@ -46,8 +46,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     if report_link:
         L += [f"HTML report: [{report_link}]({report_link})", ""]
     L += ["## Summary", ""]
-    first_down = min((e for e in (*a.ooms, *(e for e in b.events if e.get("kind") == "container_killed"))
-                      if e.get("t_us") is not None), key=lambda e: e["t_us"], default=None)
+    first_down = a.first_crash
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
     actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
               else f"unknown (the evidence holds device memory of several {s['machine_kind']}, {s['machine_series']} series, "
