@@ -77,6 +77,25 @@ def attribute(requests: pl.DataFrame | pl.LazyFrame, onset_us: int | None, *, be
     return sorted(out, key=lambda a: a.score, reverse=True)
 
 
+def _itself_listed(oom: dict[str, Any]) -> dict[str, Any] | None:
+    """The process torch lists as 'Process N has X memory in use' that is the one that ran out, where torch
+    did not recognise itself (its PID inside a container is not the driver's PID for it, so torch names
+    no 'this process' line and lists every process on the device). It is known by the sum: the listed
+    processes and PyTorch's own memory together exceed what the device had in use, so one of the listed
+    is this process; it is the least one that holds PyTorch's memory. None where the figures do not show it."""
+    total, free = oom.get("gpu_total_bytes"), oom.get("free_bytes")
+    alloc, resv = oom.get("allocated_by_pytorch_bytes"), oom.get("reserved_unallocated_bytes")
+    listed = [p for p in oom.get("other_processes") or [] if p.get("used_bytes") is not None]
+    if total is None or free is None or alloc is None or not listed:
+        return None
+    torch_held = alloc + (resv or 0)
+    used = total - free
+    if sum(p["used_bytes"] for p in listed) + torch_held <= used + max(0.02 * total, 2**28):
+        return None  # (every listed process fits beside this one's PyTorch memory)
+    holds = [p for p in listed if p["used_bytes"] >= torch_held]
+    return min(holds, key=lambda p: p["used_bytes"]) if holds else None
+
+
 def classify_oom(oom: dict[str, Any], kv_usage_ratio: float | None = None) -> list[tuple[str, str, str]]:
     """(cause, confidence, reasoning) from one parsed CUDA OOM message, most likely first."""
     out: list[tuple[str, str, str]] = []
@@ -85,7 +104,12 @@ def classify_oom(oom: dict[str, Any], kv_usage_ratio: float | None = None) -> li
     resv = oom.get("reserved_unallocated_bytes")
     alloc = oom.get("allocated_by_pytorch_bytes")
     this = oom.get("process_in_use_bytes")
-    others = sum(p.get("used_bytes") or 0 for p in oom.get("other_processes") or [])
+    listed = list(oom.get("other_processes") or [])
+    itself = _itself_listed(oom) if this is None else None
+    if itself is not None:  # (torch did not know its own process by the PID the driver gave it)
+        this = itself.get("used_bytes")
+        listed.remove(itself)
+    others = sum(p.get("used_bytes") or 0 for p in listed)
     if resv is not None and tried and (resv >= tried or (total and resv > 0.05 * total)):
         out.append(("fragmentation", "high" if resv >= tried else "medium",
                     f"{resv / 2**30:.2f} GiB reserved by PyTorch but unallocated vs {tried / 2**30:.2f} GiB requested: "
@@ -101,4 +125,11 @@ def classify_oom(oom: dict[str, Any], kv_usage_ratio: float | None = None) -> li
         out.append(("budget too high / activation spike beyond the profile", "medium",
                     f"PyTorch holds nearly all memory{kv} and a {tried / 2**30:.2f} GiB allocation did not fit: "
                     "the profiled budget left too little headroom for this traffic"))
+    if itself is not None and this is not None:
+        cause, conf, why = out[0]
+        out[0] = (cause, conf, f"{why} (the process that ran out is the one torch lists as process {itself.get('pid')}, "
+                               f"{this / 2**30:.2f} GiB, by a PID from outside its container: the device's memory in use "
+                               "cannot hold both it and PyTorch's own; "
+                               + ("no other process is on the device" if not listed else
+                                  f"{len(listed)} other process(es) listed beside it") + ")")
     return out

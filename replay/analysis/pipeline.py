@@ -113,6 +113,23 @@ class Analysis:
         }
 
 
+def _warmup_oom(e: dict[str, Any], max_num_seqs: Any) -> Finding:
+    """An OOM in vLLM's start-up warm-up of its sampler (or pooler): the engine never served. The warm-up
+    runs one step of ``max_num_seqs`` dummy requests after the KV cache is sized, so what was left beside
+    the KV budget did not hold a full batch's logits (vocabulary x requests)."""
+    what = str(e.get("warmup") or "sampler") + (f" ({e['warmup_task']})" if e.get("warmup_task") else "")
+    n = e.get("dummy_requests")
+    seqs = f"max_num_seqs {max_num_seqs}" if max_num_seqs is not None else "max_num_seqs"
+    return Finding(
+        "oom:warmup", f"CUDA OOM at start-up, warming up the {what}",
+        f"vLLM ran out of memory warming up its {what} with {n if n is not None else 'its'} dummy requests, before "
+        f"serving any: it warms up a full batch ({seqs}) after sizing the KV cache, and what was left beside that "
+        "budget did not hold the batch's logits; lower max_num_seqs (the dummy requests) or gpu_memory_utilization "
+        "(the KV budget), as vLLM advises", "high",
+        [{"t_us": e.get("t_us"), "source": e.get("source"),
+          **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}])
+
+
 def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
     """vLLM's own memory errors (it refused to start, or to size its KV cache), each kind once."""
     out: dict[str, Finding] = {}
@@ -252,6 +269,8 @@ def analyze_bundle(b: Bundle) -> Analysis:
                     f"(instead of {util}) leaves that much free", "medium",
                     [{"value_bytes": over, "what": "peak over accounted"}]))
     for e in ooms:
+        if e.get("kind") == "oom" and e.get("warmup"):
+            findings.append(_warmup_oom(e, b.meta.engine_args.get("max_num_seqs")))
         if e.get("kind") == "oom" and e.get("tried_to_allocate_bytes") is not None:
             kvv = kv["kv_usage_ratio"].to_list()
             for cause, conf, why in classify_oom(e, kvv[-1] if kvv else None)[:2]:

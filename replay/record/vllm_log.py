@@ -220,6 +220,11 @@ R_OOM_MODERN = re.compile(
 R_OOM_OLD = re.compile(
     r"Tried to allocate (?P<tried>[\d.]+ \w+) \(GPU (?P<gpu>\d+); (?P<total>[\d.]+ \w+) total capacity; (?P<alloc>[\d.]+ \w+) already allocated; "
     r"(?P<free>[\d.]+ \w+) free; (?:(?P<allowed>[\d.]+ \w+) allowed; )?(?P<resv_total>[\d.]+ \w+) reserved in total by PyTorch\)")
+# (V1's model runner, when a CUDA OOM interrupts its start-up warm-up of the sampler or the pooler: 'RuntimeError:
+# CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try lowering `max_num_seqs`
+# …'; raised 'from' torch's own OOM, which the traceback states first)
+R_WARMUP = re.compile(r"CUDA out of memory occurred when warming up (sampler|pooler)(?: \(task=['\"]?([\w-]+)['\"]?\))? "
+                      r"with ([\d,]+) dummy requests")
 R_OOM_ANY = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory", re.I)
 # an OOM without torch's accounting (CUDA; HIP on ROCm; XPU): still an OOM, its numbers unknown
 R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory"
@@ -582,6 +587,16 @@ def split_logical(lines: Iterable[str]) -> Iterator[_Line]:
         yield from split_line(no, raw)
 
 
+_NO_FIGURES = dict.fromkeys(("tried_to_allocate_bytes", "gpu_total_bytes", "free_bytes", "process_in_use_bytes",
+                              "allocated_by_pytorch_bytes", "reserved_unallocated_bytes"))
+
+
+def _warmup(m: re.Match[str]) -> dict[str, Any]:
+    """What vLLM's start-up warm-up OOM says (``R_WARMUP``): what it warmed up, and with how many dummy
+    requests (``max_num_seqs``, what vLLM advises lowering)."""
+    return {"warmup": m.group(1), "warmup_task": m.group(2), "dummy_requests": int(m.group(3).replace(",", ""))}
+
+
 def _oom(text: str) -> dict[str, Any] | None:
     m = R_OOM_MODERN.search(text)
     if m:
@@ -784,13 +799,14 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
                 break
     if "memory" in text.lower() and R_OOM_ANY.search(text) or "_ALLOC_FAILED" in text and R_LIB_ALLOC.search(text):
         o = _oom(text)
+        w = R_WARMUP.search(text) if o is None and "warming up" in text else None
         if o:
             out.append(("oom", o))
+        elif w:
+            out.append(("oom", {"generation": "vllm-warmup", "message": text.strip()[:300], **_NO_FIGURES,
+                                **_warmup(w)}))
         elif (R_OOM_BARE.search(text) or R_LIB_ALLOC.search(text)) and not text.lstrip().startswith(("File ", "raise ")):
-            out.append(("oom", {"generation": "unparsed", "message": text.strip()[:300],
-                                "tried_to_allocate_bytes": None, "gpu_total_bytes": None, "free_bytes": None,
-                                "process_in_use_bytes": None, "allocated_by_pytorch_bytes": None,
-                                "reserved_unallocated_bytes": None}))
+            out.append(("oom", {"generation": "unparsed", "message": text.strip()[:300], **_NO_FIGURES}))
     if "error: " in text and ("CUDA error" in text or "HIP error" in text):
         m = R_CUDA_ERROR.search(text)
         if m and not text.lstrip().startswith(("File ", "raise ")):
@@ -939,6 +955,16 @@ class LogParser:
         """Whether this OOM is one the same rank stated already (every figure alike, within
         OOM_RESTATED_S of it, the engine not started again since): it is then one OOM, and the first
         statement's fact lists this line under ``restated_lines``."""
+        if data.get("warmup"):  # (vLLM's statement of the torch OOM it was raised from: that one's phase)
+            first = max((f for (rank, _), f in self._ooms.items() if rank == msg.rank), key=lambda f: f.line, default=None)
+            if first is None or first.data.get("warmup"):
+                return False
+            a, b = _seconds(first.ts), _seconds(msg.iso or msg.ts)
+            if a is not None and b is not None and not 0 <= b - a <= OOM_RESTATED_S:
+                return False
+            first.data.update({k: data[k] for k in ("warmup", "warmup_task", "dummy_requests")})
+            first.data.setdefault("restated_lines", []).append(msg.no)
+            return True
         if data.get("free_bytes") is None:
             return False
         first = self._ooms.get((msg.rank, _oom_figures(data)))

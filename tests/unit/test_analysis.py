@@ -13,6 +13,7 @@ from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.errors import ReplayError
 from replay.report.check import run_check
+from tests.conftest import DATA
 
 GIB = 2**30
 INTERVAL = 1_000_000
@@ -84,6 +85,25 @@ def test_classify_co_tenant_and_budget() -> None:
     bud = classify_oom({"gpu_total_bytes": 80 * GIB, "tried_to_allocate_bytes": GIB, "reserved_unallocated_bytes": 10 * 2**20,
                         "allocated_by_pytorch_bytes": 78 * GIB, "process_in_use_bytes": 78.5 * GIB, "other_processes": []})
     assert bud[0][0].startswith("budget too high")
+
+
+def test_the_process_torch_lists_by_its_host_pid_is_the_one_that_ran_out(tmp_path: Path) -> None:
+    """GIVEN vLLM 0.8.0's worker OOM in a container (issue 15105), where torch names its own process
+    'Process 133288 has 22.97 GiB memory in use' (the host's PID) and no 'this process' line THEN it is
+    no co-tenant: 22.97 GiB beside PyTorch's own 20.39 GiB is more than the 22.98 GiB in use. With the
+    'this process' line, a listed process is a co-tenant, as before; and one the sum leaves room for too."""
+    from replay.record.recorder import RecordOptions, record
+    record([DATA / "v080_v1_oom_own_process_by_host_pid.log"], tmp_path / "b", RecordOptions(year=2025))
+    ooms = [e for e in read_bundle(tmp_path / "b").events if e["kind"] == "oom"]
+    assert len(ooms) == 2
+    for oom in ooms:
+        causes = classify_oom(oom)
+        assert "co-tenant process" not in [c for c, _, _ in causes]
+        assert causes[0][0] == "non-torch growth" and f"process {oom['other_processes'][0]['pid']}" in causes[0][2]
+    own = dict(ooms[0], process_in_use_bytes=ooms[0]["other_processes"][0]["used_bytes"] - GIB)
+    assert classify_oom(own)[0][0] == "co-tenant process"  # (torch said which is its own: the listed is another)
+    beside = dict(ooms[0], other_processes=[{"pid": 5, "used_bytes": 2 * GIB}])  # (fits beside PyTorch's 20.39 GiB)
+    assert [c for c, _, _ in classify_oom(beside)][:1] == ["co-tenant process"]
 
 
 def test_check_thresholds(tmp_path: Path) -> None:

@@ -597,6 +597,47 @@ def test_a_cuda_error_that_is_not_an_oom_is_said_so(tmp_path: Path) -> None:
     assert len(found) == 1 and "not prevent it" in found[0].detail and found[0].evidence[0]["source"] == "ima.log:4"
 
 
+def test_an_oom_warming_up_the_sampler_says_what_and_with_how_many(tmp_path: Path) -> None:
+    """GIVEN vLLM 0.8's 'CUDA out of memory occurred when warming up sampler with 256 dummy requests'
+    (issue 17939, rank 1 of two) THEN it is an OOM at its line, that says it was the sampler's warm-up
+    with 256 dummy requests, and the finding says the engine never served and what to lower."""
+    from replay.analysis.pipeline import analyze_bundle
+    record([DATA / "v08x_v1_sampler_warmup_oom_tp.log"], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    ooms = [e for e in b.events if e["kind"] == "oom"]
+    assert [(e["source"], e["warmup"], e["dummy_requests"], e["rank"]) for e in ooms] == [
+        ("v08x_v1_sampler_warmup_oom_tp.log:3", "sampler", 256, "VllmWorker rank=1 pid=2445156")]
+    found = [f for f in analyze_bundle(b).findings if f.id == "oom:warmup"]
+    assert len(found) == 1 and found[0].confidence == "high"
+    assert "256 dummy requests" in found[0].detail and "max_num_seqs" in found[0].detail
+    from replay.report.postmortem import render_postmortem
+    assert "A CUDA OOM stopped the engine's start-up, warming up its sampler (it never served) at 2025-05-10 16:00:15" \
+        in render_postmortem(tmp_path / "b")
+
+
+def test_the_torch_oom_a_warmup_oom_was_raised_from_is_one_oom_with_its_phase(tmp_path: Path) -> None:
+    """GIVEN one rank's torch OOM, then vLLM's warm-up OOM raised from it ('The above exception was the
+    direct cause'), and another rank's warm-up OOM alone, and a pooler's THEN the first rank has one OOM,
+    torch's figures with the warm-up's phase, the second line its restatement; the others are OOMs of
+    their own, each with what it warmed up."""
+    head = "(VllmWorker rank={r} pid=7{r}) ERROR 05-10 16:00:1{s} [multiproc_executor.py:470] "
+    torch_oom = (DATA / "v080_v1_oom_own_process_by_host_pid.log").read_text().splitlines()[0].split("] ", 1)[1]
+    warm = ("RuntimeError: CUDA out of memory occurred when warming up sampler with 1,024 dummy requests. Please try "
+            "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
+    pool = ("RuntimeError: CUDA out of memory occurred when warming up pooler (task='embed') with 8 dummy requests. "
+            "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.")
+    lines = [head.format(r=0, s=5) + torch_oom, head.format(r=0, s=5),
+             head.format(r=0, s=5) + "The above exception was the direct cause of the following exception:",
+             head.format(r=0, s=5) + "Traceback (most recent call last):", head.format(r=0, s=6) + warm,
+             head.format(r=1, s=6) + warm, head.format(r=2, s=7) + pool]
+    b = _bundle_of(tmp_path, "w.log", "\n".join(lines) + "\n", 2025)
+    ooms = [(e["rank"], e["source"], e.get("restated_at"), e["warmup"], e.get("warmup_task"), e["dummy_requests"],
+             e["tried_to_allocate_bytes"]) for e in b.events if e["kind"] == "oom"]
+    assert ooms == [("VllmWorker rank=0 pid=70", "w.log:1", ["w.log:5"], "sampler", None, 1024, round(1.74 * GIB)),
+                    ("VllmWorker rank=1 pid=71", "w.log:6", None, "sampler", None, 1024, None),
+                    ("VllmWorker rank=2 pid=72", "w.log:7", None, "pooler", "embed", 8, None)]
+
+
 def test_an_nccl_watchdog_timeout_is_said_to_be_no_oom(tmp_path: Path) -> None:
     """GIVEN torch's NCCL watchdog taking a tensor-parallel engine down (real lines of a vLLM report:
     each rank says it twice, the second time inside 'watchdog thread terminated with exception') THEN
