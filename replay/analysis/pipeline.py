@@ -130,6 +130,43 @@ def _warmup_oom(e: dict[str, Any], max_num_seqs: Any) -> Finding:
           **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}])
 
 
+def kill_probe(e: dict[str, Any], events: list[dict[str, Any]]) -> str | None:
+    """The probe ('liveness', 'startup') the kubelet killed a container for, where it says so: on the
+    kill itself (its Killing event), or, for an exit 137 of unstated cause, on a kill of the same container."""
+    if e.get("kind") != "container_killed":
+        return None
+    return e.get("probe") or next((str(x["probe"]) for x in events if x.get("kind") == "container_killed"
+                                   and x.get("probe") and x.get("container") == e.get("container")), None)
+
+
+def _kills(events: list[dict[str, Any]]) -> list[Finding]:
+    """Containers killed with SIGKILL (exit 137) that Kubernetes did not call OOMKilled: of a cause
+    unstated, unless the kubelet says it killed that container for a failed probe; then that is the
+    cause, and the probe's failures say what the check saw ('connection refused': nothing listened yet)."""
+    killed = [e for e in events if e.get("kind") == "container_killed"]
+    failures = [e for e in events if e.get("kind") == "k8s_event" and e.get("reason") == "Unhealthy"
+                and str(e.get("message") or "").startswith(("Liveness probe failed", "Startup probe failed"))]
+    out = []
+    for e in killed:
+        ev = [{"t_us": e.get("t_us"), "source": e.get("source")}]
+        probe = kill_probe(e, killed)
+        if probe is None:  # (a crash, of a cause unstated: not an OOM)
+            out.append(Finding("killed:sigkill", f"Container killed with SIGKILL (exit 137, reason {e.get('reason')})",
+                               "not named OOMKilled: a host OOM kill outside the container's cgroup, or a kill after the "
+                               "grace period (a failed liveness probe, an eviction, a delete); the node's kernel log "
+                               "tells which", "medium", ev))
+            continue
+        said = next((str(f["message"]) for f in failures if str(f["message"]).lower().startswith(probe)), None)
+        out.append(Finding(
+            f"killed:{probe}_probe", f"Container killed by the kubelet: its {probe} probe failed (not an OOM)",
+            f"the kubelet killed container {e.get('container')} with SIGKILL after its {probe} probe failed"
+            + (f" ('{said[:200]}')" if said else "") + ": the engine did not answer its health check in time, still "
+            "loading weights, compiling or capturing CUDA graphs at start-up, or stalled; more memory does not prevent "
+            "it: give the engine time to start (a startupProbe, or a longer initialDelaySeconds or failureThreshold)",
+            "high", ev))
+    return out
+
+
 def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
     """vLLM's own memory errors (it refused to start, or to size its KV cache), each kind once."""
     out: dict[str, Finding] = {}
@@ -284,11 +321,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
         elif e.get("kind") == "emulated_oom":
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
-    findings += [Finding("killed:sigkill", f"Container killed with SIGKILL (exit 137, reason {e.get('reason')})",
-                         "not named OOMKilled: a host OOM kill outside the container's cgroup, or a kill after the grace "
-                         "period (a failed liveness probe, an eviction, a delete); the node's kernel log tells which",
-                         "medium", [{"t_us": e.get("t_us"), "source": e.get("source")}])
-                 for e in b.events if e.get("kind") == "container_killed"]  # (a crash, of a cause unstated: not an OOM)
+    findings += _kills(b.events)
     findings += _vllm_memory_errors(b.events)
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:

@@ -1603,8 +1603,18 @@ def _k8s_fact(t: int | None, line: int | None, data: dict[str, Any]) -> dict[str
             "container": ev["container"], "used": ev["used"], "text": message.strip()[:300],
             "meaning": "the kubelet evicted the pod because the node ran low on memory (host memory, not the GPU's); "
                        "a CUDA OOM is an application error and never shows up here"}}
+    kill = _PROBE_KILL.search(message) if data.get("reason") == "Killing" else None
+    if kill:  # the kubelet killed the container for a failed probe: SIGKILL after the grace period
+        return {"t": t, "kind": "container_killed", "line": line, "data": data | {
+            "container": kill["container"], "probe": kill["probe"], "meaning": PROBE_KILL_MEANING.format(kill["probe"])}}
     return {"t": t, "kind": "k8s_event", "line": line, "data": data}
 
+
+# the kubelet's kill of a container whose liveness (or startup) probe failed ('Container vllm failed
+# liveness probe, will be restarted', reason Killing)
+_PROBE_KILL = re.compile(r"Container (?P<container>\S+) failed (?P<probe>liveness|startup) probe")
+PROBE_KILL_MEANING = ("the kubelet killed the container because its {} probe failed (SIGKILL after the grace period, "
+                      "exit 137): the engine did not answer its health check in time, which is no OOM")
 
 # the kubelet's eviction for node memory pressure ('The node was low on resource: memory. … Container vllm
 # was using 61Gi, request is 0, has larger consumption of memory.')
@@ -1777,9 +1787,10 @@ _RESTARTS = re.compile(r"^(\d+)(?: \((\w+) ago\))?$")
 def _cells(ln: str, cols: list[tuple[str, int]]) -> dict[str, str]:
     """A table row's cells, cut where the header's names start; a row that does not line up with its
     header (a hand-edited paste, tabs turned to spaces) is split at runs of two or more spaces
-    (or tabs) instead, when that gives one cell per column (kubectl pads columns with three)."""
+    (or tabs) instead, when that gives one cell per column (kubectl pads columns with three: a cut
+    after a single space is inside a cell, between a message's words say)."""
     cut = {name: ln[start:cols[k + 1][1] if k + 1 < len(cols) else None].strip() for k, (name, start) in enumerate(cols)}
-    if all(start >= len(ln) or ln[start - 1] == " " for _, start in cols[1:]):
+    if all(start >= len(ln) or ln[start - 2:start] == "  " for _, start in cols[1:]):
         return cut
     parts = re.split(r"\s*\t\s*|\s{2,}", ln.strip(), maxsplit=len(cols) - 1)
     return dict(zip([c for c, _ in cols], parts, strict=True)) if len(parts) == len(cols) else cut

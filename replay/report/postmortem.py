@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.analysis.pipeline import analyze_bundle
+from replay.analysis.pipeline import analyze_bundle, kill_probe
 from replay.bundle import read_bundle
 from replay.units import say_duration
 
@@ -26,9 +26,12 @@ _CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
                 "container_killed": "The container was killed with SIGKILL (exit 137; Kubernetes did not say OOMKilled)"}
 
 
-def _crash_words(e: dict[str, Any]) -> str:
+def _crash_words(e: dict[str, Any], events: list[dict[str, Any]]) -> str:
     if e.get("kind") == "oom" and e.get("warmup"):
         return f"A CUDA OOM stopped the engine's start-up, warming up its {e['warmup']} (it never served)"
+    probe = kill_probe(e, events)
+    if probe:
+        return f"The kubelet killed the container, its {probe} probe failed (not an OOM),"
     return _CRASH_WORDS.get(str(e.get("kind")), "The engine failed")
 
 
@@ -61,7 +64,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
              f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
              + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
-             + (f" {_crash_words(first_down)} at {utc(first_down['t_us'])}." if first_down is not None else ""))
+             + (f" {_crash_words(first_down, b.events)} at {utc(first_down['t_us'])}." if first_down is not None else ""))
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
     L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}"
              + (f"; with no end in the evidence (in flight when it ends, or lost in a crash): {unfinished}" if unfinished else "")

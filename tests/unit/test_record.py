@@ -3332,6 +3332,49 @@ def test_exit_137_without_oomkilled_is_a_sigkill_not_a_host_oom(tmp_path: Path) 
     assert [(e["kind"], e["exit_code"]) for e in read_bundle(tmp_path / "c").events] == [("host_oom_killed", 0)]
 
 
+def test_a_container_killed_for_a_failed_liveness_probe_is_said_so(tmp_path: Path) -> None:
+    """GIVEN the kubelet's events of a liveness kill (a describe's Events, real: 'Liveness probe failed:
+    HTTP probe failed with statuscode: 500', then 'Container app-container failed liveness probe, will be
+    restarted'), with the container's lastState 'Error, exit 137' THEN the kill is a container killed for
+    its probe, an outage at the kill's time; the exit 137 is that kill, not a SIGKILL of unstated cause;
+    the finding is high and quotes the probe's failure; the postmortem names it."""
+    from replay.analysis.outages import outages
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.report.postmortem import render_postmortem
+    events = (DATA / "describe_events_liveness_kill.txt").read_text()
+    (tmp_path / "d.txt").write_text(
+        "Name:             app-deployment-6786b5648d-757bq\nContainers:\n  app-container:\n    State:          Running\n"
+        "    Last State:     Terminated\n      Reason:       Error\n      Exit Code:    137\n"
+        "      Finished:     Sun, 01 Jun 2025 11:59:00 +0000\n    Restart Count:  1\n" + events)
+    record([tmp_path / "d.txt"], tmp_path / "b", RecordOptions(at="2025-06-01T12:00:00Z"))
+    b = read_bundle(tmp_path / "b")
+    kills = [(e.get("probe"), e["container"], e["source"]) for e in b.events if e["kind"] == "container_killed"]
+    assert kills == [(None, "app-container", "d.txt:5"), ("liveness", "app-container", "d.txt:16")]
+    assert [o.down_us for o in outages(b.events)] == [min(e["t_us"] for e in b.events if e["kind"] == "container_killed")]
+    found = {f.id: f for f in analyze_bundle(b).findings}
+    assert "killed:sigkill" not in found
+    f = found["killed:liveness_probe"]
+    assert f.confidence == "high" and "HTTP probe failed with statuscode: 500" in f.detail and "startupProbe" in f.detail
+    assert {e["source"] for e in f.evidence} == {"d.txt:5", "d.txt:16"}
+    assert "The kubelet killed the container, its liveness probe failed (not an OOM), at 2025-06-01 11:59:00 UTC" in (
+        render_postmortem(tmp_path / "b"))
+    (tmp_path / "e.txt").write_text(events)  # (the events alone: the kill is the outage, as the kubelet says it)
+    record([tmp_path / "e.txt"], tmp_path / "c", RecordOptions(at="2025-06-01T12:00:00Z"))
+    assert [f.id for f in analyze_bundle(read_bundle(tmp_path / "c")).findings] == ["killed:liveness_probe"]
+
+
+def test_an_events_table_row_out_of_line_with_its_header_keeps_its_object(tmp_path: Path) -> None:
+    """GIVEN a 'kubectl get events' row pasted with fewer spaces than its header's columns, so that the
+    header's MESSAGE column starts after a space inside the message THEN its cells are its own: the
+    object is the pod, the message is whole (it took the message's first word into the object)."""
+    row = ('2m          Warning   Unhealthy   pod/vllm-7d9f8-abcde   Liveness probe failed: Get '
+           '"http://10.244.0.163:8000/health": dial tcp 10.244.0.163:8000: connect: connection refused')
+    (tmp_path / "ev.txt").write_text("LAST SEEN   TYPE      REASON      OBJECT                          MESSAGE\n" + row + "\n")
+    record([tmp_path / "ev.txt"], tmp_path / "b", RecordOptions(at="2025-06-01T12:00:00Z"))
+    [e] = read_bundle(tmp_path / "b").events
+    assert (e["object"], e["message"][:21]) == ("pod/vllm-7d9f8-abcde", "Liveness probe failed")
+
+
 def test_kubernetes_yaml_with_a_time_out_of_range_keeps_the_rest(tmp_path: Path) -> None:
     """A pod's YAML whose one time cannot be a time (hour 25, as a hand edit or a broken export leaves
     it): the YAML reader turned unquoted times into datetimes and raised on it, which ended the record
