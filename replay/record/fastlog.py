@@ -41,6 +41,9 @@ from replay.record.vllm_log import (
     AFTER_TS_BODY,
     ANSI,
     BARE_SGR,
+    BOX,
+    BOX_CLOSE,
+    BOX_OPEN,
     COMPOSE_PREFIX,
     INVISIBLE,
     ISO_CLOSE,
@@ -530,16 +533,19 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
 def _unweb(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with what a copy from a web page put in its lines taken out, as ``vllm_log.unweb`` does."""
     r = df["raw"]
-    at = r.str.contains_any([NBSP, *INVISIBLE]).fill_null(False).arg_true()  # (one pass; few lines hold one)
+    at = r.str.contains_any([NBSP, *INVISIBLE, BOX]).fill_null(False).arg_true()  # (one pass; few lines hold one)
     if not at.len():
         return df
     rows = r.gather(at).str.strip_chars_start("".join(INVISIBLE))
+    rows = pl.select(pl.when(rows.str.starts_with(BOX)).then(
+        rows.str.replace("^" + BOX_OPEN.pattern, "").str.strip_chars_end("\n").str.replace(BOX_CLOSE.pattern, ""))
+        .otherwise(rows)).to_series()
     rows = pl.select(pl.when(rows.str.slice(0, WEB_HEAD).str.contains(NBSP, literal=True))
                      .then(rows.str.replace_all(NBSP, " ", literal=True)).otherwise(rows)).to_series()
     return df.with_columns(raw=r.scatter(at, rows))
 
 
-WEB_BYTES = tuple(c.encode() for c in (NBSP, *INVISIBLE))
+WEB_BYTES = tuple(c.encode() for c in (NBSP, *INVISIBLE, BOX))
 
 
 def _take_out_bare_codes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:

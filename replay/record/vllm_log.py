@@ -444,12 +444,20 @@ INDENT = re.compile(r"[ \t]+(?=\(" + PROC_BODY + r"\)|" + _BARE_HEAD.pattern + r
 NBSP = "\u00a0"
 WEB_HEAD = 60  # characters: a line's head (process, level, time, call site) lies within them
 INVISIBLE = ("\u200b", "\ufeff")
+# and a copy from a terminal's log viewer (k9s, a TUI) that drew a frame around the log: each line between
+# box-drawing borders, '│ INFO 03-21 20:15:44 [monitor.py:33] … │', padded to the frame's width
+BOX = "\u2502"
+BOX_OPEN = re.compile(BOX + " ?")
+BOX_CLOSE = re.compile(r"[ \t]*" + BOX + r"[ \t]*$")
 
 
 def unweb(raw: str) -> str:
-    """A line without what a copy from a web page put in it (``NBSP``, ``INVISIBLE``)."""
+    """A line without what a copy from a web page or a framed log viewer put in it (``NBSP``,
+    ``INVISIBLE``, ``BOX``)."""
     if raw.startswith(INVISIBLE):
         raw = raw.lstrip("".join(INVISIBLE))
+    if raw.startswith(BOX):
+        raw = BOX_CLOSE.sub("", raw[BOX_OPEN.match(raw).end():].rstrip("\n"))  # type: ignore[union-attr]
     if NBSP in raw[:WEB_HEAD]:
         raw = raw.replace(NBSP, " ")
     return raw

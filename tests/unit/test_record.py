@@ -597,6 +597,18 @@ def test_a_cuda_error_that_is_not_an_oom_is_said_so(tmp_path: Path) -> None:
     assert len(found) == 1 and "not prevent it" in found[0].detail and found[0].evidence[0]["source"] == "ima.log:4"
 
 
+def test_a_log_copied_from_k9s_keeps_its_times_and_facts(tmp_path: Path) -> None:
+    """GIVEN a V0 start-up pasted from k9s's log view (gateway-api-inference-extension PR 550), each line
+    between box-drawing borders THEN every line is read, with its time (two were quarantined as 'not a
+    vLLM log line', and no line had a time), and the accounting is what the lines say."""
+    d = _inspect(tmp_path, "k9s_framed_v08x_memory_profiling.log", year=2025)
+    assert d["quarantined"] == 0
+    assert (d["gpu_blocks"], d["cpu_blocks"], d["weights_gib"], d["kv_cache_gib"]) == (7191, 512, 12.55, 56.18)
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc == "2025-03-21T20:15:45Z"  # (the first event's: the budget line)
+    assert {e["kind"]: e["t_us"] for e in b.events} == {"memory_budget": 0, "memory_profile": 0, "kv_blocks": 1_000_000}
+
+
 def test_an_oom_warming_up_the_sampler_says_what_and_with_how_many(tmp_path: Path) -> None:
     """GIVEN vLLM 0.8's 'CUDA out of memory occurred when warming up sampler with 256 dummy requests'
     (issue 17939, rank 1 of two) THEN it is an OOM at its line, that says it was the sampler's warm-up
