@@ -296,7 +296,7 @@ FINGERPRINTS: list[tuple[re.Pattern[str], str, str]] = [
 ]
 
 V1_MARKERS = re.compile(r"V1 LLM engine|Engine \d{3}:|EngineCore|GPU KV cache size|KV cache size: [\d,]+ tokens|Waiting: \d+ reqs|Available KV cache memory|gpu_model_runner|VllmWorker rank")
-V0_MARKERS = re.compile(r"V0 LLM engine|Pending: \d+ reqs|Swapped: \d+ reqs|# GPU blocks: \d+, # CPU blocks|# cuda blocks|VllmWorkerProcess|async_llm_engine\.py|Memory profiling (?:takes|results)|is preempted by PreemptionMode")
+V0_MARKERS = re.compile(r"V0 LLM engine|MQLLMEngine terminated|MQEngineDeadError|Pending: \d+ reqs|Swapped: \d+ reqs|# GPU blocks: \d+, # CPU blocks|# cuda blocks|VllmWorkerProcess|async_llm_engine\.py|Memory profiling (?:takes|results)|is preempted by PreemptionMode")
 
 
 @dataclass
@@ -1003,9 +1003,10 @@ class LogParser:
             if fp.search(tagged):
                 self._lo = max(self._lo, a, key=version_key)
                 self._hi = min(self._hi, b, key=version_key)
-        if V1_MARKERS.search(full) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):
+        said = f"{ln.fileline}{full}"  # (the call site is a marker too: 'gpu_model_runner.py:848] ' is V1's)
+        if V1_MARKERS.search(said) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):
             self._v1 += weight
-        if V0_MARKERS.search(full) or ln.rank.startswith("VllmWorkerProcess"):
+        if V0_MARKERS.search(said) or ln.rank.startswith("VllmWorkerProcess"):
             self._v0 += weight
 
     def feed(self, no: int, raw: str) -> None:

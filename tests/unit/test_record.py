@@ -597,6 +597,19 @@ def test_a_cuda_error_that_is_not_an_oom_is_said_so(tmp_path: Path) -> None:
     assert len(found) == 1 and "not prevent it" in found[0].detail and found[0].evidence[0]["source"] == "ima.log:4"
 
 
+def test_the_engine_is_known_by_its_call_sites_and_v0s_engine_errors(tmp_path: Path) -> None:
+    """GIVEN the early V1 start-up lines of vLLM pull request 12569 ('gpu_model_runner.py:848] Loading model
+    weights took 67.7229 GB': V1's model runner, known only by the call site) THEN the engine is v1 (it was
+    unknown: the markers were looked for in the message alone); and V0's multiprocessing engine's death
+    ('vllm.engine.multiprocessing.MQEngineDeadError', issue 15039) says v0."""
+    text = ("INFO 01-30 03:18:12 gpu_model_runner.py:848] Loading model weights took 67.7229 GB\n"
+            "INFO 01-30 03:19:13 monitor.py:31] torch.compile takes 54.73 s in total\n"
+            "INFO 01-30 03:19:14 kv_cache_utils.py:395] # GPU blocks: 1381\n"
+            "INFO 01-30 03:19:14 kv_cache_utils.py:398] Maximum concurrency for 2048 tokens per request: 10.79x\n")
+    assert _bundle_of(tmp_path, "v1.log", text, 2025).meta.engine == "v1"
+    assert _inspect(tmp_path, "v08x_v0_mq_oom_stated_twice.log", year=2025)["engine"] == "v0"
+
+
 def test_a_log_copied_from_k9s_keeps_its_times_and_facts(tmp_path: Path) -> None:
     """GIVEN a V0 start-up pasted from k9s's log view (gateway-api-inference-extension PR 550), each line
     between box-drawing borders THEN every line is read, with its time (two were quarantined as 'not a
