@@ -583,6 +583,8 @@ def split_line(no: int, raw: str) -> list[_Line]:
             mn = NAIVE_TIME.match(raw)
             if mn:
                 ts, prefixed = f"{mn.group('md')} {mn.group('hms')}", True
+        if prefixed and s[-1:] in (" ", "\t"):  # (a paste padded to a width: 'Added request x.      ' is that request)
+            s = s.rstrip(" \t")
         out.append(_Line(no, s, rank, ts, iso2 or iso, prefixed or bool(m), fileline, year=year2 or year, width=len(raw)))
     if ray:
         out[-1].repeated = int(ray.group(1))

@@ -331,6 +331,19 @@ def test_a_log_copied_from_a_web_page_takes_the_fast_lane(tmp_path: Path) -> Non
     assert got == _canon(_reference(log)) and len(got[0]) == 750 and len(got[1]) == 750
 
 
+def test_a_log_padded_to_a_width_keeps_its_requests(tmp_path: Path) -> None:
+    """A log whose lines were padded with spaces to a width (a terminal's or a viewer's copy, as the lines
+    pasted in vLLM pull request 44106 are) has the facts of the log vLLM wrote: its request lines were
+    read as none ('Added request x.      ' ended in spaces, not in the request's id)."""
+    lines = [[STATS_V1, ADDED, ACCESS, WARN_PLAIN][i % 4].format(s=i % 60, r=i, n=i % 3) for i in range(400)]
+    padded, plain = tmp_path / "padded.log", tmp_path / "plain.log"
+    padded.write_text("\n".join(ln.ljust(250) + ("\t" if i % 7 == 0 else "") for i, ln in enumerate(lines)) + "\n")
+    plain.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(padded, tmp_path / "spill", chunk_bytes=16 << 10)
+    got = _canon(res, ff)
+    assert got == _canon(_reference(padded)) == _canon(_reference(plain)) and len(got[0]) == 100 and len(got[1]) == 100
+
+
 def test_a_log_copied_from_a_framed_viewer_takes_the_fast_lane(tmp_path: Path) -> None:
     """A log copied from k9s's log view, each line between the frame's borders and padded to its width,
     goes through the vectorised lane with the reference's facts, as the log vLLM wrote would."""
