@@ -110,7 +110,20 @@ def classify_oom(oom: dict[str, Any], kv_usage_ratio: float | None = None) -> li
         this = itself.get("used_bytes")
         listed.remove(itself)
     others = sum(p.get("used_bytes") or 0 for p in listed)
-    if resv is not None and tried and (resv >= tried or (total and resv > 0.05 * total)):
+    free = oom.get("free_bytes")
+    room = None if free is None else free + (resv or 0)  # (what the allocator had, had it been in one piece)
+    if total and tried > total:
+        out.append(("allocation larger than the GPU", "high",
+                    f"one allocation of {tried / 2**30:.2f} GiB is more than the GPU's whole {total / 2**30:.2f} GiB: no "
+                    "gpu_memory_utilization, allocator setting or co-tenant made it fail; the shape of what was run "
+                    "(a prompt, an image or a batch whose tensor is this size) did; cap it (max_model_len, "
+                    "max_num_batched_tokens, the media's size)"))
+    elif room is not None and total and tried > room and room > 0.2 * total:
+        out.append(("one oversized allocation", "high",
+                    f"{room / 2**30:.2f} GiB ({room / total:.0%} of the GPU) was free or reserved but unused, and one "
+                    f"allocation asked for {tried / 2**30:.2f} GiB: not a slow growth to the limit but a single tensor "
+                    "sized by what was run (a long prompt's activations or logits, a large image, a big batch)"))
+    if resv is not None and tried and tried <= total and (resv >= tried or (total and resv > 0.05 * total)):
         out.append(("fragmentation", "high" if resv >= tried else "medium",
                     f"{resv / 2**30:.2f} GiB reserved by PyTorch but unallocated vs {tried / 2**30:.2f} GiB requested: "
                     "free blocks exist but are split; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"))

@@ -106,6 +106,27 @@ def test_the_process_torch_lists_by_its_host_pid_is_the_one_that_ran_out(tmp_pat
     assert [c for c, _, _ in classify_oom(beside)][:1] == ["co-tenant process"]
 
 
+def test_an_allocation_the_gpu_could_never_hold_is_said_so() -> None:
+    """GIVEN real torch OOMs of one oversized tensor: 74.16 GiB asked of a 44.40 GiB GPU with 29.89 GiB free
+    (a vLLM-served OCR model, dots.ocr issue 196), and 19.68 GiB asked with 11.88 GiB free (a 24 GB GPU,
+    quoted in a public repository) THEN the first cause is the allocation's size, at high confidence, not
+    'PyTorch holds nearly all memory' (it held a third) nor fragmentation; a slow growth to the limit is
+    still the budget's."""
+    from replay.record.vllm_log import extract
+    huge = extract("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 74.16 GiB. GPU 0 has a total capacity of "
+                   "44.40 GiB of which 29.89 GiB is free. Process 2684311 has 14.51 GiB memory in use. Of the allocated memory "
+                   "13.44 GiB is allocated by PyTorch, and 738.96 MiB is reserved by PyTorch but unallocated.")[0][1]
+    big = extract("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 19.68 GiB. GPU 0 has a total capacity of "
+                  "23.68 GiB of which 11.88 GiB is free. Including non-PyTorch memory, this process has 11.79 GiB memory in "
+                  "use. Of the allocated memory 11.44 GiB is allocated by PyTorch, and 43.59 MiB is reserved by PyTorch but "
+                  "unallocated.")[0][1]
+    assert [(c, conf) for c, conf, _ in classify_oom(huge)] == [("allocation larger than the GPU", "high")]
+    assert "44.40 GiB" in classify_oom(huge)[0][2]
+    assert [(c, conf) for c, conf, _ in classify_oom(big)] == [("one oversized allocation", "high")]
+    slow = dict(big, free_bytes=100 * 2**20, tried_to_allocate_bytes=200 * 2**20)
+    assert classify_oom(slow)[0][0].startswith("budget too high")
+
+
 def test_check_thresholds(tmp_path: Path) -> None:
     make_bundle(tmp_path / "step", "step")
     failures, lines = run_check(tmp_path / "step", 3.0, None, False)
