@@ -227,8 +227,10 @@ R_WARMUP = re.compile(r"CUDA out of memory occurred when warming up (sampler|poo
                       r"with ([\d,]+) dummy requests")
 R_OOM_ANY = re.compile(r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory", re.I)
 # an OOM without torch's accounting (CUDA; HIP on ROCm; XPU): still an OOM, its numbers unknown
-R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) error: out of memory|hipErrorOutOfMemory"
-                        r"|Cuda failure (?:\d+ )?'out of memory'")  # (the last: NCCL's, at communicator set-up)
+# (torch's driver-API calls, which expandable segments allocate through: 'CUDA driver error: out of memory';
+# old torch's 'cuda runtime error (2) : out of memory'; NCCL's, at communicator set-up: "Cuda failure 'out of memory'")
+R_OOM_BARE = re.compile(r"(?:CUDA|HIP|XPU) out of memory|(?:CUDA|HIP) (?:driver )?error: out of memory|hipErrorOutOfMemory"
+                        r"|cuda runtime error \(2\) : out of memory|Cuda failure (?:\d+ )?'out of memory'")
 # a CUDA library that could not allocate its workspace (cuBLAS at its first call in a process is the
 # usual one): device memory ran out, with no figures
 R_LIB_ALLOC = re.compile(r"\b(?:CUBLAS|CUDNN|CUSPARSE|CUSOLVER|CUFFT|CURAND)_STATUS_ALLOC_FAILED\b")

@@ -384,6 +384,8 @@ def test_real_world_mess() -> None:
     ("RuntimeError: HIP error: out of memory", True),
     ("misc/strongstream.cc:53 NCCL WARN Cuda failure 'out of memory'", True),  # NCCL, setting up tensor parallelism
     ("include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'", True),
+    ("RuntimeError: CUDA driver error: out of memory", True),  # (expandable segments' driver-API allocation)
+    ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510", True),
     ('  File "/x/torch/cuda/memory.py", line 3, in f  # CUDA out of memory', False),  # a traceback's source line
     ('raise torch.OutOfMemoryError("HIP out of memory")', False),
     # cuBLAS could not allocate its workspace (a TP worker, 2025): the device was full
