@@ -609,10 +609,25 @@ def _warmup(m: re.Match[str]) -> dict[str, Any]:
     return {"warmup": m.group(1), "warmup_task": m.group(2), "dummy_requests": int(m.group(3).replace(",", ""))}
 
 
+# torch's OOM messages with every white space out: a message re-wrapped by hand at word boundaries, each
+# break taken for a terminal's cut inside a word ('… and 1.00 GiB' then 'is reserved …'), or a space lost in a
+# paste, still reads (no figure of them is ambiguous without spaces: each number is followed by its unit)
+R_PROC_HAS_SQUASHED = re.compile(R_PROC_HAS.pattern.replace(" ", ""))
+R_OOM_MODERN_SQUASHED = re.compile(R_OOM_MODERN.pattern.replace(" ", ""))
+R_OOM_OLD_SQUASHED = re.compile(R_OOM_OLD.pattern.replace(" ", ""))
+
+
 def _oom(text: str) -> dict[str, Any] | None:
-    m = R_OOM_MODERN.search(text)
+    o = _oom_of(text, R_OOM_MODERN, R_OOM_OLD, R_PROC_HAS)
+    if o is None and "allocate" in text:
+        o = _oom_of(re.sub(r"\s+", "", text), R_OOM_MODERN_SQUASHED, R_OOM_OLD_SQUASHED, R_PROC_HAS_SQUASHED)
+    return o
+
+
+def _oom_of(text: str, modern: re.Pattern[str], old: re.Pattern[str], proc_has: re.Pattern[str]) -> dict[str, Any] | None:
+    m = modern.search(text)
     if m:
-        procs = [{"pid": int(p), "used_bytes": _size(s)} for p, s in R_PROC_HAS.findall(m.group(0))]
+        procs = [{"pid": int(p), "used_bytes": _size(s)} for p, s in proc_has.findall(m.group(0))]
         return {
             "generation": "torch>=2.2" if "capacity" in text else "torch-2.1",
             "gpu": gpu_index(m.group("gpu")),
@@ -625,7 +640,7 @@ def _oom(text: str) -> dict[str, Any] | None:
             "reserved_unallocated_bytes": _size(m.group("resv")),
             "other_processes": procs,
         }
-    m = R_OOM_OLD.search(text)
+    m = old.search(text)
     if m:
         alloc = _size(m.group("alloc"))
         resv = _size(m.group("resv_total"))

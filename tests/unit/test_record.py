@@ -377,6 +377,24 @@ def test_real_world_mess() -> None:
     assert r.container_year == 2025 and r.engine == "v1"
 
 
+def test_an_oom_message_rewrapped_at_word_boundaries_keeps_its_figures(tmp_path: Path) -> None:
+    """GIVEN torch's OOM message broken by hand into six lines at word boundaries (as quoted in a public
+    repository's notes: 'and 1.00 GiB' then 'is reserved by PyTorch but unallocated.', a break of a 71-character
+    line the terminal-wrap rule joins without a space) THEN its figures are read (it was an OOM without any)."""
+    text = ("ERROR 03-21 20:44:35 [core.py:390] EngineCore hit an exception: Traceback (most recent call last):\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB.\n"
+            "GPU 0 has a total capacity of 31.36 GiB of which 471.69 MiB is free.\n"
+            "Including non-PyTorch memory, this process has 16.63 GiB memory in use.\n"
+            "Process 19239 has 14.26 GiB memory in use.\n"
+            "Of the allocated memory 15.03 GiB is allocated by PyTorch, and 1.00 GiB\n"
+            "is reserved by PyTorch but unallocated.\n")
+    [oom] = [e for e in _bundle_of(tmp_path, "w.log", text, 2025).events if e["kind"] == "oom"]
+    assert (oom["tried_to_allocate_bytes"], oom["free_bytes"], oom["reserved_unallocated_bytes"]) == (
+        round(1.16 * GIB), round(471.69 * 2**20), GIB)
+    assert oom["process_in_use_bytes"] == round(16.63 * GIB) and oom["other_processes"] == [
+        {"pid": 19239, "used_bytes": round(14.26 * GIB)}]
+
+
 @pytest.mark.parametrize("text,is_oom", [
     ("torch.OutOfMemoryError: CUDA out of memory.", True),
     ("RuntimeError: CUDA error: out of memory", True),
