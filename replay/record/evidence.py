@@ -981,6 +981,20 @@ def _smi_mig(p: Parsed, path: Path, split: dict[int, set[str]]) -> None:
                        "own (source 'nvidia-smi[GPU_I_ID=…]'); the GPU's own is all of them")
 
 
+NO_MEMORY = "nvidia-smi states no memory for GPU"
+
+
+def _no_memory(p: Parsed, path: Path, gpus: set[int]) -> None:
+    """Note the GPUs whose memory nvidia-smi says it has not ('Not Supported', '[N/A]' in every row)."""
+    for g_i in sorted(gpus):
+        name = p.gpus.get(g_i, {}).get("name")
+        p.notes.append(f"{path.name}: {NO_MEMORY} {g_i}{f' ({name})' if name else ''}: a "
+                       "unified-memory device (DGX Spark's GB10; a Grace Hopper or Grace Blackwell running with unified "
+                       "memory) has no framebuffer of its own, and its memory is the host's; its actual memory is not in "
+                       "this file: record the host's (/proc/meminfo), or each process's (--query-compute-apps=pid,"
+                       "used_memory)")
+
+
 def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
     """The default ``nvidia-smi`` table, the evidence most often pasted into a postmortem, once or
     repeated (``nvidia-smi -l``, ``watch``): per GPU the used and total memory of its Memory-Usage cell
@@ -995,6 +1009,7 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
     t: int | None = None
     gpu: int | None = None
     split: dict[int, set[str]] = {}  # GPU -> its MIG instances (GPU_I_ID)
+    unsupported: set[int] = set()  # GPUs whose Memory-Usage cell says 'Not Supported'
     for i, ln in enumerate(lines, start=1):
         s = ln.rstrip()
         m = _SMI_TIME.match(s.strip())
@@ -1024,6 +1039,9 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
                           (t, gpu, "nvidia-smi", "device_total_bytes", float(total))]
             p.gpus.setdefault(gpu, {"index": gpu})["total_bytes"] = total
             gpu = None
+        elif gpu is not None and "| Not Supported" in s:  # (its memory cell, on a unified-memory device)
+            unsupported.add(gpu)
+            gpu = None
         elif pr:
             if pr["mem"] != "N/A":  # (N/A: the driver does not say, as under some containers)
                 p.samples.append((t, int(pr["gpu"]), "nvidia-smi", f"process_used_bytes:{pr['pid']}",
@@ -1033,6 +1051,7 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
             continue
         p.parsed += 1  # a data row, or the table's frame and headings
     _smi_mig(p, path, split)
+    _no_memory(p, path, unsupported - {g for _, g, _, m, _ in p.samples if m == "device_used_bytes"})
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the time line nvidia-smi prints above each table")
 
 
@@ -1163,7 +1182,18 @@ def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | 
 
 
 NVSMI_HEADER_WORDS = ("name", "timestamp", "index", "gpu_name", "pid")  # (a line whose first two cells open
-# with one of these, and which holds no date, is a header)
+# with one of these, and which holds no date, is a header; so is one of nothing but --query-gpu property
+# names, at least one of them dotted or with its unit: 'memory.total [MiB], memory.used [MiB], temperature.gpu')
+NVSMI_FIELD = r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*(?: \[[^\],]*\])?"
+NVSMI_FIELDS_LINE = re.compile(r"^[ \t]*" + NVSMI_FIELD + r"(?:[ \t]*,[ \t]*" + NVSMI_FIELD + r")*[ \t]*$")
+
+
+def nvsmi_header(line: str, cells: list[str]) -> bool:
+    """Whether an nvidia-smi CSV line is its header (``NVSMI_HEADER_WORDS``, ``NVSMI_FIELDS_LINE``)."""
+    if re.search(r"\d{4}/\d\d/\d\d", line):
+        return False
+    return any(c.startswith(NVSMI_HEADER_WORDS) for c in cells[:2]) or (
+        ("." in line or "[" in line) and NVSMI_FIELDS_LINE.match(line) is not None)
 
 
 def csv_cells(line: str) -> list[str]:
@@ -1187,12 +1217,13 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     bus_to_idx: dict[str, int] = {}
     by_bus = False
     last_ts: tuple[str | None, int | None] = (None, None)
+    unstated: set[int] = set()  # GPUs whose memory fields said none ('[N/A]')
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
             p.parsed += 1
             continue
         cells = csv_cells(ln)
-        if any(c.startswith(NVSMI_HEADER_WORDS) for c in cells[:2]) and not re.search(r"\d{4}/\d\d/\d\d", ln):
+        if nvsmi_header(ln, cells):
             header = cells  # (repeated) header line
             names, units = _named(header)
             p.parsed += 1
@@ -1241,9 +1272,13 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
                 p.samples.append((t, gpu, "nvidia-smi", metric, v))
                 if metric == "device_total_bytes":
                     info["total_bytes"] = int(v)
+        if "device_used_bytes" in values and values["device_used_bytes"] is None:
+            unstated.add(gpu)
         p.parsed += 1
     if by_bus and p.kind == "nvidia-smi":
-        _index_by_bus(p, bus_to_idx)
+        _index_by_bus(p, bus_to_idx)  # (renumbers the GPUs: the ones without memory are told by their samples below)
+    if unstated:
+        _no_memory(p, path, set(p.gpus) - {g for _, g, _, m, _ in p.samples if m == "device_used_bytes"})
     headerless = sum(1 for q in p.quarantine if q[1] == HEADERLESS)
     if headerless:
         p.notes.append(f"{path.name}: {headerless} rows without a header line: pass --nvsmi-columns with the --query-gpu "

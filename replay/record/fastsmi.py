@@ -67,6 +67,7 @@ class _Lane:
         self.said: dict[int, dict[str, tuple[int, Any]]] = {}  # GPU -> key -> (line, value): the latest stands
         self.firsts: dict[int, int] = {}  # GPU -> its first row's line (the order of ``gpus``)
         self.rows = self.slow = 0
+        self.unstated: set[int] = set()  # GPUs a row of which says no memory ('[N/A]'), as the reference notes them
 
     def _take(self, header: list[str]) -> bool:
         """Read the rows by ``header``; whether it is this lane's (a timestamp and an index, not apps)."""
@@ -79,8 +80,9 @@ class _Lane:
         if df["raw"].str.contains(_ODD_TEXT).any():
             return False
         first_two = pl.col("raw").str.splitn(",", 3)
-        head = pl.any_horizontal(first_two.struct.field(f).str.strip_chars().str.starts_with(w).fill_null(False)
-                                 for f in ("field_0", "field_1") for w in ev.NVSMI_HEADER_WORDS)
+        head = pl.any_horizontal(*(first_two.struct.field(f).str.strip_chars().str.starts_with(w).fill_null(False)
+                                   for f in ("field_0", "field_1") for w in ev.NVSMI_HEADER_WORDS),
+                                 pl.col("raw").str.contains(r"[.\[]") & pl.col("raw").str.contains(ev.NVSMI_FIELDS_LINE.pattern))
         df = df.with_columns(blank=pl.col("raw").str.contains(r"^[\t ]*$"),
                              dated=pl.col("raw").str.contains(r"\d{4}/\d\d/\d\d"))
         heads = df.filter(~pl.col("dated") & ~pl.col("blank")).filter(head)  # (the header test on the few undated)
@@ -134,6 +136,8 @@ class _Lane:
         if self.slow > SLOW_SHARE * self.rows + 1000:
             return False  # (a file of another shape of row: the reference reads it sooner)
         fast = rows.filter("fast").drop("raw")
+        if "memory.used" in at:
+            self.unstated |= set(fast.filter(pl.col("memory.used?"))["gpu"].unique().to_list())
         self.p.parsed += fast.height
         self.p.naive_local_times |= fast.height > 0
         frames = [fast.filter(pl.col(k).is_not_null() & ~pl.col(f"{k}?")).select(
@@ -170,6 +174,8 @@ class _Lane:
             self.p.naive_local_times |= one.naive_local_times
             self.p.quarantine += [(line, reason, text) for _, reason, text in one.quarantine]
             listed += [(line, *s) for s in one.samples]
+            if any(n.startswith(f"{self.path.name}: {ev.NO_MEMORY}") for n in one.notes):
+                self.unstated |= set(one.gpus)
             for g, info in one.gpus.items():
                 self.firsts[g] = min(self.firsts.get(g, line), line)
                 self._say(g, {key: (line, v) for key, v in info.items() if key != "index"})
@@ -183,6 +189,9 @@ class _Lane:
         for g in sorted(self.said, key=lambda g: self.firsts.get(g, 0)):
             p.gpus[g] = {"index": g, **{key: self.said[g][key][1] for key in (*(k for _, k in _INFO), "total_bytes")
                                         if key in self.said[g]}}
+        if self.unstated:
+            used = p.frames[0].filter(pl.col("metric") == "device_used_bytes")["gpu"].unique().to_list()
+            ev._no_memory(p, self.path, set(p.gpus) - set(used))
         return p
 
 

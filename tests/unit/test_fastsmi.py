@@ -219,6 +219,22 @@ def test_files_of_other_shapes_go_to_the_reference_whole(text: str, columns: str
     assert got.frame().rows() == want.frame().rows() and got.quarantine == want.quarantine and got.gpus == want.gpus
 
 
+def test_a_gpu_without_memory_of_its_own_is_noted_alike_by_both_lanes() -> None:
+    """A poll of a unified-memory GPU (DGX Spark's GB10: memory.used '[N/A]' in every row) takes the lane,
+    which notes, as the reference does, that nvidia-smi states no memory for it; a GPU beside it that
+    states its memory is not noted, nor is one whose memory was garbled rather than stated as none."""
+    rows = ["timestamp, index, name, memory.total [MiB], memory.used [MiB], utilization.gpu [%]"]
+    for k in range(2000):
+        t = f"2026/01/27 10:{k // 60 % 60:02d}:{k % 60:02d}.123"
+        rows += [f"{t}, 0, NVIDIA GB10, [N/A], [N/A], {k % 100} %", f"{t}, 1, NVIDIA H200, 143771 MiB, {k} MiB, 5 %"]
+    lane = both("\n".join(rows) + "\n")
+    assert lane is not None
+    assert [n for n in lane.notes if ev.NO_MEMORY in n] == [
+        f"smi.csv: {ev.NO_MEMORY} 0 (NVIDIA GB10): " + lane.notes[0].split("(NVIDIA GB10): ", 1)[1]]
+    garbled = "\n".join([rows[0], rows[2], rows[1].replace("[N/A], [N/A]", "12x, 7y")]) + "\n"
+    assert not [n for n in ev.parse_nvidia_smi_csv(Path("smi.csv"), garbled, 0, None).notes if ev.NO_MEMORY in n]
+
+
 def test_windows_line_ends_read_as_the_reference_reads_them() -> None:
     """GIVEN the day of polling with Windows' line ends (nvidia-smi.exe, or a file passed through a
     Windows tool) WHEN read by the lane THEN it is taken, and read as the reference reads it."""

@@ -642,6 +642,37 @@ def test_a_log_copied_from_k9s_keeps_its_times_and_facts(tmp_path: Path) -> None
     assert {e["kind"]: e["t_us"] for e in b.events} == {"memory_budget": 0, "memory_profile": 0, "kv_blocks": 1_000_000}
 
 
+def test_a_unified_memory_gpu_says_it_has_no_memory_of_its_own(tmp_path: Path) -> None:
+    """GIVEN DGX Spark's nvidia-smi (GB10, driver 580): its table's Memory-Usage 'Not Supported'
+    (snowflakedb/ArcticTraining PR 345), and a --query-gpu CSV whose header opens with memory.total and
+    whose memory cells are '[N/A]' (XuehaiPan/nvitop PR 208) THEN the CSV's header is read as one (its two
+    lines were quarantined as headerless), no memory sample is made up, and each file notes that nvidia-smi
+    states no memory for the GPU, and where its memory is."""
+    (tmp_path / "smi.txt").write_text(
+        "+-----------------------------------------------------------------------------------------+\n"
+        "| NVIDIA-SMI 580.126.09             Driver Version: 580.126.09     CUDA Version: 13.0     |\n"
+        "+-----------------------------------------+------------------------+----------------------+\n"
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n"
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n"
+        "|                                         |                        |               MIG M. |\n"
+        "|=========================================+========================+======================|\n"
+        "|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |\n"
+        "| N/A   36C    P8              3W /  N/A  | Not Supported          |      0%      Default |\n"
+        "|                                         |                        |                  N/A |\n"
+        "+-----------------------------------------+------------------------+----------------------+\n")
+    (tmp_path / "q.csv").write_text("memory.total [MiB], memory.used [MiB], memory.free [MiB], utilization.gpu [%], "
+                                    "power.draw [W], temperature.gpu\n[N/A], [N/A], [N/A], 0 %, 11.17 W, 35\n")
+    record([tmp_path / "smi.txt", tmp_path / "q.csv"], tmp_path / "b", RecordOptions(at="2026-01-27T10:15:02Z"))
+    b = read_bundle(tmp_path / "b")
+    assert [(Path(f["path"]).name, f["parsed"], f["quarantined"]) for f in b.meta.inputs] == [("smi.txt", 11, 0),
+                                                                                              ("q.csv", 2, 0)]
+    assert b.samples.filter(pl.col("metric").str.starts_with("device_")).height == 0
+    assert b.samples.filter(pl.col("metric") == "util_gpu_pct")["value"].to_list() == [0.0]
+    said = [n for n in b.meta.notes if "states no memory for GPU 0" in n]
+    assert [n.split(":")[0] for n in said] == ["smi.txt", "q.csv"] and "(NVIDIA GB10)" in said[0]
+    assert all("/proc/meminfo" in n for n in said)
+
+
 def test_an_oom_warming_up_the_sampler_says_what_and_with_how_many(tmp_path: Path) -> None:
     """GIVEN vLLM 0.8's 'CUDA out of memory occurred when warming up sampler with 256 dummy requests'
     (issue 17939, rank 1 of two) THEN it is an OOM at its line, that says it was the sampler's warm-up
