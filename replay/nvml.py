@@ -15,9 +15,11 @@ class GpuMemory:
     index: int
     name: str | None
     uuid: str | None
-    total_bytes: int
-    used_bytes: int
-    free_bytes: int
+    # None where NVML states none (NOT_SUPPORTED: a unified-memory device, DGX Spark's GB10, has no
+    # framebuffer of its own)
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
     reserved_bytes: int | None  # v2 memory info only; None when the driver lacks it
     processes: dict[int, int | None] = field(default_factory=dict)  # pid -> used bytes (None: not reported)
 
@@ -52,7 +54,10 @@ class Nvml:
                 mem = n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2)
                 reserved = int(mem.reserved)
             except (n.NVMLError, TypeError, AttributeError):
-                mem = n.nvmlDeviceGetMemoryInfo(h)
+                try:
+                    mem = n.nvmlDeviceGetMemoryInfo(h)
+                except n.NVMLError:  # (NOT_SUPPORTED on a unified-memory device: its memory is the host's)
+                    mem = None
             procs: dict[int, int | None] = {}
             try:
                 for p in n.nvmlDeviceGetComputeRunningProcesses(h):
@@ -64,7 +69,8 @@ class Nvml:
             uuid = n.nvmlDeviceGetUUID(h)
             out.append(GpuMemory(i, name.decode() if isinstance(name, bytes) else name,
                                  uuid.decode() if isinstance(uuid, bytes) else uuid,
-                                 int(mem.total), int(mem.used), int(mem.free), reserved, procs))
+                                 None if mem is None else int(mem.total), None if mem is None else int(mem.used),
+                                 None if mem is None else int(mem.free), reserved, procs))
         return out
 
     def close(self) -> None:

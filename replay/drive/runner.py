@@ -137,6 +137,10 @@ def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: 
     if not gpus or not prod_total:
         return None
     local = gpus[0].total_bytes
+    if local is None:  # (a unified-memory device states none: no capacity to compare or to emulate)
+        console.print("[yellow]warning:[/] this GPU states no memory of its own (unified memory): production's "
+                      "capacity cannot be compared or emulated")
+        return None
     if abs(local - int(prod_total)) < 2**30:
         return None
     where = f"this GPU has {local / 2**30:.1f} GiB, production's {prod.get('gpu_name') or ''} had {int(prod_total) / 2**30:.1f} GiB"

@@ -21,7 +21,7 @@ class Sampler:
                  rss: Callable[[], int | None] | None = None, nvml: NvmlReader | None = None,
                  pids: Callable[[], list[int]] | None = None, interval_s: float = 0.25,
                  capacity_bytes: int | None = None, on_capacity: Callable[[int], None] | None = None,
-                 probe: ProbeReader | None = None, ballast_pids: set[int] | None = None) -> None:
+                 probe: ProbeReader | None = None, ballast_pids: set[int] | None = None, per_process: bool = False) -> None:
         self.w = writer
         self.t0 = t0_wall
         self.metrics_url = metrics_url
@@ -33,6 +33,7 @@ class Sampler:
         self.on_capacity = on_capacity
         self.probe = probe
         self.ballast_pids = ballast_pids or set()  # capacity emulation: not a co-tenant
+        self.per_process = per_process  # each GPU process's memory a series of its own ('process_used_bytes:<pid>')
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="replay-sampler", daemon=True)
@@ -80,6 +81,9 @@ class Sampler:
                     if mine:
                         self.w.sample(t, g.index, "nvml", "process_used_bytes", own)
                     self.w.sample(t, g.index, "nvml", "other_processes_bytes", other)
+                    if self.per_process:
+                        for pid, used in g.processes.items():
+                            self.w.sample(t, g.index, "nvml", f"process_used_bytes:{pid}", used)
         if self.probe is not None:
             ps, pe = self.probe.poll()
             with self.lock:

@@ -45,7 +45,7 @@ def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: flo
                       notes=list(warnings))
     w = BundleWriter(out, meta, flush_every=500)
     t0 = time.time()
-    s = Sampler(w, t0, metrics_url=f"{base}/metrics", nvml=nvml, interval_s=interval_s)
+    s = Sampler(w, t0, metrics_url=f"{base}/metrics", nvml=nvml, interval_s=interval_s, per_process=True)
     start_used: dict[int, int] = {}
     n = 0
     try:
@@ -55,6 +55,12 @@ def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: flo
                 s.sample_once(client)
                 if nvml is not None:
                     for g in nvml.read():
+                        if g.used_bytes is None or g.total_bytes is None:
+                            if not any(f"GPU {g.index}: NVML" in x for x in warnings):
+                                warnings.append(f"GPU {g.index}: NVML states no device memory ({g.name}: a unified-memory "
+                                                "device, whose memory is the host's); its processes' memory is recorded")
+                                console.print(f"[yellow]{escape(warnings[-1])}[/]")
+                            continue
                         start_used.setdefault(g.index, g.used_bytes)
                         growth = g.used_bytes - start_used[g.index]
                         if growth > 0.05 * g.total_bytes and not any(f"GPU {g.index}" in x for x in warnings):

@@ -80,6 +80,44 @@ def test_live_records_vllm_metrics_and_nvml_and_counts_error_pages(server: _Serv
     assert any("GPU 0: device memory grew" in w for w in res["warnings"])
 
 
+def test_live_on_a_unified_memory_gpu_records_its_processes_and_says_why_no_device_memory(
+        server: _Server, tmp_path: Path) -> None:
+    """GIVEN NVML on DGX Spark's GB10, where device memory info is NOT_SUPPORTED (nvitop PR 208, measured
+    with ctypes) and its compute processes still state their memory WHEN recorded live THEN the recording
+    goes on (it raised on the first read), no device memory is made up, the process's memory is a sample,
+    and a warning says once why there is no device memory."""
+    import types
+
+    from replay.nvml import Nvml
+
+    class NotSupported(Exception):
+        pass
+
+    def memory_info(h: object, version: object = None) -> object:
+        raise NotSupported("Not Supported")
+
+    fake = types.SimpleNamespace(
+        NVMLError=NotSupported, nvmlMemory_v2=2, NVML_VALUE_NOT_AVAILABLE=2**64 - 1, nvmlDeviceGetMemoryInfo=memory_info,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=114687, usedGpuMemory=19135 * 2**20)],
+        nvmlDeviceGetName=lambda h: "NVIDIA GB10", nvmlDeviceGetUUID=lambda h: b"GPU-2dee1e25",
+        nvmlShutdown=lambda: None)
+    nv = Nvml.__new__(Nvml)
+    nv._n, nv._handles = fake, [object()]
+    [g] = nv.read()
+    assert (g.name, g.uuid, g.total_bytes, g.used_bytes, g.free_bytes, g.reserved_bytes, g.processes) == (
+        "NVIDIA GB10", "GPU-2dee1e25", None, None, None, None, {114687: 19135 * 2**20})
+    server.answers = [(200, (DATA / "vllm_v0_metrics_excerpt.prom").read_text())]
+    res = record_live(server.url, tmp_path / "b", interval_s=0.1, duration_s=0.35, nvml=nv,
+                      console=Console(file=io.StringIO()))
+    b = read_bundle(tmp_path / "b")
+    nvml = b.samples.filter(b.samples["source"] == "nvml")
+    assert not nvml.filter(nvml["metric"].str.starts_with("device_")).height
+    assert set(nvml.filter(nvml["metric"] == "process_used_bytes:114687")["value"]) == {19135.0 * 2**20}
+    assert [w for w in res["warnings"] if "NVML states no device memory" in w] == [
+        "GPU 0: NVML states no device memory (NVIDIA GB10: a unified-memory device, whose memory is the host's); its "
+        "processes' memory is recorded"]
+
+
 def test_live_refuses_an_endpoint_without_vllm_metrics(server: _Server, tmp_path: Path) -> None:
     """GIVEN /metrics that answers an HTML page (another service, or vLLM with --disable-log-stats) WHEN
     recorded live without NVML THEN a clear error says so (it recorded 0 samples, 0 failed scrapes, and
