@@ -302,8 +302,8 @@ def record(
         t.add_row(escape(Path(r.path).name), escape(r.kind), str(r.lines), str(r.parsed), str(r.quarantined),
                   f"{ts(r.t_first_us)} – {ts(r.t_last_us)}" if r.t_first_us else "—")
     err.print(t)
-    for r in reports:  # (why a file of a folder was left out: an archive to unpack, binary data)
-        if r.kind == "skipped":
+    for r in reports:  # (what each file's reading assumed or met: why a file of a folder was left out, a
+        if r.notes:  # clock offset corrected, envelope times that were a copy's, lines Ray folded, …)
             err.print(f"[yellow]note:[/] {escape(Path(r.path).name)}: {escape('; '.join(r.notes))}")
     for n in summary["notes"]:
         err.print(f"[yellow]note:[/] {escape(n)}")

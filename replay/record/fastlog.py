@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -45,6 +46,7 @@ from replay.record.vllm_log import (
     BOX_CLOSE,
     BOX_OPEN,
     COMPOSE_PREFIX,
+    DUMP_HEAD_CHARS,
     INVISIBLE,
     ISO_CLOSE,
     ISO_OPEN,
@@ -69,6 +71,7 @@ from replay.record.vllm_log import (
     LogFact,
     LogParse,
     LogParser,
+    dump_head,
     fact_time_us,
     physical_lines,
     split_line,
@@ -573,7 +576,7 @@ def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
               has_esc: bool = True, json_lines: bool = True, request_keys: bool = True, web: bool = True,
-              ) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]],
+              logged_first: bool = False) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]],
                          list[tuple[int, str]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), representative lines for version inference, and the first and last fast
@@ -636,8 +639,10 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         shape=pl.when(v0).then(pl.lit("stats_v0")).otherwise(pl.lit("stats_v1")),
     ).with_columns(h=_KEY)
     # a fact's time: the envelope's exact one where there is one (key_ts, for repeats, stays vLLM's own)
-    ts_exact = ({"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))} if df["iso"].null_count() < df.height
-                else {"ts": pl.col("ts"), "t_exact": pl.lit(None, dtype=pl.Int64)})
+    # (vLLM's own, where the envelopes are a copy's: ``vllm_log.envelope_dump``)
+    ts_exact = ({"ts": pl.col("ts"), "t_exact": pl.lit(None, dtype=pl.Int64)} if df["iso"].null_count() == df.height
+                else {"ts": pl.coalesce("ts", "iso"), "t_exact": pl.when(pl.col("ts").is_null()).then(iso_us(pl.col("iso")))}
+                if logged_first else {"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))})
     stats = st.select(
         "line", "rank", **ts_exact, engine="engine", h="h", repeatable=pl.lit(True),
         dp=pl.when(~v0).then(msg.str.extract(R_DP.pattern, 1)),
@@ -693,7 +698,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         gen = gen.filter(inert(pl.col("msg")))
         is_fast = is_fast.scatter(gen["line"] - first_no, True)
     ends = _timed_ends([st, rq, rv, ac.filter(pl.col("iso").is_not_null()),
-                        _heads(gen[[0, -1]], gheads.select("ts")) if gen.height else gen])
+                        _heads(gen[[0, -1]], gheads.select("ts")) if gen.height else gen], logged_first)
     # one row per (process, call site, shape) of this piece, with its first line and how many lines it
     # stands for; the many request and access lines are counted per prefix or process first (a piece
     # pays a fixed cost for every operation, so the shapes it lacks are skipped)
@@ -727,13 +732,15 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
             ends)
 
 
-def _timed_ends(frames: list[pl.DataFrame]) -> list[tuple[int, str]]:
+def _timed_ends(frames: list[pl.DataFrame], logged_first: bool = False) -> list[tuple[int, str]]:
     """(line, time) of the first and the last line of ``frames`` (fast lines, each frame in line order)
-    that states a time: an envelope's, else vLLM's own, as a fact of the line would take it."""
+    that states a time: an envelope's, else vLLM's own, as a fact of the line would take it (vLLM's own
+    first, ``logged_first``, where the envelopes are a copy's)."""
     got: list[tuple[int, str]] = []
     for f in frames:
         if f.height:
-            t = f.select("line", t=pl.coalesce("iso", "ts") if "ts" in f.columns else pl.col("iso")).drop_nulls()
+            both = ("ts", "iso") if logged_first else ("iso", "ts")
+            t = f.select("line", t=pl.coalesce(*both) if "ts" in f.columns else pl.col("iso")).drop_nulls()
             if t.height:
                 got += [(int(t["line"][0]), str(t["t"][0])), (int(t["line"][-1]), str(t["t"][-1]))]
     return [min(got, key=lambda e: e[0]), max(got, key=lambda e: e[0])] if got else []
@@ -761,7 +768,7 @@ class _Piece:
 
 
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
-             keep_prompts: bool = False, request_keys: bool = True) -> tuple[_Piece, int, int]:
+             keep_prompts: bool = False, request_keys: bool = True, logged_first: bool = False) -> tuple[_Piece, int, int]:
     """The vectorised lane's work on one piece (in a worker thread): cut its lines, number them from
     the line after the last piece's (``start``, which this publishes in ``end`` for the next as soon
     as it has cut them), classify, spill the fast facts. Returns the piece, its first line number and
@@ -784,7 +791,8 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # apart in polars, without the GIL; an ASCII piece holds none of those characters)
     esc = b"\x1b" in piece or b"^" in piece
     web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
-    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web)
+    df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web,
+                                                logged_first)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
         pl.col("raw").fill_null(""))
     return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,
@@ -815,10 +823,11 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     seen = 0  # res.facts before this index hold no stats or request facts
 
     def numbered() -> Iterator[tuple[bytes | LongLine, Future[int], Future[int]]]:
-        """Each piece with the future of its first line number and of the next piece's."""
+        """Each piece with the future of its first line number and of the next piece's; the first tells,
+        before any is prepared, whether the envelopes' times are a copy's (``envelope_dump``)."""
         start: Future[int] = Future()
         start.set_result(1)
-        for piece in text_pieces(path, chunk_bytes or CHUNK_BYTES, hasher, MAX_LINE_BYTES):
+        for piece in _head_read(text_pieces(path, chunk_bytes or CHUNK_BYTES, hasher, MAX_LINE_BYTES), parser):
             end: Future[int] = Future()
             yield piece, start, end
             start = end
@@ -834,7 +843,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
             end.set_result(no + 1)
             return (_Piece(pl.DataFrame(), False, 0, _Spilled(None, None, []), [], piece), no, 1,
                     piece.n_bytes + 1)
-        return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats), len(piece))
+        return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats, parser.logged_first),
+                len(piece))
 
     for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
                                                            ahead=WORKERS + 1)):
@@ -872,6 +882,23 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     _add_files(ff, _write_facts(_slow_frames(res, keep_prompts, seen), "end", spill), slow=True)
     _drop_repeats(ff, res, ("stats", "requests") if request_repeats else ("stats",))
     return res, ff
+
+
+def _head_read(pieces: Iterator[bytes | LongLine], parser: LogParser) -> Iterator[bytes | LongLine]:
+    """``pieces``, once the parser has read the log's head (``LogParser.head``): the first pieces are held
+    until they hold the head's characters whatever their bytes (4 bytes a character at most), or a line
+    too long to read ends them."""
+    held: list[bytes | LongLine] = []
+    size = 0
+    for piece in pieces:
+        held.append(piece)
+        size += len(piece) if isinstance(piece, bytes) else DUMP_HEAD_CHARS * 4
+        if size >= DUMP_HEAD_CHARS * 4:
+            break
+    text = b"".join(p for p in itertools.takewhile(lambda p: isinstance(p, bytes), held))  # type: ignore[misc]
+    parser.head(dump_head(text[:DUMP_HEAD_CHARS * 4].decode("utf-8", errors="replace").split("\n")))
+    yield from held
+    yield from pieces
 
 
 def _exact(ts: str | None) -> int | None:

@@ -859,6 +859,14 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 rep.notes.append(_contradiction(lp.version_conflict[0], lp.version_conflict[1], "its", "in one file"))
             if lp.engine:
                 engines.append(lp.engine)
+            if lp.envelope_dump:
+                env_s, own_s = lp.envelope_dump
+                rep.notes.append(f"the times in front of its lines span {env_s:.1f} s where vLLM's own times on the same "
+                                 f"lines span {own_s:.0f} s (its first lines): they are when the log was copied out (a CI "
+                                 "job's print of a log file, a shipper's batch), not when its lines were written, so its "
+                                 "lines are placed at vLLM's own times"
+                                 + (f" (UTC{opts.tz_offset_s / 3600:+g} h, from --tz)" if opts.tz_offset_s else " (as UTC; "
+                                    "--tz if vLLM's clock was another zone's)") + ", the year from the envelopes")
             if lp.ray_folded:
                 rep.notes.append(f"Ray folded {lp.ray_folded} lines into '[repeated Nx across cluster]' summaries: a "
                                  "summary's facts are kept once, with 'repeated' in their events; the folded lines' "

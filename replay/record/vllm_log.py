@@ -332,6 +332,9 @@ class LogParse:
     # (line, time as a fact would take it) of the first and the last line that states a time, of each
     # stretch of the log its parsers read: the file's time span, facts or not at its ends
     timed_ends: list[tuple[int, str]] = field(default_factory=list)
+    # (seconds the envelopes' times span, seconds vLLM's own span) in the log's first lines, where the
+    # times in front of its lines are when it was copied out, not when they were written (``envelope_dump``)
+    envelope_dump: tuple[float, float] | None = None
 
 
 @dataclass
@@ -922,6 +925,7 @@ class LogParser:
     def __init__(self, *, defer_repeats: bool = False) -> None:
         # defer_repeats: leave stats and request repeats to the caller, who sees all facts at once
         self.defer_repeats = defer_repeats
+        self.logged_first = False  # (see ``_when``)
         self.res = LogParse()
         self._seen: set[tuple[str, str | None, str]] = set()
         self._open: _Line | None = None
@@ -972,7 +976,7 @@ class LogParser:
                 self._ooms.clear()
             elif kind == "oom" and self._restated(msg, data):
                 continue
-            res.facts.append(LogFact(kind, data, msg.no, msg.rank, msg.iso or msg.ts, text[:2000],
+            res.facts.append(LogFact(kind, data, msg.no, msg.rank, self._when(msg), text[:2000],
                                      msg.ts or msg.iso, msg.ts is not None))
             if kind == "oom" and data.get("free_bytes") is not None:
                 self._ooms[(msg.rank, _oom_figures(data))] = res.facts[-1]
@@ -986,7 +990,7 @@ class LogParser:
             first = max((f for (rank, _), f in self._ooms.items() if rank == msg.rank), key=lambda f: f.line, default=None)
             if first is None or first.data.get("warmup"):
                 return False
-            a, b = _seconds(first.ts), _seconds(msg.iso or msg.ts)
+            a, b = _seconds(first.ts), _seconds(self._when(msg))
             if a is not None and b is not None and not 0 <= b - a <= OOM_RESTATED_S:
                 return False
             first.data.update({k: data[k] for k in ("warmup", "warmup_task", "dummy_requests")})
@@ -997,11 +1001,21 @@ class LogParser:
         first = self._ooms.get((msg.rank, _oom_figures(data)))
         if first is None:
             return False
-        a, b = _seconds(first.ts), _seconds(msg.iso or msg.ts)
+        a, b = _seconds(first.ts), _seconds(self._when(msg))
         if a is None or b is None or not 0 <= b - a <= OOM_RESTATED_S:
             return False
         first.data.setdefault("restated_lines", []).append(msg.no)
         return True
+
+    def head(self, lines: list[str]) -> None:
+        """Read the log's first lines (``dump_head``) for how its times are to be taken, before any line."""
+        self.res.envelope_dump = envelope_dump(lines)
+        self.logged_first = self.res.envelope_dump is not None
+
+    def _when(self, ln: _Line) -> str | None:
+        """A line's time as its facts take it: the envelope's exact one, unless the envelopes were put on
+        when the log was copied out (``logged_first``: vLLM's own then, the envelope's only without one)."""
+        return (ln.ts or ln.iso) if self.logged_first else (ln.iso or ln.ts)
 
     def barrier(self) -> None:
         self._flush()
@@ -1035,7 +1049,7 @@ class LogParser:
     def _line(self, ln: _Line) -> None:
         res = self.res
         res.lines_read = max(res.lines_read, ln.no)
-        t = ln.iso or ln.ts
+        t = self._when(ln)
         if t:
             if self._last_timed is None:
                 res.timed_ends.append((ln.no, t))
@@ -1109,13 +1123,58 @@ def physical_lines(text: str) -> list[str]:
 
 def parse_log(lines: Iterable[str]) -> LogParse:
     """Parse a whole log given as physical lines (no line ending needed)."""
+    lines = lines if isinstance(lines, list) else list(lines)
     p = LogParser()
+    p.head(dump_head(lines))
     for no, raw in enumerate(lines, start=1):
         p.feed(no, raw)
     return p.finish()
 
 
 _ISO = re.compile("^" + ISO_TIME + "$")
+
+
+DUMP_SPREAD_S = 60  # how much longer vLLM's own times may run than the envelopes' before the envelopes are
+# a copy's, not the lines' (a container runtime's time is the line's to within a second or two)
+HALF_YEAR_US = 183 * 86_400 * 1_000_000
+DUMP_HEAD_LINES = 5000  # the first lines that tell (a start-up: its model load alone runs minutes), within
+DUMP_HEAD_CHARS = 1 << 20  # the file's first MiCharacters
+
+
+def dump_head(lines: Iterable[str]) -> list[str]:
+    """A log's first lines, as many as tell whether its envelopes' times are a copy's (``envelope_dump``)."""
+    out: list[str] = []
+    n = 0
+    for ln in lines:
+        n += len(ln) + 1
+        if n > DUMP_HEAD_CHARS or len(out) >= DUMP_HEAD_LINES:
+            break
+        out.append(ln)
+    return out
+
+
+def envelope_dump(lines: Iterable[str]) -> tuple[float, float] | None:
+    """Whether the ISO times in front of a log's lines are when it was copied out rather than when its
+    lines were written: a CI job that prints a log file at its end (GitHub Actions stamps each line it
+    prints), a shipper that stamps a batch at once. Their times then span far less than vLLM's own
+    times on the same lines (minutes of start-up copied in a tenth of a second). (span of the
+    envelopes' times, span of vLLM's own) in seconds, or None where the envelopes keep time with vLLM's."""
+    iso_us: list[int] = []
+    own_us: list[int] = []
+    for no, raw in enumerate(lines, start=1):
+        for ln in split_line(no, raw):
+            if ln.iso and ln.ts:
+                t = fact_time_us(ln.iso, 1970)
+                own = fact_time_us(ln.ts, int(ln.iso[:4])) if t is not None else None
+                if t is not None and own is not None and abs(own - t) > HALF_YEAR_US:  # (the year turned between)
+                    own = fact_time_us(ln.ts, int(ln.iso[:4]) + (1 if t > own else -1))
+                if t is not None and own is not None:
+                    iso_us.append(t)
+                    own_us.append(own)
+    if len(iso_us) < 3:
+        return None
+    env_s, own_s = (max(iso_us) - min(iso_us)) / 1e6, (max(own_us) - min(own_us)) / 1e6
+    return (env_s, own_s) if own_s - env_s > DUMP_SPREAD_S and env_s < own_s / 2 else None
 
 
 def fact_time_us(ts: str | None, year: int, tz_offset_s: int = 0) -> int | None:

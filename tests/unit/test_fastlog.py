@@ -344,6 +344,23 @@ def test_a_log_padded_to_a_width_keeps_its_requests(tmp_path: Path) -> None:
     assert got == _canon(_reference(padded)) == _canon(_reference(plain)) and len(got[0]) == 100 and len(got[1]) == 100
 
 
+@pytest.mark.parametrize("chunk", [2048, 64 << 10])
+def test_a_log_printed_by_a_ci_job_reads_at_vllms_own_times_in_both_lanes(chunk: int, tmp_path: Path) -> None:
+    """A log a CI job printed at its end (each line stamped with the job's time, all within a second,
+    over ten minutes of vLLM's own) goes through the vectorised lane with the reference's facts, at vLLM's
+    own times, whatever the size of the pieces its head is read across."""
+    lines = [f"2026-09-02T20:18:43.{i:06d}0Z " + [STATS_V1, ADDED, ACCESS, WARN_PLAIN][i % 4].format(s=i % 60, r=i, n=i % 3)
+             .replace("10:13:", f"10:{13 + i // 600:02d}:") for i in range(6000)]
+    log = tmp_path / "ci.log"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=chunk)
+    ref = _reference(log)
+    assert res.envelope_dump is not None and ref.envelope_dump == res.envelope_dump and res.envelope_dump[0] < 1
+    got = _canon(res, ff)
+    assert got == _canon(ref) and len(got[0]) == 1500
+    assert ff.stats_frame().select(pl.col("ts").str.starts_with("05-19 10:").all()).collect().item()
+
+
 def test_a_log_copied_from_a_framed_viewer_takes_the_fast_lane(tmp_path: Path) -> None:
     """A log copied from k9s's log view, each line between the frame's borders and padded to its width,
     goes through the vectorised lane with the reference's facts, as the log vLLM wrote would."""

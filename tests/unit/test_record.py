@@ -673,6 +673,33 @@ def test_a_unified_memory_gpu_says_it_has_no_memory_of_its_own(tmp_path: Path) -
     assert all("/proc/meminfo" in n for n in said)
 
 
+def test_envelope_times_that_are_a_copys_give_way_to_vllms_own(tmp_path: Path) -> None:
+    """GIVEN two vLLM instances' start-up lines as a GitHub Actions job printed their log files at its end
+    (issue 746 of llm-d-fast-model-actuation, quoted): each line stamped with the job's time, the five within
+    0.14 s, vLLM's own times 5 min 32 s apart THEN the lines are placed at vLLM's own times (the second start
+    332 s after the first, where it was 0.135 s), with the envelopes' year, and a note says why; a log whose
+    envelopes keep time with vLLM's (a container runtime's, two hours ahead of vLLM's UTC+2 clock) keeps its
+    envelopes' exact times."""
+    record([DATA / "gha_dump_quoted_v1_debug_profiling.log"], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc == "2026-09-02T20:06:36Z"
+    assert [(e["kind"], e["t_us"]) for e in b.events] == [("memory_budget", 0), ("memory_profile", 0), ("kv_memory", 0),
+                                                          ("memory_budget", 332_000_000)]
+    [note] = [n for f in b.meta.inputs for n in f.get("notes", []) if "copied out" in n]
+    assert "span 0.1 s where vLLM's own times on the same lines span 332 s" in note
+    live = "".join(f"2026-09-02T{18 + (10 + k * 7) // 3600:02d}:{(10 + k * 7) // 60 % 60:02d}:{(10 + k * 7) % 60:02d}.{k:03d}Z "
+                   f"stdout F (APIServer pid=1) INFO 09-02 {20 + (10 + k * 7) // 3600:02d}:{(10 + k * 7) // 60 % 60:02d}:"
+                   f"{(10 + k * 7) % 60:02d} [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg "
+                   f"generation throughput: 1.0 tokens/s, Running: {k} reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+                   "Prefix cache hit rate: 0.0%\n" for k in range(40))
+    (tmp_path / "live.log").write_text(live)
+    record([tmp_path / "live.log"], tmp_path / "c", RecordOptions())
+    c = read_bundle(tmp_path / "c")
+    assert c.meta.t0_utc == "2026-09-02T18:00:10Z"
+    assert c.samples.filter(pl.col("metric") == "requests_running")["t_us"].to_list()[:3] == [0, 7_001_000, 14_002_000]
+    assert not [n for f in c.meta.inputs for n in f.get("notes", []) if "copied out" in n]
+
+
 def test_an_oom_warming_up_the_sampler_says_what_and_with_how_many(tmp_path: Path) -> None:
     """GIVEN vLLM 0.8's 'CUDA out of memory occurred when warming up sampler with 256 dummy requests'
     (issue 17939, rank 1 of two) THEN it is an OOM at its line, that says it was the sampler's warm-up
