@@ -303,8 +303,10 @@ def record(
                   f"{ts(r.t_first_us)} – {ts(r.t_last_us)}" if r.t_first_us else "—")
     err.print(t)
     for r in reports:  # (what each file's reading assumed or met: why a file of a folder was left out, a
-        if r.notes:  # clock offset corrected, envelope times that were a copy's, lines Ray folded, …)
-            err.print(f"[yellow]note:[/] {escape(Path(r.path).name)}: {escape('; '.join(r.notes))}")
+        name = Path(r.path).name  # clock offset corrected, envelope times that were a copy's, lines Ray folded, …;
+        own = [n for n in r.notes if not n.startswith(f"{name}: ")]  # those that name their file are the bundle's, below)
+        if own:
+            err.print(f"[yellow]note:[/] {escape(name)}: {escape('; '.join(own))}")
     for n in summary["notes"]:
         err.print(f"[yellow]note:[/] {escape(n)}")
     err.print(f"t0 {summary['t0_utc']}: {summary['samples']} samples, {summary['events']} events, "

@@ -267,6 +267,11 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
     return dcgm_hosts(whole, path, host, instance)
 
 
+SECONDS_NEVER = 1e11  # an OpenMetrics sample time this large, in seconds, is the year 5138: milliseconds
+MS_AS_SECONDS_BEFORE = 1e9  # a text-format time that, read as milliseconds, falls before 2001 while it
+# is a time since as seconds was written in seconds
+
+
 def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want: list[str] | None,
                   line0: int) -> Parsed:
     """One scrape's text (its first line is file line ``line0 + 1``)."""
@@ -313,6 +318,7 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     vllm_series: list[tuple[int, str, dict[str, str]]] = []  # (sample index, name, labels), to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     repeats = 0
+    other_unit = 0  # sample times written in the other format's unit (read in the unit that makes them a time)
     for fam in families:
         for smp in fam.samples:
             name, labels, value = smp.name, smp.labels, smp.value
@@ -322,7 +328,11 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                     repeats += 1
                     continue
                 seen.add(key)
-            ts = int(float(smp.timestamp) * 1_000_000) if smp.timestamp else t
+            ts_s = float(smp.timestamp) if smp.timestamp else None
+            if ts_s is not None and (ts_s >= SECONDS_NEVER if openmetrics else ts_s < MS_AS_SECONDS_BEFORE <= ts_s * 1000):
+                ts_s = ts_s / 1000 if openmetrics else ts_s * 1000
+                other_unit += 1
+            ts = int(ts_s * 1_000_000) if ts_s is not None else t
             if name in DCGM_METRICS:
                 is_dcgm = True
                 metric, scale = DCGM_METRICS[name]
@@ -347,6 +357,11 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
         p.kind = "dcgm"
     elif any(s[2].startswith("vllm-metrics") for s in p.samples):
         p.kind = "vllm-metrics"
+    if other_unit:
+        p.notes.append(f"{path.name}: {other_unit} sample times are in " + (
+            "milliseconds, where OpenMetrics (its '# EOF') has seconds: read as milliseconds" if openmetrics else
+            "seconds, where the text format has milliseconds: read as seconds") + " (the other unit puts them in "
+            + ("the year 5000 or later)" if openmetrics else "1970)"))
     if repeats:
         p.notes.append(f"{path.name}: series repeat without times of their own, as when several scrapes are saved "
                        "in one file: only the first of each is kept; put a '# scraped_at TIME' line before each scrape")

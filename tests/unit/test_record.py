@@ -700,6 +700,27 @@ def test_envelope_times_that_are_a_copys_give_way_to_vllms_own(tmp_path: Path) -
     assert not [n for f in c.meta.inputs for n in f.get("notes", []) if "copied out" in n]
 
 
+@pytest.mark.parametrize("eof,k,unit", [("# EOF\n", 1000, "milliseconds"), ("", 1, "seconds")])
+def test_sample_times_in_the_other_formats_unit_are_read_as_times(eof: str, k: int, unit: str, tmp_path: Path) -> None:
+    """GIVEN a scrape whose sample times are in the other format's unit: milliseconds with OpenMetrics' '# EOF'
+    (which has seconds: the year 57890), seconds in the text format (which has milliseconds: 1970) THEN they
+    are read as the times they are, with a note (they were quarantined as impossible times, without their
+    lines); and `replay record` prints each file's own notes once."""
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    (tmp_path / "m.prom").write_text(
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} 3.0 {1764670000 * k}\n'
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} 4.0 {1764670015 * k}\n' + eof)
+    out = CliRunner().invoke(app, ["record", str(tmp_path / "m.prom"), "-o", str(tmp_path / "b")], env={"COLUMNS": "400"})
+    assert out.exit_code == 0, out.output
+    b = read_bundle(tmp_path / "b")
+    assert b.meta.t0_utc == "2025-12-02T10:06:40Z" and b.samples["t_us"].to_list() == [0, 15_000_000]
+    assert not (tmp_path / "b" / "quarantine.jsonl").read_text().strip()
+    assert out.output.count(f"2 sample times are in {unit}") == 1
+
+
 def test_an_oom_warming_up_the_sampler_says_what_and_with_how_many(tmp_path: Path) -> None:
     """GIVEN vLLM 0.8's 'CUDA out of memory occurred when warming up sampler with 256 dummy requests'
     (issue 17939, rank 1 of two) THEN it is an OOM at its line, that says it was the sampler's warm-up
