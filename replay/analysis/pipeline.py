@@ -130,40 +130,59 @@ def _warmup_oom(e: dict[str, Any], max_num_seqs: Any) -> Finding:
           **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}])
 
 
-def kill_probe(e: dict[str, Any], events: list[dict[str, Any]]) -> str | None:
-    """The probe ('liveness', 'startup') the kubelet killed a container for, where it says so: on the
-    kill itself (its Killing event), or, for an exit 137 of unstated cause, on a kill of the same container."""
+def kill_cause(e: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """What the kubelet says it killed a container for, where it says so: ('probe', 'liveness' or
+    'startup'), or ('evicted', the node's resource it ran low on); on the kill itself (its Killing or
+    Evicted event), or, for an exit 137 of unstated cause, on a kill of the same container."""
     if e.get("kind") != "container_killed":
         return None
-    return e.get("probe") or next((str(x["probe"]) for x in events if x.get("kind") == "container_killed"
-                                   and x.get("probe") and x.get("container") == e.get("container")), None)
+    for x in (e, *(x for x in events if x.get("kind") == "container_killed" and x.get("container") == e.get("container"))):
+        if x.get("probe"):
+            return "probe", str(x["probe"])
+        if x.get("evicted"):
+            return "evicted", str(x["evicted"])
+    return None
 
 
 def _kills(events: list[dict[str, Any]]) -> list[Finding]:
     """Containers killed with SIGKILL (exit 137) that Kubernetes did not call OOMKilled: of a cause
-    unstated, unless the kubelet says it killed that container for a failed probe; then that is the
-    cause, and the probe's failures say what the check saw ('connection refused': nothing listened yet)."""
+    unstated, unless the kubelet says it killed that container for a failed probe, or evicted its pod
+    for the node's disk (or another resource that is not memory); then that is the cause, and a probe's
+    failures say what the check saw ('connection refused': nothing listened yet)."""
     killed = [e for e in events if e.get("kind") == "container_killed"]
     failures = [e for e in events if e.get("kind") == "k8s_event" and e.get("reason") == "Unhealthy"
                 and str(e.get("message") or "").startswith(("Liveness probe failed", "Startup probe failed"))]
+    evictions = {x.get("container"): x for x in killed if x.get("evicted")}
     out = []
     for e in killed:
         ev = [{"t_us": e.get("t_us"), "source": e.get("source")}]
-        probe = kill_probe(e, killed)
-        if probe is None:  # (a crash, of a cause unstated: not an OOM)
+        cause = kill_cause(e, killed)
+        if cause is None:  # (a crash, of a cause unstated: not an OOM)
             out.append(Finding("killed:sigkill", f"Container killed with SIGKILL (exit 137, reason {e.get('reason')})",
                                "not named OOMKilled: a host OOM kill outside the container's cgroup, or a kill after the "
                                "grace period (a failed liveness probe, an eviction, a delete); the node's kernel log "
                                "tells which", "medium", ev))
-            continue
-        said = next((str(f["message"]) for f in failures if str(f["message"]).lower().startswith(probe)), None)
-        out.append(Finding(
-            f"killed:{probe}_probe", f"Container killed by the kubelet: its {probe} probe failed (not an OOM)",
-            f"the kubelet killed container {e.get('container')} with SIGKILL after its {probe} probe failed"
-            + (f" ('{said[:200]}')" if said else "") + ": the engine did not answer its health check in time, still "
-            "loading weights, compiling or capturing CUDA graphs at start-up, or stalled; more memory does not prevent "
-            "it: give the engine time to start (a startupProbe, or a longer initialDelaySeconds or failureThreshold)",
-            "high", ev))
+        elif cause[0] == "evicted":  # (the kubelet's eviction for the node's disk, inodes or pids)
+            x = e if e.get("evicted") else evictions[e.get("container")]
+            res = cause[1]
+            out.append(Finding(
+                f"killed:evicted:{res}", f"Pod evicted by the kubelet: the node ran low on {res} (not an OOM)",
+                f"{x.get('text') or x.get('message') or 'evicted'}".strip().rstrip(".") + (
+                    ": model weights downloaded into the container's own disk (the Hugging Face cache), logs and compile "
+                    "caches count against the node's ephemeral storage; give the model a volume of its own (a PVC, or an "
+                    "emptyDir with a sizeLimit and an ephemeral-storage request)" if res == "ephemeral-storage" else
+                    ": the node ran short of something that is not memory; more GPU memory does not prevent it"),
+                "high", ev))
+        else:
+            probe = cause[1]
+            said = next((str(f["message"]) for f in failures if str(f["message"]).lower().startswith(probe)), None)
+            out.append(Finding(
+                f"killed:{probe}_probe", f"Container killed by the kubelet: its {probe} probe failed (not an OOM)",
+                f"the kubelet killed container {e.get('container')} with SIGKILL after its {probe} probe failed"
+                + (f" ('{said[:200]}')" if said else "") + ": the engine did not answer its health check in time, still "
+                "loading weights, compiling or capturing CUDA graphs at start-up, or stalled; more memory does not prevent "
+                "it: give the engine time to start (a startupProbe, or a longer initialDelaySeconds or failureThreshold)",
+                "high", ev))
     return out
 
 

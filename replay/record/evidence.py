@@ -147,8 +147,12 @@ def _utc(dt: datetime, tz_offset_s: int = 0) -> int:
 
 
 def parse_time(s: str, tz_offset_s: int = 0) -> int | None:
-    """ISO, 'YYYY/MM/DD HH:MM:SS.fff' (nvidia-smi), epoch seconds -> epoch µs; naive = host local."""
+    """ISO, 'YYYY/MM/DD HH:MM:SS.fff' (nvidia-smi), epoch seconds -> epoch µs; naive = host local. Go's zero
+    time, which Kubernetes writes for a time it does not know ('0001-01-01T00:00:00Z', 'Mon, 01 Jan 0001
+    00:00:00 +0000': a container the kubelet could not find), is no time: None."""
     s = s.strip().strip('"')
+    if GO_ZERO_TIME.search(s):
+        return None
     if re.fullmatch(r"\d{9,10}(\.\d+)?", s):
         return int(float(s) * 1_000_000)
     if re.fullmatch(r"\d{12,13}", s):
@@ -168,6 +172,9 @@ def parse_time(s: str, tz_offset_s: int = 0) -> int | None:
         except ValueError:
             continue
     return None
+
+
+GO_ZERO_TIME = re.compile(r"^0001-01-01[T ]00:00:00|\b01 Jan 0001 00:00:00\b")
 
 
 # --- Prometheus exposition (vLLM /metrics, DCGM exporter) ----------------------------------------
@@ -1587,6 +1594,17 @@ def _walk_container_statuses(obj: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _walk_pods(obj: Any) -> list[dict[str, Any]]:
+    """The Pods in a Kubernetes document (a list's items among them)."""
+    if isinstance(obj, list):
+        return [p for o in obj for p in _walk_pods(o)]
+    if isinstance(obj, dict):
+        if obj.get("kind") == "Pod" or "kind" not in obj and isinstance(obj.get("status"), dict) and "phase" in obj["status"]:
+            return [obj]
+        return [p for o in _list(obj.get("items")) for p in _walk_pods(o)]
+    return []
+
+
 class _YamlLoader(yaml.SafeLoader):  # type: ignore[misc]  # (PyYAML is untyped here)
     """YAML's safe loader, with times left as the text they are: the readers parse them as they parse
     JSON's, and a time out of range ('hour 25') is then an unreadable time, not a file that cannot be read."""
@@ -1648,11 +1666,19 @@ def _k8s_fact(t: int | None, line: int | None, data: dict[str, Any]) -> dict[str
     if oom:
         return {"t": t, "kind": "host_oom_killed", "line": line, "data": data | _host_oom(oom, message)}
     ev = _EVICTED.search(message) if data.get("reason") == "Evicted" else None
-    if ev:  # the kubelet evicted the pod for the node's memory: killed for host memory too
+    if ev and ev["resource"] == "memory":  # the kubelet evicted the pod for the node's memory: killed for host memory too
         return {"t": t, "kind": "host_oom_killed", "line": line, "data": data | {
             "container": ev["container"], "used": ev["used"], "text": message.strip()[:300],
             "meaning": "the kubelet evicted the pod because the node ran low on memory (host memory, not the GPU's); "
                        "a CUDA OOM is an application error and never shows up here"}}
+    if data.get("reason") == "Evicted":  # (for the node's disk, its inodes, its process ids: no memory at all)
+        res = ev["resource"] if ev else None
+        return {"t": t, "kind": "container_killed", "line": line, "data": data | {
+            "container": ev["container"] if ev else None, "used": ev["used"] if ev else None, "evicted": res or "unstated",
+            "text": message.strip()[:300],
+            "meaning": f"the kubelet evicted the pod because the node ran low on {res or 'a resource it does not name'}"
+                       + (" (its disk: model weights downloaded into the container, logs, compile caches)"
+                          if res == "ephemeral-storage" else "") + ", which is no memory and no OOM"}}
     kill = _PROBE_KILL.search(message) if data.get("reason") == "Killing" else None
     if kill:  # the kubelet killed the container for a failed probe: SIGKILL after the grace period
         return {"t": t, "kind": "container_killed", "line": line, "data": data | {
@@ -1668,7 +1694,8 @@ PROBE_KILL_MEANING = ("the kubelet killed the container because its {} probe fai
 
 # the kubelet's eviction for node memory pressure ('The node was low on resource: memory. … Container vllm
 # was using 61Gi, request is 0, has larger consumption of memory.')
-_EVICTED = re.compile(r"low on resource: memory\.(?:.*?Container (?P<container>\S+) was using (?P<used>\S+?),)?")
+_EVICTED = re.compile(r"low on resource: (?P<resource>[\w.-]+)\.(?:.*?Container (?P<container>\S+)\s+was using (?P<used>\S+?),)?",
+                      re.S)
 
 
 def parse_k8s(path: Path, text: str) -> Parsed:
@@ -1702,7 +1729,14 @@ def parse_k8s(path: Path, text: str) -> Parsed:
             return p
     statuses = _walk_container_statuses(obj)
     p.kind = "k8s-pod" if not events else p.kind
-    for st in statuses:
+    evicted = [o for o in _walk_pods(obj) if _obj(o.get("status")).get("reason") == "Evicted"]
+    for pod in evicted:  # (the pod's own status: what the kubelet's event said, kept where the event is gone)
+        st = _obj(pod.get("status"))
+        seen = [str(c["lastTransitionTime"]) for c in _list(st.get("conditions")) if _obj(c).get("lastTransitionTime")]
+        p.events.append(_k8s_fact(parse_time(max(seen)) if seen else None, None, {
+            "reason": "Evicted", "message": st.get("message"), "object": f"Pod/{_obj(pod.get('metadata')).get('name')}"}))
+    statuses = statuses if statuses or not evicted else [{}]  # (an evicted pod's status is read: not a pod without any)
+    for st in (x for x in statuses if x):
         term = _obj(_obj(st.get("lastState")).get("terminated"))
         if term:
             reason = term.get("reason")

@@ -599,7 +599,7 @@ def detect_kind(text: str) -> str | None:
         return "prometheus-text"  # (`promtool tsdb dump`: the name among the labels)
     if s.startswith(("{", "[", "---", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
             "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
-            or "involvedObject" in head or "regarding" in head):
+            or "involvedObject" in head or "regarding" in head or re.search(r'(?m)^kind:\s*Pod\s*$|"kind"\s*:\s*"Pod"', head)):
         return "k8s"
     if ev.EVENTS_TABLE_HEADER.match(s) or ev.PODS_TABLE_HEADER.match(s):
         return "k8s-table"

@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from replay.analysis.pipeline import analyze_bundle, kill_probe
+from replay.analysis.pipeline import analyze_bundle, kill_cause
 from replay.bundle import read_bundle
 from replay.units import say_duration
 
@@ -29,9 +29,11 @@ _CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
 def _crash_words(e: dict[str, Any], events: list[dict[str, Any]]) -> str:
     if e.get("kind") == "oom" and e.get("warmup"):
         return f"A CUDA OOM stopped the engine's start-up, warming up its {e['warmup']} (it never served)"
-    probe = kill_probe(e, events)
-    if probe:
-        return f"The kubelet killed the container, its {probe} probe failed (not an OOM),"
+    cause = kill_cause(e, events)
+    if cause and cause[0] == "evicted":
+        return f"The kubelet evicted the pod, the node low on {cause[1]} (not an OOM),"
+    if cause:
+        return f"The kubelet killed the container, its {cause[1]} probe failed (not an OOM),"
     return _CRASH_WORDS.get(str(e.get("kind")), "The engine failed")
 
 

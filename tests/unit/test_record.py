@@ -3487,6 +3487,53 @@ def test_a_container_killed_for_a_failed_liveness_probe_is_said_so(tmp_path: Pat
     assert [f.id for f in analyze_bundle(read_bundle(tmp_path / "c")).findings] == ["killed:liveness_probe"]
 
 
+def test_a_pod_evicted_for_the_nodes_disk_is_said_so(tmp_path: Path) -> None:
+    """GIVEN evictions for the node's disk, not its memory: a pod's own status (concourse/hush-house issue 8:
+    'reason: Evicted', 'The node was low on resource: ephemeral-storage. Container hush-house-worker was using
+    73712Ki, which exceeds its request of 0.'), the kubelet's event of one (GoogleCloudPlatform/kubernetes-
+    engine-samples issue 1581, a 70B model downloading into the container), and a describe of that pod whose
+    container is 'ContainerStatusUnknown', exit 137, at Go's zero time THEN the pod YAML is read as Kubernetes
+    (every line was quarantined as a log), each eviction is a container killed for ephemeral-storage and an
+    outage, the exit 137 is that eviction's (its zero time no impossible time), and the finding says to give
+    the model a volume of its own."""
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.report.postmortem import render_postmortem
+    (tmp_path / "pod.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hush-house-worker-0\nstatus:\n"
+        "  message: 'The node was low on resource: ephemeral-storage. Container hush-house-worker\n"
+        "    was using 73712Ki, which exceeds its request of 0. '\n  phase: Failed\n  reason: Evicted\n"
+        '  startTime: "2019-02-15T20:18:59Z"\n')
+    record([tmp_path / "pod.yaml"], tmp_path / "a", RecordOptions())
+    a = read_bundle(tmp_path / "a")
+    assert [(f["kind"], f["quarantined"]) for f in a.meta.inputs] == [("k8s-pod", 0)]
+    assert [(e["kind"], e["evicted"], e["container"]) for e in a.events] == [
+        ("container_killed", "ephemeral-storage", "hush-house-worker")]
+    assert [f.id for f in analyze_bundle(a).findings] == ["killed:evicted:ephemeral-storage"]
+    message = ("The node was low on resource: ephemeral-storage. Threshold quantity: 10120387530, available: 9166736Ki. "
+               "Container llm was using 57900024Ki, request is 0, has larger consumption of ephemeral-storage. ")
+    (tmp_path / "d.txt").write_text(
+        "Name:             llm-689555d8bf-62gjd\nNamespace:        default\nStatus:           Failed\nReason:           Evicted\n"
+        "Containers:\n  llm:\n    State:          Terminated\n      Reason:       ContainerStatusUnknown\n"
+        "      Exit Code:    137\n      Started:      Mon, 01 Jan 0001 00:00:00 +0000\n"
+        "      Finished:     Mon, 01 Jan 0001 00:00:00 +0000\n    Ready:          False\nEvents:\n"
+        "  Type     Reason   Age   From     Message\n  ----     ------   ----  ----     -------\n"
+        f"  Warning  Evicted  5m    kubelet  {message.strip()}\n")
+    (tmp_path / "ev.json").write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "llm.1", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "llm-689555d8bf-62gjd"}, "reason": "Evicted", "message": message,
+        "type": "Warning", "lastTimestamp": "2025-01-03T19:20:00Z", "count": 1}))
+    record([tmp_path / "ev.json", tmp_path / "d.txt"], tmp_path / "b", RecordOptions(at="2025-01-03T19:25:00Z"))
+    b = read_bundle(tmp_path / "b")
+    assert not (tmp_path / "b" / "quarantine.jsonl").read_text().strip()
+    kills = sorted((e["source"], e.get("evicted"), e["t_us"]) for e in b.events if e["kind"] == "container_killed")
+    assert kills == [("d.txt:16", "ephemeral-storage", 0), ("d.txt:7", None, None), ("ev.json", "ephemeral-storage", 0)]
+    found = analyze_bundle(b).findings
+    assert [(f.id, f.confidence) for f in found] == [("killed:evicted:ephemeral-storage", "high")]
+    assert "57900024Ki" in found[0].detail and "a volume of its own" in found[0].detail and len(found[0].evidence) == 3
+    assert "The kubelet evicted the pod, the node low on ephemeral-storage (not an OOM), at 2025-01-03 19:20:00 UTC" in (
+        render_postmortem(tmp_path / "b"))
+
+
 def test_an_events_table_row_out_of_line_with_its_header_keeps_its_object(tmp_path: Path) -> None:
     """GIVEN a 'kubectl get events' row pasted with fewer spaces than its header's columns, so that the
     header's MESSAGE column starts after a space inside the message THEN its cells are its own: the
