@@ -1951,6 +1951,8 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
     in_events = False
     container: str | None = None
     last: dict[str, Any] | None = None  # the terminated State or Last State block being read
+    pod: dict[str, Any] = {}  # the pod's own Name, Reason and Message (its header: an eviction stays there
+    # after its event has expired)
 
     def close_last() -> None:
         nonlocal last
@@ -1981,7 +1983,9 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
             container = head.group(1)
             continue
         kv = re.match(r"^\s*([A-Z][\w ]*?):\s+(.*?)\s*$", ln)  # (unindented: a container's block pasted alone)
-        if kv and kv.group(1) in ("State", "Last State") and kv.group(2).startswith("Terminated"):
+        if kv and not ln[:1].isspace() and container is None and last is None and kv.group(1) in ("Name", "Reason", "Message"):
+            pod[kv.group(1)] = (kv.group(2), i)
+        elif kv and kv.group(1) in ("State", "Last State") and kv.group(2).startswith("Terminated"):
             close_last()
             last = {"line": i}
         elif kv and last is not None and kv.group(1) in ("Reason", "Exit Code", "Finished"):
@@ -1995,6 +1999,10 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
         elif kv and last is not None and kv.group(1) in ("Ready", "Restart Count"):
             close_last()
     close_last()
+    if pod.get("Reason", ("",))[0] == "Evicted" and not any(e["data"].get("reason") == "Evicted" for e in p.events):
+        # (when: not in the header; its event, where it has not expired, says it, and more)
+        p.events.append(_k8s_fact(None, pod["Reason"][1], {"reason": "Evicted", "message": pod.get("Message", ("",))[0],
+                                                          "object": f"Pod/{pod.get('Name', ('?',))[0]}"}))
     if any("age" in e["data"] and e["t"] is None for e in p.events):
         p.notes.append(f"{path.name}: describe output gives event ages, not times; pass --at with when it was "
                        "taken to place them")

@@ -3495,7 +3495,7 @@ def test_a_pod_evicted_for_the_nodes_disk_is_said_so(tmp_path: Path) -> None:
     container is 'ContainerStatusUnknown', exit 137, at Go's zero time THEN the pod YAML is read as Kubernetes
     (every line was quarantined as a log), each eviction is a container killed for ephemeral-storage and an
     outage, the exit 137 is that eviction's (its zero time no impossible time), and the finding says to give
-    the model a volume of its own."""
+    the model a volume of its own; the describe's header alone (its events expired) still says the eviction."""
     from replay.analysis.pipeline import analyze_bundle
     from replay.report.postmortem import render_postmortem
     (tmp_path / "pod.yaml").write_text(
@@ -3530,6 +3530,12 @@ def test_a_pod_evicted_for_the_nodes_disk_is_said_so(tmp_path: Path) -> None:
     found = analyze_bundle(b).findings
     assert [(f.id, f.confidence) for f in found] == [("killed:evicted:ephemeral-storage", "high")]
     assert "57900024Ki" in found[0].detail and "a volume of its own" in found[0].detail and len(found[0].evidence) == 3
+    (tmp_path / "h.txt").write_text("\n".join(ln for ln in (tmp_path / "d.txt").read_text().splitlines()[:12])
+                                    .replace("Status:           Failed\n", "Status:           Failed\nMessage:          "
+                                             + message.strip() + "\n") + "\n")  # (its events expired: the header alone)
+    record([tmp_path / "h.txt"], tmp_path / "c", RecordOptions())
+    assert [(e["kind"], e.get("evicted"), e["source"]) for e in read_bundle(tmp_path / "c").events] == [
+        ("container_killed", None, "h.txt:8"), ("container_killed", "ephemeral-storage", "h.txt:5")]
     assert "The kubelet evicted the pod, the node low on ephemeral-storage (not an OOM), at 2025-01-03 19:20:00 UTC" in (
         render_postmortem(tmp_path / "b"))
 
