@@ -130,6 +130,21 @@ def _warmup_oom(e: dict[str, Any], max_num_seqs: Any) -> Finding:
           **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}])
 
 
+def _ray_oom(e: dict[str, Any]) -> Finding:
+    """Ray's memory monitor killed a worker (a vLLM worker actor, under Ray's executor) for the node's RAM."""
+    node = (f"the node's host memory was at {e['node_used']} of {e['node_total']} ({e['node_used_fraction']:.1%}), past "
+            f"Ray's threshold of {e['threshold']:g}" if e.get("node_total") else "the node's host memory passed Ray's threshold")
+    who = (f"; it killed {e['process']}" + (f" (pid {e['pid']}, {e['used']})" if e.get("pid") else "") if e.get("process")
+           else f"; it killed {e['workers_killed']} worker(s)" if e.get("workers_killed") else "")
+    return Finding(
+        "oom:host:ray", "Host memory OOM: Ray's memory monitor killed a worker (not a CUDA OOM)",
+        f"{node}{who}" + (f" on {e['node_ip']}" if e.get("node_ip") else "") + ": what vLLM holds in host memory (its CPU "
+        "swap space for preempted requests, cpu_offload_gb, a CPU KV cache, weights loaded through RAM) or another "
+        "process on the node; lower swap_space or cpu_offload_gb, give the node more memory, or raise "
+        "RAY_memory_usage_threshold; more GPU memory does not prevent it", "high",
+        [{"t_us": e.get("t_us"), "source": e.get("source")}])
+
+
 def kill_cause(e: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
     """What the kubelet says it killed a container for, where it says so: ('probe', 'liveness' or
     'startup'), or ('evicted', the node's resource it ran low on); on the kill itself (its Killing or
@@ -333,6 +348,8 @@ def analyze_bundle(b: Bundle) -> Analysis:
                 findings.append(Finding(f"oom:{cause}", f"CUDA OOM: {cause}", why, conf,
                                         [{"t_us": e.get("t_us"), "source": e.get("source"),
                                           **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}]))
+        elif e.get("kind") == "host_oom_killed" and e.get("killer") == "ray":
+            findings.append(_ray_oom(e))
         elif e.get("kind") == "host_oom_killed":
             findings.append(Finding("oom:host", "Host/cgroup OOM (OOMKilled, exit 137)",
                                     "the container was killed for host memory, not a CUDA OOM", "high",

@@ -123,7 +123,8 @@ def inert(msg: pl.Expr) -> pl.Expr:
 ENVELOPE = ("^(?P<env>(?:" + SLURM_LABEL + ")?(?:" + SYSLOG_BSD_PREFIX + ")?(?:" + COMPOSE_PREFIX + ")?(?:"
             + KUBECTL_PREFIX + ")?(?:" + ISO_OPEN + "(?P<iso>" + ISO_TIME + ")" + ISO_CLOSE + r"\s+(?:" + AFTER_TS_BODY + ")?)?)")
 
-ESC_CHARS = ("\x1b", "^[")  # how a colour code opens: the byte, or its caret notation (``vllm_log.ESC_OPEN``)
+ESC_CHARS = ("\x1b", "^[", "#033")  # how a colour code opens: the byte, its caret notation, rsyslog's escape of it
+# (``vllm_log.ESC_OPEN``)
 CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
 # of their time on them)
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
@@ -789,7 +790,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # (so are colour codes and a web page's spaces looked for: by a byte, at memory speed, which most
     # pieces lack: the ESC, a caret, the first byte of each character; the lines that hold them are told
     # apart in polars, without the GIL; an ASCII piece holds none of those characters)
-    esc = b"\x1b" in piece or b"^" in piece
+    esc = b"\x1b" in piece or b"^" in piece or (b"#" in piece and b"#033[" in piece)
     web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
     df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web,
                                                 logged_first)

@@ -634,7 +634,8 @@ def detect_kind(text: str) -> str | None:
             or re.search(r"^vllm[:_.]\w+(?:\{[^}]*\})? \S+$", head, re.M):  # (a grep of /metrics has no TYPE lines)
         return "prometheus-text"
     if any(k in head for k in ("INFO ", "WARNING ", "ERROR ", "vllm", "KV cache", "CUDA out of memory",
-                               "GPU blocks", "Memory profiling", "preempted", "model weights take")) \
+                               "GPU blocks", "Memory profiling", "preempted", "model weights take",
+                               "OutOfMemoryError", "(raylet)", "memory usage threshold")) \
             or _VLLM_LINE.search(head):  # (an excerpt of a DEBUG-level log may hold nothing else)
         return "vllm-log"
     return None

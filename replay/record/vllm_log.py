@@ -24,7 +24,7 @@ from replay.units import gpu_index, parse_size_bytes
 from replay.versioning import version_key
 
 # a colour code, or one pasted in caret notation ('^[[0;36m': `cat -v`, a CI system's raw log view)
-ESC_OPEN = r"(?:\x1b|\^\[)\["
+ESC_OPEN = r"(?:\x1b|\^\[|#033)\["  # (and as rsyslog escapes the byte: '#033[0;36m', octal)
 ANSI = re.compile(ESC_OPEN + r"[0-9;]*[A-Za-z]")
 # a colour code whose ESC a paste dropped ('[0;36m(APIServer pid=7)[0;0m INFO …', as GitHub shows a
 # coloured terminal's text): taken out of a line that opens with one (vLLM colours its head alone)
@@ -77,6 +77,9 @@ OTEL_LEVELS = {"WARN": "WARNING", "FATAL": "CRITICAL", "DEBUG": "DEBUG", "INFO":
 # pid=3, ip=10.0.0.2') and Ray Serve's, whose actor names hold colons ('ServeReplica:default:VLLMDeployment')
 PROC_BODY = r"[A-Za-z_][\w:.-]*(?: [\w=.:,-]+)*? pid=\d+(?:, ip=[\d.]+)?"
 PROC = re.compile(r"^(?:\((?P<proc>" + PROC_BODY + r")\)|\[(?P<bproc>" + PROC_BODY + r")\])\s*")  # ('[Worker_TP3 pid=540]' in some builds)
+# Ray's own processes, whose lines the driver (vLLM's front end under Ray) relays: '(raylet) …',
+# '(raylet, ip=10.0.0.2) …', '(gcs_server) …'; each line of theirs opens a message of its own
+RAY_COMPONENT = re.compile(r"^\((?P<proc>(?:raylet|gcs_server|autoscaler|monitor|dashboard)(?:, ip=[\d.]+)?)\)(?P<bproc>)\s*")
 LEVEL_TS = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
     r"(?:\[(?P<file1>[\w./-]+\.py):(?P<line1>\d+)\]|(?P<file2>[\w./-]+\.py):(?P<line2>\d+)\])?\s?"
@@ -476,7 +479,8 @@ def _strip(raw: str) -> tuple[str, str | None, int | None]:
     year of a shipper's time that has none. vLLM's own line as it wrote it (most lines) is known by
     how it opens, without trying every envelope; an indent before it is taken off (``INDENT``)."""
     raw = unweb(raw)
-    if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "^[" not in raw and "\r" not in raw:
+    if (raw[:1] == "(" or _BARE_HEAD.match(raw)) and "\x1b" not in raw and "^[" not in raw and "\r" not in raw and (
+            "#033[" not in raw):
         return raw.rstrip("\n"), None, None
     return _envelopes(raw)
 
@@ -560,7 +564,7 @@ def split_line(no: int, raw: str) -> list[_Line]:
     for part in parts:
         s, iso2, year2 = _strip(part)
         rank = "main"
-        m = PROC.match(s)
+        m = PROC.match(s) or RAY_COMPONENT.match(s)
         if m:
             rank = m.group("proc") or m.group("bproc")
             s = s[m.end():]
@@ -600,6 +604,39 @@ def split_logical(lines: Iterable[str]) -> Iterator[_Line]:
     """Physical lines -> logical lines (glued lines split, prefixes and colours stripped)."""
     for no, raw in enumerate(lines, start=1):
         yield from split_line(no, raw)
+
+
+# Ray's memory monitor, when the node's host memory passes its threshold (a vLLM worker actor is the usual one
+# it kills): 'Memory on the node (IP: 10.0.0.1, ID: …) where the task (actor ID: …, name=RayWorkerVllm.__init__,
+# pid=308, memory used=11.15GB) was running was 12.49GB / 13.15GB (0.950003), which exceeds the memory usage
+# threshold of 0.95. Ray killed this worker …'; and the raylet's summary: '1 Workers (tasks / actors) killed due
+# to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: …, IP: 10.95.143.76)'
+# (the task's part, and the node's IP and ID, are left out by some versions; 'task', 'actor' or 'lease' ID)
+R_RAY_OOM = re.compile(r"Memory on the node (?:\(IP: (?P<ip>[\w.:-]+)(?:, ID: \w+)?\) )?(?:where the (?:task|lease) "
+                       r"(?:\((?:(?:task|actor|lease) ID: \w+, )?name=(?P<name>[^,]+), pid=(?P<pid>\d+), memory used="
+                       r"(?P<used>[\d.]+ ?[KMGT]i?B)\) )?was running )?was (?P<node_used>[\d.]+ ?[KMGT]i?B) / "
+                       r"(?P<node_total>[\d.]+ ?[KMGT]i?B) \((?P<frac>[\d.]+)\),\s+which exceeds the memory usage threshold of "
+                       r"(?P<threshold>\d+(?:\.\d+)?)")
+R_RAY_OOM_SUMMARY = re.compile(r"(?P<n>\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"
+                               r"(?:.*?at node \(ID: \w+, IP: (?P<ip>[\w.:-]+)\))?")
+RAY_OOM_MEANING = ("Ray's memory monitor killed the worker because the node's host memory (its RAM) passed Ray's "
+                   "threshold: not the GPU's memory; a CUDA OOM never shows up here")
+
+
+def _ray_oom(text: str) -> dict[str, Any] | None:
+    """What Ray's memory monitor says of a worker it killed for the node's host memory (``R_RAY_OOM``)."""
+    m = R_RAY_OOM.search(text)
+    if m:
+        # (Ray's 'GB' is kept as written: whether it counts 10^9 or 2^30 bytes is not stated; the fraction is)
+        return {"killer": "ray", "node_ip": m["ip"], "process": m["name"], "pid": int(m["pid"]) if m["pid"] else None,
+                "used": m["used"], "node_used": m["node_used"], "node_total": m["node_total"],
+                "node_used_fraction": float(m["frac"]), "threshold": float(m["threshold"]),
+                "text": text.strip()[:300], "meaning": RAY_OOM_MEANING}
+    m = R_RAY_OOM_SUMMARY.search(text)
+    if m and int(m["n"]) > 0:
+        return {"killer": "ray", "node_ip": m["ip"], "workers_killed": int(m["n"]), "text": text.strip()[:300],
+                "meaning": RAY_OOM_MEANING}
+    return None
 
 
 _NO_FIGURES = dict.fromkeys(("tried_to_allocate_bytes", "gpu_total_bytes", "free_bytes", "process_in_use_bytes",
@@ -827,6 +864,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
             if m:
                 out.append((kind, {"request_id": m.group(1)}))
                 break
+    if "memory usage threshold" in text or "killed due to memory pressure" in text:
+        ray = _ray_oom(text)
+        if ray:  # (Ray's own 'OutOfMemoryError' is the node's RAM: no CUDA OOM is read from it)
+            return [*out, ("host_oom_killed", ray)]
     if "memory" in text.lower() and R_OOM_ANY.search(text) or "_ALLOC_FAILED" in text and R_LIB_ALLOC.search(text):
         o = _oom(text)
         w = R_WARMUP.search(text) if o is None and "warming up" in text else None

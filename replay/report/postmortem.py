@@ -29,6 +29,8 @@ _CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
 def _crash_words(e: dict[str, Any], events: list[dict[str, Any]]) -> str:
     if e.get("kind") == "oom" and e.get("warmup"):
         return f"A CUDA OOM stopped the engine's start-up, warming up its {e['warmup']} (it never served)"
+    if e.get("kind") == "host_oom_killed" and e.get("killer") == "ray":
+        return "Ray's memory monitor killed a worker for the node's host memory (not a CUDA OOM)"
     cause = kill_cause(e, events)
     if cause and cause[0] == "evicted":
         return f"The kubelet evicted the pod, the node low on {cause[1]} (not an OOM),"

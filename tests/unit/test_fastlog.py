@@ -376,7 +376,7 @@ def test_a_log_copied_from_a_framed_viewer_takes_the_fast_lane(tmp_path: Path) -
     assert got == _canon(_reference(log)) == _canon(_reference(plain)) and len(got[0]) == 750 and len(got[1]) == 750
 
 
-@pytest.mark.parametrize("esc", ["\x1b[", "^[[", "["])  # (the codes as written, in caret notation, without ESC)
+@pytest.mark.parametrize("esc", ["\x1b[", "^[[", "[", "#033["])  # (the codes as written, in caret notation, without ESC, as rsyslog escapes them)
 def test_coloured_logs_take_the_fast_lane(esc: str, tmp_path: Path) -> None:
     """A log vLLM wrote to a terminal (`docker run -t`: colour codes in every prefix) goes through the
     vectorised lane (every coloured line took the line-by-line parser), with the reference's facts;
@@ -401,6 +401,7 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            "(EngineCore pid=1) (RayWorkerWrapper pid=2, ip=10.0.0.1) ",  # (a line another process relayed)
            "\u00a0", "\u200b", "\ufeff", "INFO\u00a005-19\u00a010:13:00\u00a0[core.py:1]\u00a0",  # (a web page's copy)
            "\u2502 ", "   \u2502",  # (a framed log viewer's borders)
+           "#033[2m#033[33m(raylet)#033[0m ", "#033[36m",  # (colour codes as rsyslog escapes them)
            "(EngineCore_DP0 pid=7) ", "INFO 05-19 10:13:00 [core.py:1] ", "\x1b[32m", "\x1b[0m", '{"timestamp": "', " ",
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,
            "Finished request c-1.", "(APIServer pid=3646) INFO 05-19 10:13:02 [async_llm.py:587] Finished request cmpl-2-0.",
@@ -603,7 +604,7 @@ _HEAD_PARTS = ["(APIServer pid=1) ", "(EngineCore_DP0 pid=2)", "[VllmWorker rank
                "WARNING 12-31 23:59:59.123 ", "ERROR 2025-05-19 ", "INFO  | ", "0: ", "web-1  | ", "[pod/v/c] ",
                "2025-05-19T10:13:09.5Z ", "stdout F ", "Mar  1 10:13:09 host vllm[1]: ", "\x1b[32m", "\x1b[0m", "\r", " ",
                "[2025-05-19T10:13:09Z] ", "^[[32m", "^[", "[0;36m", ">", "> ", "12:", "v.log-3-", "7\t", "\u00a0", "\u200b", "\ufeff",
-               "\u2502 ", "\u2502", "  \u2502",
+               "\u2502 ", "\u2502", "  \u2502", "#033[2m", "#033[0m",
                "[loggers.py:271] ", "text", "{", "x", "    ", "\t"]
 
 

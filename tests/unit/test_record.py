@@ -721,6 +721,28 @@ def test_sample_times_in_the_other_formats_unit_are_read_as_times(eof: str, k: i
     assert out.output.count(f"2 sample times are in {unit}") == 1
 
 
+def test_rays_memory_monitor_killing_a_worker_is_a_host_oom(tmp_path: Path) -> None:
+    """GIVEN Ray's memory monitor killing vLLM's Ray workers for the node's RAM (vLLM issues 2669 and 1160: the
+    kill's message, then the raylet's summary with its colour codes as rsyslog escapes them, '#033[2m', and
+    wrapped) THEN each is a host OOM kill by Ray, with the node's figures as Ray states them (they were no fact,
+    and Ray's 'OutOfMemoryError' no OOM of any kind), and the finding says it is the host's memory, not the GPU's."""
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.report.postmortem import render_postmortem
+    record([DATA / "ray_memory_monitor_kills_worker.log"], tmp_path / "b", RecordOptions(year=2024))
+    b = read_bundle(tmp_path / "b")
+    kills = [e for e in b.events if e["kind"] == "host_oom_killed"]
+    assert [(e["killer"], e.get("process"), e.get("pid"), e.get("node_used_fraction"), e.get("workers_killed"), e["node_ip"])
+            for e in kills] == [("ray", "RayWorkerVllm.__init__", 308, 0.950003, None, "169.254.181.2"),
+                                ("ray", None, None, None, 2, "10.0.167.26")]
+    assert kills[0]["node_used"] == "12.49GB" and kills[0]["node_total"] == "13.15GB" and kills[0]["threshold"] == 0.95
+    assert [e["rank"] for e in kills] == ["main", "raylet"]  # (the raylet's own line, once rsyslog's '#033[' codes are off)
+    assert not [e for e in b.events if e["kind"] == "oom"]
+    found = [f for f in analyze_bundle(b).findings if f.id == "oom:host:ray"]
+    assert [f.confidence for f in found] == ["high", "high"] and "12.49GB of 13.15GB (95.0%)" in found[0].detail
+    assert "it killed 2 worker(s) on 10.0.167.26" in found[1].detail
+    assert "not a CUDA OOM" in render_postmortem(tmp_path / "b")
+
+
 def test_an_oom_warming_up_the_sampler_says_what_and_with_how_many(tmp_path: Path) -> None:
     """GIVEN vLLM 0.8's 'CUDA out of memory occurred when warming up sampler with 256 dummy requests'
     (issue 17939, rank 1 of two) THEN it is an OOM at its line, that says it was the sampler's warm-up
