@@ -642,8 +642,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # a fact's time: the envelope's exact one where there is one (key_ts, for repeats, stays vLLM's own)
     # (vLLM's own, where the envelopes are a copy's: ``vllm_log.envelope_dump``)
     ts_exact = ({"ts": pl.col("ts"), "t_exact": pl.lit(None, dtype=pl.Int64)} if df["iso"].null_count() == df.height
-                else {"ts": pl.coalesce("ts", "iso"), "t_exact": pl.when(pl.col("ts").is_null()).then(iso_us(pl.col("iso")))}
-                if logged_first else {"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))})
+                or logged_first else {"ts": pl.coalesce("iso", "ts"), "t_exact": iso_us(pl.col("iso"))})
     stats = st.select(
         "line", "rank", **ts_exact, engine="engine", h="h", repeatable=pl.lit(True),
         dp=pl.when(~v0).then(msg.str.extract(R_DP.pattern, 1)),
@@ -736,12 +735,13 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
 def _timed_ends(frames: list[pl.DataFrame], logged_first: bool = False) -> list[tuple[int, str]]:
     """(line, time) of the first and the last line of ``frames`` (fast lines, each frame in line order)
     that states a time: an envelope's, else vLLM's own, as a fact of the line would take it (vLLM's own
-    first, ``logged_first``, where the envelopes are a copy's)."""
+    alone, ``logged_first``, where the envelopes are a copy's)."""
     got: list[tuple[int, str]] = []
     for f in frames:
         if f.height:
-            both = ("ts", "iso") if logged_first else ("iso", "ts")
-            t = f.select("line", t=pl.coalesce(*both) if "ts" in f.columns else pl.col("iso")).drop_nulls()
+            when = (pl.col("ts") if "ts" in f.columns else pl.lit(None, dtype=pl.Utf8)) if logged_first else (
+                pl.coalesce("iso", "ts") if "ts" in f.columns else pl.col("iso"))
+            t = f.select("line", t=when).drop_nulls()
             if t.height:
                 got += [(int(t["line"][0]), str(t["t"][0])), (int(t["line"][-1]), str(t["t"][-1]))]
     return [min(got, key=lambda e: e[0]), max(got, key=lambda e: e[0])] if got else []

@@ -865,7 +865,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 rep.notes.append(f"the times in front of its lines span {env_s:.1f} s where vLLM's own times on the same "
                                  f"lines span {own_s:.0f} s (its first lines): they are when the log was copied out (a CI "
                                  "job's print of a log file, a shipper's batch), not when its lines were written, so its "
-                                 "lines are placed at vLLM's own times"
+                                 "lines are placed at vLLM's own times (a line without one has none)"
                                  + (f" (UTC{opts.tz_offset_s / 3600:+g} h, from --tz)" if opts.tz_offset_s else " (as UTC; "
                                     "--tz if vLLM's clock was another zone's)") + ", the year from the envelopes")
             if lp.ray_folded:

@@ -1055,8 +1055,8 @@ class LogParser:
 
     def _when(self, ln: _Line) -> str | None:
         """A line's time as its facts take it: the envelope's exact one, unless the envelopes were put on
-        when the log was copied out (``logged_first``: vLLM's own then, the envelope's only without one)."""
-        return (ln.ts or ln.iso) if self.logged_first else (ln.iso or ln.ts)
+        when the log was copied out (``logged_first``: vLLM's own then, and none where it states none)."""
+        return ln.ts if self.logged_first else (ln.iso or ln.ts)
 
     def barrier(self) -> None:
         self._flush()
