@@ -151,7 +151,9 @@ def kill_cause(e: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, st
     Evicted event), or, for an exit 137 of unstated cause, on a kill of the same container."""
     if e.get("kind") != "container_killed":
         return None
-    for x in (e, *(x for x in events if x.get("kind") == "container_killed" and x.get("container") == e.get("container"))):
+    same = [] if e.get("container") is None else [  # (two kills of unnamed containers are not one container's)
+        x for x in events if x.get("kind") == "container_killed" and x.get("container") == e.get("container")]
+    for x in (e, *same):
         if x.get("probe"):
             return "probe", str(x["probe"])
         if x.get("evicted"):

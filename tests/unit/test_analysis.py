@@ -127,6 +127,18 @@ def test_an_allocation_the_gpu_could_never_hold_is_said_so() -> None:
     assert classify_oom(slow)[0][0].startswith("budget too high")
 
 
+def test_a_kill_is_explained_only_by_a_kill_of_the_same_named_container() -> None:
+    """An exit 137 takes the cause the kubelet gave for a kill of the same container (its probe, its pod's
+    eviction), never that of a kill whose container is not named (two unnamed ones are not one container)."""
+    from replay.analysis.pipeline import kill_cause
+    probe = {"kind": "container_killed", "container": "vllm", "probe": "liveness"}
+    evicted = {"kind": "container_killed", "container": None, "evicted": "ephemeral-storage"}
+    named, unnamed = ({"kind": "container_killed", "container": c, "exit_code": 137} for c in ("vllm", None))
+    events = [probe, evicted, named, unnamed]
+    assert [kill_cause(e, events) for e in events] == [("probe", "liveness"), ("evicted", "ephemeral-storage"),
+                                                      ("probe", "liveness"), None]
+
+
 def test_check_thresholds(tmp_path: Path) -> None:
     make_bundle(tmp_path / "step", "step")
     failures, lines = run_check(tmp_path / "step", 3.0, None, False)
