@@ -1735,8 +1735,7 @@ def parse_k8s(path: Path, text: str) -> Parsed:
         seen = [str(c["lastTransitionTime"]) for c in _list(st.get("conditions")) if _obj(c).get("lastTransitionTime")]
         p.events.append(_k8s_fact(parse_time(max(seen)) if seen else None, None, {
             "reason": "Evicted", "message": st.get("message"), "object": f"Pod/{_obj(pod.get('metadata')).get('name')}"}))
-    statuses = statuses if statuses or not evicted else [{}]  # (an evicted pod's status is read: not a pod without any)
-    for st in (x for x in statuses if x):
+    for st in statuses:
         term = _obj(_obj(st.get("lastState")).get("terminated"))
         if term:
             reason = term.get("reason")
@@ -1749,8 +1748,8 @@ def parse_k8s(path: Path, text: str) -> Parsed:
         if st.get("restartCount"):
             p.events.append({"t": None, "kind": "restart_count", "line": None,
                              "data": {"container": st.get("name"), "restart_count": st.get("restartCount")}})
-    p.parsed = p.lines if statuses or events else 0
-    if not statuses and not events:
+    p.parsed = p.lines if statuses or events or evicted else 0  # (an evicted pod's status is read: not a pod without any)
+    if not statuses and not events and not evicted:
         p.quarantine.append((None, "Kubernetes object without container statuses or events", ""))
     return p
 
