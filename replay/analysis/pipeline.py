@@ -145,20 +145,21 @@ def _ray_oom(e: dict[str, Any]) -> Finding:
         [{"t_us": e.get("t_us"), "source": e.get("source")}])
 
 
-def kill_cause(e: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
-    """What the kubelet says it killed a container for, where it says so: ('probe', 'liveness' or
-    'startup'), or ('evicted', the node's resource it ran low on); on the kill itself (its Killing or
-    Evicted event), or, for an exit 137 of unstated cause, on a kill of the same container."""
+def _said_kill(e: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The kill that says why the kubelet killed ``e``'s container (a Killing event's probe, an Evicted
+    event's resource): ``e`` itself, or, for an exit 137 of unstated cause, a kill of the same container."""
     if e.get("kind") != "container_killed":
         return None
     same = [] if e.get("container") is None else [  # (two kills of unnamed containers are not one container's)
         x for x in events if x.get("kind") == "container_killed" and x.get("container") == e.get("container")]
-    for x in (e, *same):
-        if x.get("probe"):
-            return "probe", str(x["probe"])
-        if x.get("evicted"):
-            return "evicted", str(x["evicted"])
-    return None
+    return next((x for x in (e, *same) if x.get("probe") or x.get("evicted")), None)
+
+
+def kill_cause(e: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """What the kubelet says it killed a container for, where it says so (``_said_kill``): ('probe',
+    'liveness' or 'startup'), or ('evicted', the node's resource it ran low on)."""
+    x = _said_kill(e, events)
+    return None if x is None else ("probe", str(x["probe"])) if x.get("probe") else ("evicted", str(x["evicted"]))
 
 
 def _kills(events: list[dict[str, Any]]) -> list[Finding]:
@@ -169,19 +170,17 @@ def _kills(events: list[dict[str, Any]]) -> list[Finding]:
     killed = [e for e in events if e.get("kind") == "container_killed"]
     failures = [e for e in events if e.get("kind") == "k8s_event" and e.get("reason") == "Unhealthy"
                 and str(e.get("message") or "").startswith(("Liveness probe failed", "Startup probe failed"))]
-    evictions = {x.get("container"): x for x in killed if x.get("evicted")}
     out = []
     for e in killed:
         ev = [{"t_us": e.get("t_us"), "source": e.get("source")}]
-        cause = kill_cause(e, killed)
-        if cause is None:  # (a crash, of a cause unstated: not an OOM)
+        x = _said_kill(e, killed)
+        if x is None:  # (a crash, of a cause unstated: not an OOM)
             out.append(Finding("killed:sigkill", f"Container killed with SIGKILL (exit 137, reason {e.get('reason')})",
                                "not named OOMKilled: a host OOM kill outside the container's cgroup, or a kill after the "
                                "grace period (a failed liveness probe, an eviction, a delete); the node's kernel log "
                                "tells which", "medium", ev))
-        elif cause[0] == "evicted":  # (the kubelet's eviction for the node's disk, inodes or pids)
-            x = e if e.get("evicted") else evictions[e.get("container")]
-            res = cause[1]
+        elif x.get("evicted"):  # (the kubelet's eviction for the node's disk, inodes or pids)
+            res = str(x["evicted"])
             out.append(Finding(
                 f"killed:evicted:{res}", f"Pod evicted by the kubelet: the node ran low on {res} (not an OOM)",
                 f"{x.get('text') or x.get('message') or 'evicted'}".strip().rstrip(".") + (
@@ -191,7 +190,7 @@ def _kills(events: list[dict[str, Any]]) -> list[Finding]:
                     ": the node ran short of something that is not memory; more GPU memory does not prevent it"),
                 "high", ev))
         else:
-            probe = cause[1]
+            probe = str(x["probe"])
             said = next((str(f["message"]) for f in failures if str(f["message"]).lower().startswith(probe)), None)
             out.append(Finding(
                 f"killed:{probe}_probe", f"Container killed by the kubelet: its {probe} probe failed (not an OOM)",
