@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -896,8 +895,12 @@ def _head_read(pieces: Iterator[bytes | LongLine], parser: LogParser) -> Iterato
         size += len(piece) if isinstance(piece, bytes) else DUMP_HEAD_CHARS * 4
         if size >= DUMP_HEAD_CHARS * 4:
             break
-    text = b"".join(p for p in itertools.takewhile(lambda p: isinstance(p, bytes), held))  # type: ignore[misc]
-    parser.head(dump_head(text[:DUMP_HEAD_CHARS * 4].decode("utf-8", errors="replace").split("\n")))
+    head = bytearray()  # (the head's bytes alone: a whole first piece is 16 MiB)
+    for p in held:
+        if not isinstance(p, bytes) or len(head) >= DUMP_HEAD_CHARS * 4:
+            break
+        head += p[:DUMP_HEAD_CHARS * 4 - len(head)]
+    parser.head(dump_head(head.decode("utf-8", errors="replace").split("\n")))
     yield from held
     yield from pieces
 
