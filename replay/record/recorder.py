@@ -37,6 +37,7 @@ from replay.record import evidence as ev
 from replay.record import fastlog, fastsmi
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
+from replay.record.request_ids import unify_bundle_requests
 from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
 from replay.units import GiB, fraction, is_uint
 from replay.versioning import version_key
@@ -381,8 +382,11 @@ def _partials(facts: pl.DataFrame) -> pl.DataFrame:
     as many as its facts; rows of the same id from other groups are joined by ``_merge``."""
     kind = pl.col("kind")  # (in no particular order: ``_request_rows`` sorts; an id's facts share their id)
     details = [c for c in fastlog.REQUEST_DETAILS if c in facts.columns]
-    arrivals = facts.filter(kind != "request_finished").sort("line").unique(subset="h", keep="first").select(
-        "h", id="request_id", arrival_t="t", line="line", **{c: c for c in details})
+    # (a request's details may come on several lines: V1 at DEBUG states its token ids on 'Request … details:'
+    # and its SamplingParams on the 'Received request' line after it; each detail is its first stated value)
+    arrivals = facts.filter(kind != "request_finished").sort("line").group_by("h").agg(
+        id=pl.col("request_id").first(), arrival_t=pl.col("t").first(), line=pl.col("line").first(),
+        **{c: pl.col(c).drop_nulls().first() for c in details})
     finished = facts.filter(kind == "request_finished").group_by("h").agg(
         finish_t=pl.col("t").min(), fid=pl.col("request_id").first(), fline=pl.col("line").min())
     return arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid")).drop("fid")
@@ -395,8 +399,9 @@ def _merge(partials: pl.DataFrame) -> pl.DataFrame:
     if not dup.any():
         return partials
     many = partials.filter(dup)
-    arrivals = many.filter(pl.col("line").is_not_null()).sort("line").unique(subset="h", keep="first").drop(
-        "finish_t", "fline")
+    arrivals = many.filter(pl.col("line").is_not_null()).sort("line").group_by("h").agg(
+        pl.col("id", "arrival_t", "line").first(),
+        *(pl.col(c).drop_nulls().first() for c in many.columns if c not in ("h", "id", "arrival_t", "line", "finish_t", "fline")))
     finished = many.filter(pl.col("fline").is_not_null()).group_by("h").agg(
         finish_t=pl.col("finish_t").min(), fid=pl.col("id").first(), fline=pl.col("fline").min())
     merged = arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid"))
@@ -1035,6 +1040,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         if opts.stage is not None:
             opts.stage("writing the bundle")
         w.close(remove)
+    folded = unify_bundle_requests(out / "requests.parquet")
+    if folded:
+        meta.notes.append(f"{folded} requests were logged under the engine's id (the front end's id with a suffix: "
+                          "'Added request cmpl-x-0-a120baa9') as well as the front end's: one row each, under the "
+                          "front end's id, the engine's kept as engine_id")
+        w.write_meta()
     summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
                "quarantined": w.counts["quarantined"], "notes": meta.notes}
     return reports, summary

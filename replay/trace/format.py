@@ -41,6 +41,8 @@ class TraceHeader:
     import_counts: dict[str, Any] = field(default_factory=dict)
     engine_args: dict[str, Any] | None = None
     production: dict[str, Any] | None = None
+    fields: dict[str, Any] | None = None  # per field: how many requests observed, inferred, defaulted, and from what
+    notes: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -51,6 +53,10 @@ class TraceHeader:
             out["engine_args"] = self.engine_args
         if self.production is not None:
             out["production"] = self.production
+        if self.fields is not None:
+            out["fields"] = self.fields
+        if self.notes:
+            out["notes"] = self.notes
         return out
 
     @classmethod
@@ -68,7 +74,7 @@ class TraceHeader:
             source=obj.get("source", {}), time=obj.get("time", {}),
             tokens=obj.get("tokens", {}), prefix=obj.get("prefix", {}),
             import_counts=obj.get("import", {}), engine_args=obj.get("engine_args"),
-            production=obj.get("production"),
+            production=obj.get("production"), fields=obj.get("fields"), notes=obj.get("notes"),
         )
 
 
