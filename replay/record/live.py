@@ -5,10 +5,12 @@ memory grows beyond what vLLM sized."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from rich.console import Console
 from rich.markup import escape
 
@@ -16,12 +18,58 @@ from replay.bundle import BundleMeta, BundleWriter, utc_now_iso
 from replay.drive.sampler import Sampler
 from replay.errors import ReplayError
 from replay.nvml import NvmlReader, open_nvml
-from replay.record.evidence import vllm_metric_values
+from replay.record.evidence import CACHE_CONFIG, vllm_metric_values, vllm_name
+from replay.units import fraction
+
+
+def process_tree_rss(pid: int) -> Callable[[], int | None]:
+    """The resident memory of a process and all its children (vLLM's API server, engine core and workers),
+    read anew at each call; None once the process is gone."""
+    def rss() -> int | None:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        total, seen = 0, False
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+                seen = True
+            except psutil.Error:
+                continue
+        return total if seen else None
+    return rss
+
+
+def _check_pid(pid: int) -> str:
+    try:
+        p = psutil.Process(pid)
+        return " ".join(p.cmdline()[:4]) or p.name()
+    except psutil.NoSuchProcess:
+        raise ReplayError(f"--pid {pid}: no such process on this host") from None
+    except psutil.AccessDenied:
+        raise ReplayError(f"--pid {pid}: not permitted to read that process's memory (run as its user)") from None
+
+
+def _scraped_config(text: str) -> dict[str, str] | None:
+    """The labels of ``vllm:cache_config_info`` in a scrape: the KV cache's settings as vLLM states them."""
+    from prometheus_client.parser import text_string_to_metric_families
+    try:
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                if vllm_name(smp.name) == CACHE_CONFIG:
+                    return dict(smp.labels)
+    except ValueError:
+        return None
+    return None
 
 
 def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: float | None = None,
-                use_nvml: bool = False, nvml: NvmlReader | None = None, console: Console | None = None) -> dict[str, Any]:
+                use_nvml: bool = False, nvml: NvmlReader | None = None, console: Console | None = None,
+                pid: int | None = None) -> dict[str, Any]:
     console = console or Console(stderr=True)
+    proc_name = _check_pid(pid) if pid is not None else None
     base = url.rstrip("/").removesuffix("/metrics")
     try:
         first = httpx.get(f"{base}/metrics", timeout=5.0)
@@ -41,11 +89,22 @@ def record_live(url: str, out: Path, *, interval_s: float = 1.0, duration_s: flo
             raise ReplayError(msg + "; there is nothing to record (--nvml samples GPU memory alone)")
         warnings.append(msg + "; recording NVML alone")
         console.print(f"[yellow]{escape(warnings[-1])}[/]")
-    meta = BundleMeta(kind="production", t0_utc=utc_now_iso(), extra={"live_url": base, "interval_s": interval_s},
-                      notes=list(warnings))
-    w = BundleWriter(out, meta, flush_every=500)
+    if nvml is None and pid is None:
+        warnings.append("no actual memory is recorded (no --nvml, no --pid): only what vLLM reports; on a host "
+                        "without NVML, --pid PID samples the server's process-tree memory")
+        console.print(f"[yellow]{escape(warnings[-1])}[/]")
+    meta = BundleMeta(kind="production", t0_utc=utc_now_iso(), notes=list(warnings),
+                      extra={"live_url": base, "interval_s": interval_s, "pid": pid, "process": proc_name})
     t0 = time.time()
-    s = Sampler(w, t0, metrics_url=f"{base}/metrics", nvml=nvml, interval_s=interval_s, per_process=True)
+    config = _scraped_config(first.text)
+    w = BundleWriter(out, meta, flush_every=500)
+    if config:  # (as a scrape file's: the recorder reads the configuration from it)
+        w.event({"t_us": 0, "kind": "kv_config", "source": f"{base}/metrics", "rank": None, **config})
+        util = fraction(config.get("gpu_memory_utilization"))
+        if util is not None:
+            meta.engine_args["gpu_memory_utilization"] = util
+    s = Sampler(w, t0, metrics_url=f"{base}/metrics", nvml=nvml, interval_s=interval_s, per_process=True,
+                rss=process_tree_rss(pid) if pid is not None else None)
     start_used: dict[int, int] = {}
     n = 0
     try:

@@ -35,10 +35,12 @@ from replay.filehash import (
 from replay.parallel import background_removal, ordered_map
 from replay.record import evidence as ev
 from replay.record import fastlog, fastsmi
+from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
 from replay.record.request_ids import unify_bundle_requests
 from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
+from replay.trace.from_bundle import bundle_sha256
 from replay.units import GiB, fraction, is_uint
 from replay.versioning import version_key
 
@@ -116,7 +118,7 @@ def _expand(paths: list[Path], out: Path) -> tuple[list[Path], set[Path]]:
     files: list[Path] = []
     found: set[Path] = set()
     for p in paths:
-        if not p.is_dir():
+        if not p.is_dir() or is_bundle(p):  # (a bundle, a live recording say, is one piece of evidence)
             files.append(p)
             continue
         inside = sorted(f for f in p.rglob("*") if not f.is_dir() and not any(
@@ -686,6 +688,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     fingerprints: dict[tuple[int, str], list[Path]] = {}
     paths, from_folder = _expand(paths, out)
     for path in paths:
+        if is_bundle(path):
+            result = parse_bundle(path)
+            rep = FileReport(str(path), "bundle", sha256=bundle_sha256(path), notes=list(result.notes))
+            rep.lines, rep.parsed = result.lines, result.parsed
+            parsed_items.append((path, "bundle", result, rep))
+            continue
         try:
             head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
         except ReplayError as e:

