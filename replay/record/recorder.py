@@ -21,7 +21,8 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import SAMPLES_SCHEMA, BundleMeta, BundleWriter, device_source
+from replay.atomic import written_in_place
+from replay.bundle import REQUESTS_SCHEMA, SAMPLES_SCHEMA, BundleMeta, BundleWriter, device_source
 from replay.errors import ReplayError
 from replay.filehash import (
     DECOMPRESS_ERRORS,
@@ -33,8 +34,8 @@ from replay.filehash import (
     text_bom,
 )
 from replay.parallel import background_removal, ordered_map
+from replay.record import access_log, fastlog, fastsmi
 from replay.record import evidence as ev
-from replay.record import fastlog, fastsmi
 from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
@@ -264,6 +265,7 @@ class _LogFacts:
     timed: Callable[[pl.LazyFrame], pl.LazyFrame]
     earlier: pl.Series
     series: str = "vllm-log"  # the source of its stats samples: its own where it runs alongside another log's
+    access: list[access_log.AccessLine] | None = None  # its uvicorn access lines, where it states no request
 
 
 def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
@@ -370,6 +372,32 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
 
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
+
+
+def _states_requests(ff: FastFacts) -> bool:
+    """Whether a parsed log holds request lines of vLLM's own (their facts spilled by the fast lane)."""
+    return any(pl.scan_ipc(f).select(pl.len()).collect().item() for f in ff.requests)
+
+
+def _requests_from_access_lines(requests: Path, logs: list[_LogFacts], t0: int,
+                                stage: Callable[[str], None] | None) -> dict[str, int]:
+    """Rows for the inference calls in the access lines of each log that states no request of its own,
+    added to the written ``requests.parquet`` (rewritten whole, beside, then renamed); returns how many
+    per log."""
+    frames: dict[str, pl.DataFrame] = {}
+    for log in logs:
+        if not log.access:
+            continue
+        if stage is not None:
+            stage(f"placing the access lines of {log.name}")
+        frames[log.name] = access_log.rows(log.access, log.name, log.timed, t0)
+    if not frames:
+        return {}
+    old = pl.read_parquet(requests) if requests.exists() else pl.DataFrame(schema=REQUESTS_SCHEMA)
+    merged = pl.concat([old, *frames.values()], how="diagonal_relaxed")
+    with written_in_place(requests) as part:
+        merged.write_parquet(part, compression_level=2)
+    return {k: v.height for k, v in frames.items()}
 
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
@@ -687,12 +715,13 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     spill_root = out / ".spill"
     fingerprints: dict[tuple[int, str], list[Path]] = {}
     paths, from_folder = _expand(paths, out)
+    access_found: dict[Path, list[access_log.AccessLine]] = {}  # a log's access lines, where it states no request
     for path in paths:
         if is_bundle(path):
-            result = parse_bundle(path)
-            rep = FileReport(str(path), "bundle", sha256=bundle_sha256(path), notes=list(result.notes))
-            rep.lines, rep.parsed = result.lines, result.parsed
-            parsed_items.append((path, "bundle", result, rep))
+            bundled = parse_bundle(path)
+            rep = FileReport(str(path), "bundle", sha256=bundle_sha256(path), notes=list(bundled.notes))
+            rep.lines, rep.parsed = bundled.lines, bundled.parsed
+            parsed_items.append((path, "bundle", bundled, rep))
             continue
         try:
             head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
@@ -748,6 +777,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 rep.notes += conv.notes(path.name, which)
             result = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts, progress=progress,
                                     hasher=hasher if conv is None else None, request_repeats=False)
+            if not _states_requests(result[1]):  # (its access lines stand in for them: read while it is at hand)
+                access_found[path] = access_log.scan(_text_lines(log_path), None if conv is None else conv.lines)
             if conv is not None:
                 renumber(result[0], result[1], conv)
                 if result[0].container_year is None and conv.year is not None:
@@ -894,6 +925,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             log = _LogFacts(path.name, ff, functools.partial(_timed, year=year, tz_offset_s=opts.tz_offset_s,
                                                              clock_offset_us=off, turns=turns),
                             pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64))
+            log.access = access_found.pop(path, None)
             mine = ff.stats_keys()
             stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
             # a log whose stats run alongside an earlier log's (what is left once an overlapping capture's
@@ -1048,11 +1080,17 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         if opts.stage is not None:
             opts.stage("writing the bundle")
         w.close(remove)
+    added = _requests_from_access_lines(out / "requests.parquet", logs, t0 or 0, opts.stage)
+    if added:
+        meta.notes.append(f"{sum(added.values())} requests from uvicorn's access lines of {', '.join(added)}, which "
+                          "has no request lines of vLLM's own: no id, no prompt length and no time of their own (each "
+                          "placed between the nearest timed lines: when its response began, not when it arrived)")
     folded = unify_bundle_requests(out / "requests.parquet")
     if folded:
         meta.notes.append(f"{folded} requests were logged under the engine's id (the front end's id with a suffix: "
                           "'Added request cmpl-x-0-a120baa9') as well as the front end's: one row each, under the "
                           "front end's id, the engine's kept as engine_id")
+    if added or folded:
         w.write_meta()
     summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
                "quarantined": w.counts["quarantined"], "notes": meta.notes}

@@ -151,7 +151,10 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
         fields["t_us"].sources.append("the log's whole seconds: requests of one second keep their log order and "
                                       "are spread evenly within it")
     else:
-        fields["t_us"].count("observed", df.height)
+        placed = df["arrival_from"].drop_nulls().to_list() if "arrival_from" in df.columns else []
+        fields["t_us"].count("observed", df.height - len(placed))
+        fields["t_us"].count("inferred", len(placed))
+        fields["t_us"].sources += sorted(set(placed))
     if window_us is not None:
         a, z = window_us
         df = df.filter(pl.col("arrival_us").is_between(a, z, closed="left"))
@@ -205,7 +208,8 @@ def _request(r: dict[str, Any], base: int, crash: int | None, finished_any: bool
         out["output_kind"] = "aborted"
     fields["status"].count("observed" if r.get("status") not in (None, "unknown") else "inferred"
                            if out["status"] == "aborted" else "default")
-    extra = {k: r[k] for k in ("source", "engine_id", "prompt_sha256", "error") if r.get(k) is not None}
+    extra = {k: r[k] for k in ("source", "engine_id", "call", "arrival_from", "prompt_sha256", "error")
+             if r.get(k) is not None}
     if extra:
         out["extra"] = extra
     return out
