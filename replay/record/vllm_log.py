@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from replay.record.engine_config import from_log_message
 from replay.units import gpu_index, parse_size_bytes
 from replay.versioning import version_key
 
@@ -255,6 +256,9 @@ R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine cor
                      r"Worker proc \S+ died unexpectedly|Engine core initialization failed(?=\. See root cause)|EngineCore failed to start(?=\.)|"
                      r"Got fatal signal from worker processes|EngineCore encountered a fatal error|"
                      r"RuntimeError: Engine process failed to start|MQLLMEngine terminated|Engine loop has died)")
+# the engine's own statement of its config ('Initializing an LLM engine (v0.6.6) with config: model=…', V1's
+# 'Initializing a V1 LLM engine (v0.8.1) with config: …'; not V1's dump of it when it fails)
+R_CONFIG = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v[^)]*\) with config: ")
 R_START = re.compile(r"(vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|Initializing a V1 LLM engine|non-default args:)")
 # (four numbers: 0.10.1.1; a nightly's or candidate's whole name: 0.8.5.dev169+gce17db808.d20250423, 0.11.1rc2)
 _VERSION = r"(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?(?:\.?(?:rc|dev)\d+)*(?:\+[\w.]*\w)?)"
@@ -897,6 +901,11 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     m = R_DEATH.search(text)
     if m:
         out.append(("engine_death", {"message": m.group(1)}))
+    if "args: Namespace(" in text or "non-default args: " in text or "with config: " in text and R_CONFIG.search(text):
+        settings = from_log_message(text, "")
+        if settings:  # (the recorder adds where: it knows the file)
+            out.append(("engine_config", {"settings": [{"name": s.name, "value": s.value, "scope": s.scope,
+                                                        "form": s.form} for s in settings]}))
     m = R_START.search(text)
     if m:
         out.append(("engine_start", {"marker": m.group(1)}))
