@@ -305,7 +305,9 @@ def _lines(piece: bytes, has_cr: bool = True) -> pl.Series:
         try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
             raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
                               infer_schema=False, comment_prefix=None, encoding="utf8")["raw"]
-        except pl.exceptions.PolarsError:  # anything the reader refuses takes the reference route
+        except (pl.exceptions.PolarsError, OSError):  # anything the reader refuses takes the reference route (a
+            # piece that opens as a compressed stream would, 'x^' a zlib header, is read by it as one: 'corrupt
+            # deflate stream')
             raw = None
         if raw is not None:
             ends = len(raw) - (0 if piece.endswith(b"\n") else 1)

@@ -692,3 +692,13 @@ def test_a_line_too_long_to_read_is_quarantined_and_the_lines_around_it_are_read
     assert facts["weights_gib"] == 16.5557 and facts["kv_usage_pct"] == [7.5] and facts["running"] == [3]
     oom = [e for e in b.events if e["kind"] == "oom"]
     assert len(oom) == 1 and oom[0]["tried_to_allocate_bytes"] == 2 << 20 and oom[0]["source"].endswith(":4")
+
+
+def test_a_piece_that_opens_like_a_compressed_stream_is_read_as_text(tmp_path: Path) -> None:
+    """A log piece whose first bytes are a zlib header ('x^', then a colour code as caret notation) was
+    taken for a compressed stream by the CSV reader ('corrupt deflate stream': the recording failed); it
+    is read as the text it is, as the reference reads it."""
+    log = tmp_path / "x.log"
+    log.write_text("x^[[0;36m2026-06-09 14:01:52.982 [Error] (Process) \n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=512)
+    assert _canon(res, ff) == _canon(_reference(log)) and res.lines_read == 1
