@@ -67,7 +67,10 @@ class BundleMeta:
     vllm_version: str | None = None
     vllm_version_inferred: str | None = None
     engine: str | None = None  # v0 | v1
-    engine_args: dict[str, Any] = field(default_factory=dict)
+    engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM's own names -> values, as production ran
+    engine_args_sources: dict[str, list[str]] = field(default_factory=dict)  # name -> every 'file:line' stating it
+    server_args: dict[str, Any] = field(default_factory=dict)  # the API server's own (host, port, served_model_name, …)
+    engine_env: dict[str, dict[str, str]] = field(default_factory=dict)  # VLLM_* and the like: value and source
     model: str | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)  # index, and where the evidence says: name, uuid,
     # total bytes, host, the pods DCGM attributes it to ('namespace/pod') and those that held it at once
@@ -81,7 +84,8 @@ class BundleMeta:
         return {
             "schema": SCHEMA, "kind": self.kind, "t0_utc": self.t0_utc,
             "vllm_version": self.vllm_version, "vllm_version_inferred": self.vllm_version_inferred,
-            "engine": self.engine, "engine_args": self.engine_args, "model": self.model,
+            "engine": self.engine, "engine_args": self.engine_args, "engine_args_sources": self.engine_args_sources,
+            "server_args": self.server_args, "engine_env": self.engine_env, "model": self.model,
             "gpus": self.gpus, "inputs": self.inputs, "notes": self.notes,
             "keep_prompts": self.keep_prompts, "extra": self.extra,
         }
@@ -91,7 +95,8 @@ class BundleMeta:
         return cls(
             kind=obj["kind"], t0_utc=obj.get("t0_utc"), vllm_version=obj.get("vllm_version"),
             vllm_version_inferred=obj.get("vllm_version_inferred"), engine=obj.get("engine"),
-            engine_args=obj.get("engine_args") or {}, model=obj.get("model"),
+            engine_args=obj.get("engine_args") or {}, engine_args_sources=obj.get("engine_args_sources") or {},
+            server_args=obj.get("server_args") or {}, engine_env=obj.get("engine_env") or {}, model=obj.get("model"),
             gpus=obj.get("gpus") or [], inputs=obj.get("inputs") or [], notes=obj.get("notes") or [],
             keep_prompts=bool(obj.get("keep_prompts")), extra=obj.get("extra") or {},
         )

@@ -1054,14 +1054,32 @@ def sniff(head: str) -> Kind | None:
 SNIFF_BYTES = 16 << 10
 
 
+def settings_of(stated: list[dict[str, Any]], source: str) -> list[ArgSetting]:
+    """A log fact's settings (``extract``'s ``engine_config``: name, value, scope, form) at ``source``."""
+    return [ArgSetting(str(d["name"]), d.get("value"), source, d.get("form", "engine_config"), d.get("scope", "engine"))
+            for d in stated if isinstance(d, dict) and d.get("name")]
+
+
+def read_config(path: Path, kind: Kind, name: str | None = None) -> EngineConfig:
+    """The launch configuration of kind ``kind`` in a file, its statements named by ``name`` (the file's
+    path where none is given)."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise ReplayError(f"{path}: cannot be read: {e.strerror or e}", EXIT_IO) from None
+    return _read_as(text, kind, name or str(path), path)
+
+
 def read_file(path: Path) -> EngineConfig:
     """The launch configuration a file holds (``sniff`` tells which)."""
     try:
         text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as e:
         raise ReplayError(f"{path}: cannot be read: {e.strerror or e}", EXIT_IO) from None
-    kind = sniff(text[:SNIFF_BYTES])
-    name = str(path)
+    return _read_as(text, sniff(text[:SNIFF_BYTES]), str(path), path)
+
+
+def _read_as(text: str, kind: Kind | None, name: str, path: Path) -> EngineConfig:
     if kind == "kubernetes":
         return from_kubernetes(text, name)
     if kind == "compose":

@@ -56,6 +56,8 @@ def inspect_bundle(b: Bundle) -> dict[str, Any]:
         "events": len(b.events),
         "quarantined": b.quarantine_count,
         "inputs": len(b.meta.inputs),
+        "engine_args": {k: {"value": v, "sources": b.meta.engine_args_sources.get(k, [])}
+                        for k, v in sorted(b.meta.engine_args.items())},
     }
 
 

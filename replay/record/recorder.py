@@ -34,7 +34,7 @@ from replay.filehash import (
     text_bom,
 )
 from replay.parallel import background_removal, ordered_map
-from replay.record import access_log, fastlog, fastsmi
+from replay.record import access_log, engine_config, fastlog, fastsmi
 from replay.record import evidence as ev
 from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.exports import convert, export_kind, renumber
@@ -372,6 +372,55 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
 
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
+
+
+def _launch_config(path: Path, kind: engine_config.Kind) -> tuple[engine_config.EngineConfig | None, str]:
+    """A launch configuration file's settings, and what to say of it: what it holds, or (its settings
+    None) why none could be read, naming its line; the file is then quarantined, not the recording."""
+    try:
+        cfg = engine_config.read_config(path, kind, path.name)
+    except ReplayError as e:
+        return None, f"a vLLM launch configuration ({kind}) without one that can be read: {e.message}"
+    n = len({s.name for s in cfg.settings})
+    return cfg, f"the {kind} that starts vLLM: {n} arguments" + (f", {len(cfg.env)} environment settings" if cfg.env else "")
+
+
+def _an_argument(s: engine_config.ArgSetting) -> bool:
+    """Whether a statement is of an argument as production gave it: any a command, manifest or the server's
+    parsed arguments state; of the engine's own config line and a scrape's labels, the plain values of
+    arguments (not 'compilation_config={…}' as the engine resolved it, nor 'num_gpu_blocks')."""
+    if s.form not in ("engine_config", "cache_config_info"):
+        return True
+    plain = isinstance(s.value, (int, float, bool)) or isinstance(s.value, str) and "(" not in s.value
+    return s.name in engine_config.ENGINE_ARGS and plain
+
+
+def _keep_config(meta: BundleMeta, configs: list[engine_config.EngineConfig], events: list[dict[str, Any]]) -> None:
+    """Production's configuration into bundle.json: the engine's and the server's arguments under vLLM's
+    names (typed), where each is stated, the environment, the model; two sources that disagree, in the
+    notes. A scrape's vllm:cache_config_info labels count among them."""
+    for e in events:
+        if e["kind"] == "kv_config":
+            labels = {k: str(v) for k, v in e["data"].items() if v is not None}
+            configs.append(engine_config.EngineConfig(settings=engine_config.from_cache_config_info(labels, e["source"])))
+    if not configs:
+        return
+    every = engine_config.merge(configs)
+    cfg = engine_config.EngineConfig(settings=[s for s in every.settings if _an_argument(s)], env=every.env)
+    resolved = {s.name: s.value for s in every.settings if not _an_argument(s)}
+    if resolved:  # (what the engine made of its arguments, for the record: not arguments to give a replay)
+        meta.extra["engine_config_resolved"] = resolved
+    meta.engine_args.update({k: v for k, v in cfg.engine_args().items() if v is not None})
+    meta.server_args = {k: v for k, v in cfg.server_args().items() if v is not None}
+    meta.engine_args_sources = {k: v for k, v in cfg.sources().items() if k in meta.engine_args or k in meta.server_args}
+    meta.engine_env = {k: {"value": v, "source": src} for k, (v, src) in cfg.env.items()}
+    model = meta.engine_args.get("model")
+    if isinstance(model, str) and meta.model is None:
+        meta.model = model
+    served = meta.server_args.get("served_model_name")
+    if served is not None:
+        meta.extra["served_model_name"] = served
+    meta.notes += [f"production's configuration is stated twice, differently: {d}" for d in cfg.disagreements()]
 
 
 def _states_requests(ff: FastFacts) -> bool:
@@ -716,6 +765,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     fingerprints: dict[tuple[int, str], list[Path]] = {}
     paths, from_folder = _expand(paths, out)
     access_found: dict[Path, list[access_log.AccessLine]] = {}  # a log's access lines, where it states no request
+    launches: list[engine_config.EngineConfig] = []  # the launch configurations among the files
+    configs: list[engine_config.EngineConfig] = []  # what the logs state (what the server parsed: it comes first)
     for path in paths:
         if is_bundle(path):
             bundled = parse_bundle(path)
@@ -734,6 +785,20 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
             continue
         kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head) \
             or _fits_columns(head, opts.nvsmi_columns)
+        forced = str(path) in opts.as_kind or "*" in opts.as_kind
+        launch = None if forced else engine_config.sniff(head)
+        if launch is not None:  # (a command, compose file or manifest that starts vLLM; a pod's status is evidence too)
+            cfg, why = _launch_config(path, launch)
+            if cfg is not None:
+                launches.append(cfg)
+            if kind not in ("k8s", "k8s-describe"):
+                rep = FileReport(str(path), "launch-config" if cfg is not None else "unknown", sha256=file_sha256(path))
+                rep.lines = rep.parsed = sum(1 for _ in _text_lines(path))
+                rep.notes.append(why)
+                parsed_items.append((path, rep.kind, None, rep))
+                if opts.progress is not None:
+                    opts.progress(size)
+                continue
         fp = _fingerprint(path, size)
         alike = fingerprints.setdefault(fp, [])
         # a log with no look-alike is hashed while it is parsed (one read); anything else now
@@ -887,7 +952,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         rep.clock_offset_us = off
         if off:
             rep.notes.append(f"clock offset {off / 1e6:+.3f} s corrected (--clock-offset)")
-        if kind in ("duplicate", "empty", "skipped"):
+        if kind in ("duplicate", "empty", "skipped", "launch-config"):
             continue
         if kind == "unknown":
             rep.quarantined = rep.lines
@@ -953,6 +1018,9 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
                 data = dict(f.data)
                 if "restated_lines" in data:  # (the same OOM stated again by its rank: one OOM, stated where)
                     data["restated_at"] = [f"{path.name}:{n}" for n in data.pop("restated_lines")]
+                if f.kind == "engine_config":  # (kept in bundle.json's engine arguments, each with its line)
+                    configs.append(engine_config.EngineConfig(settings=engine_config.settings_of(data["settings"], src)))
+                    continue
                 events.append({"t": t, "kind": f.kind, "data": data, "source": src, "rank": f.rank})
                 if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes") and f.data.get("gpu") is not None:
                     gpu = int(f.data["gpu"])
@@ -1048,10 +1116,11 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     meta = BundleMeta(kind="production", t0_utc=t0_utc, vllm_version=version, vllm_version_inferred=inferred,
                       engine=engine, gpus=[gpus[k] for k in sorted(gpus)], keep_prompts=opts.keep_prompts,
                       notes=merge_file_notes([n for n in notes if n], {path.name for path, *_ in parsed_items}))
+    _keep_config(meta, configs + launches, events)
     # (a log states it as a number, a scrape's vllm:cache_config_info as a label's text: '0.92')
     util = next((u for e in events if (u := fraction(e["data"].get("gpu_memory_utilization"))) is not None), None)
     if util is not None:
-        meta.engine_args["gpu_memory_utilization"] = util
+        meta.engine_args.setdefault("gpu_memory_utilization", util)
     reports = [rep for _, _, _, rep in parsed_items]
     meta.inputs = [{"path": r.path, "kind": r.kind, "sha256": r.sha256, "lines_read": r.lines,
                     "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes,

@@ -379,3 +379,37 @@ def test_a_cut_namespace_is_not_inert_to_the_fast_lane() -> None:
     (msg,) = split_line(0, _line("v063post1_namespace_cut.log", 2))  # (the message, as the lane sees it)
     assert msg.text.startswith("args: Namespace(") and "memory" not in msg.text.lower()
     assert not pl.select(inert(pl.lit(msg.text))).item()
+
+
+def test_record_keeps_production_configuration_with_sources(tmp_path: Path) -> None:
+    """GIVEN a real 0.6.6 V0 log (its Namespace and engine config line) and a Deployment that starts
+    vLLM WHEN recorded together THEN bundle.json's engine_args hold the typed values under vLLM's names,
+    each with the file:line that states it, the server's own arguments apart, the Deployment read as a
+    launch configuration (not quarantined), the model named, and `inspect --json` shows them."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from replay.bundle import read_bundle
+    from replay.cli import app
+    from replay.record.recorder import RecordOptions, record
+    log = CONFIG / "v066_v0_namespace_engine_config.log"
+    dep = CONFIG / "k8s_deployment_mistral_sh_c.yaml"
+    record([log, dep], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    ea, src = b.meta.engine_args, b.meta.engine_args_sources
+    assert ea["model"] == "/workspace/models/mistralai/Mistral-7B-Instruct-v0.2"
+    assert b.meta.model == ea["model"]
+    assert ea["max_num_batched_tokens"] == 1024 and ea["enable_chunked_prefill"] is True  # (the Deployment's)
+    assert isinstance(ea["gpu_memory_utilization"], float) and isinstance(ea["tensor_parallel_size"], int)
+    assert "k8s_deployment_mistral_sh_c.yaml:32" in src["max_num_batched_tokens"]  # (its line: the one vllm serve is on)
+    assert any(s.startswith("v066_v0_namespace_engine_config.log:2") for s in src["gpu_memory_utilization"])
+    assert "port" not in ea and b.meta.server_args["port"] == 8000
+    kinds = {Path(i["path"]).name: i["kind"] for i in b.meta.inputs}
+    assert kinds["k8s_deployment_mistral_sh_c.yaml"] == "launch-config" and b.quarantine_count == 0
+    # the model each states differs (a local path in the log, the hub name in the Deployment): said
+    assert any("differently" in n and "model" in n for n in b.meta.notes)
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "b"), "--json"])
+    got = json.loads(r.stdout)["engine_args"]
+    assert got["max_num_batched_tokens"]["value"] == 1024
+    assert got["max_num_batched_tokens"]["sources"] == src["max_num_batched_tokens"]
