@@ -222,6 +222,7 @@ def record(
     clock_offset: Annotated[list[str] | None, typer.Option(help="FILE=+1.5s: that file's clock ran ahead of true time by this much (repeatable); its times are corrected.")] = None,
     live: Annotated[str | None, typer.Option(help="Record live from a vLLM server URL instead of files.")] = None,
     nvml: Annotated[bool, typer.Option(help="With --live: also sample NVML (read-only).")] = False,
+    pid: Annotated[int | None, typer.Option(help="With --live: the vLLM server's process id; its process tree's resident memory is sampled (actual memory where NVML is absent: a CPU host).")] = None,
     interval: Annotated[str, typer.Option(help="With --live: sampling interval. With files: how far apart rows without times were taken (dcgmi dmon's -d), placed from --at.")] = "1s",
     duration: Annotated[str | None, typer.Option(help="With --live: stop after this long (default: Ctrl-C).")] = None,
 ) -> None:
@@ -239,12 +240,14 @@ def record(
         if iv < 10_000:  # (a scrape takes milliseconds: faster polling measures the poller)
             raise ReplayError(f"--interval {interval!r}: expected 10ms or more between scrapes", 2)
         res = record_live(live, out, interval_s=iv / 1e6, duration_s=None if dur is None else dur / 1e6,
-                          use_nvml=nvml, console=err)
+                          use_nvml=nvml, console=err, pid=pid)
         err.print(f"[green]wrote[/] {escape(str(out))}: {res['samples']} samples over {res['seconds']:.1f} s "
                   f"({res['metrics_errors']} failed scrapes)")
         for w in res["warnings"]:
             err.print(f"[yellow]{escape(w)}[/]")
         return
+    if pid is not None:
+        raise ReplayError("--pid: only with --live (a running server's process is sampled while recording)", 2)
     if not evidence:
         raise ReplayError("give evidence files, or --live URL", 2)
     rows_iv = parse_duration_us(interval)
@@ -328,9 +331,17 @@ def inspect(
         return
     t = Table(title=escape(str(bundle)), show_header=False)
     for k, v in d.items():
+        if k == "engine_args":  # (a table of its own, below)
+            continue
         s = json.dumps(v) if not isinstance(v, str) else v
         t.add_row(k, escape(s if len(s) < 120 else s[:117] + "..."))
     out_console.print(t)
+    if d["engine_args"]:
+        args = Table("production's engine argument", "value", "stated at", box=None)
+        for k, v in d["engine_args"].items():
+            val = json.dumps(v["value"]) if not isinstance(v["value"], str) else v["value"]
+            args.add_row(k, escape(val if len(val) < 80 else val[:77] + "..."), escape(", ".join(v["sources"][:3])))
+        out_console.print(args)
     from replay.analysis.memory import accounting
     from replay.analysis.outages import crash_line
     from replay.record.inspect import accounting_line
@@ -344,17 +355,59 @@ def inspect(
         out_console.print(f"note: {n}", markup=False)
 
 
+def _is_bundle(path: Path) -> bool:
+    return path.is_dir() and (path / "bundle.json").exists()
+
+
+def _before_crash(text: str | None) -> int | None:
+    if not text:
+        return None
+    from replay.units import parse_duration_us
+    d = parse_duration_us(text)
+    if d is None or d <= 0:
+        raise ReplayError(f"--before-crash {text!r}: expected a duration such as 10m, 90s or 1h", 2)
+    return d
+
+
+@app.command("trace")
+def trace_cmd(
+    bundle: Annotated[Path, typer.Argument(help="A production bundle (from `replay record`).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write (replay-trace/1 JSONL).")] = Path("trace.jsonl"),
+    window: Annotated[str | None, typer.Option(help="Cut to START:END of the bundle's timeline, e.g. 10m:20m.")] = None,
+    before_crash: Annotated[str | None, typer.Option(help="Cut to the DURATION before the first crash, e.g. 10m.")] = None,
+) -> None:
+    """Turn a recorded incident's requests into a replay trace: production ids, arrival times, prompt lengths,
+    max_tokens and sampling, production's engine arguments, model and GPU in the header.
+
+    What the evidence states is kept as observed; what had to be inferred (a prompt length from the
+    metrics' token counters, times spread within a logged second) the header says, field by field.
+    """
+    from replay.trace.from_bundle import trace_of_bundle
+    _file_out(out, "trace.jsonl")
+    if window and before_crash:
+        raise ReplayError("--window and --before-crash both cut the trace: give one", 2)
+    bt = trace_of_bundle(bundle, out, window_us=_window(window), before_crash_us=_before_crash(before_crash))
+    for n in bt.notes:
+        err.print(f"note: {n}", markup=False)
+    fields = bt.header.fields or {}
+    said = ", ".join(f"{k} {v['inferred']} inferred" for k, v in fields.items() if v.get("inferred"))
+    err.print(f"[green]wrote[/] {escape(str(out))}: {len(bt.requests)} requests"
+              + (f" ({escape(said)})" if said else ""))
+
+
 @app.command()
 def run(
-    trace: Annotated[Path, typer.Argument(help="A replay-trace/1 file.")],
+    trace: Annotated[Path, typer.Argument(help="A replay-trace/1 file, or a production bundle (its requests become the trace: see `replay trace`).")],
     vllm: Annotated[str, typer.Option(help="vLLM version: 0.32 = newest 0.32.x, 0.32.0 pins it.")] = "0.32",
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("replay.bundle"),
     speed: Annotated[float, typer.Option(help="Time scale: 2 = twice as fast as recorded.")] = 1.0,
-    window: Annotated[str | None, typer.Option(help="Replay a slice START:END of trace time, e.g. 10m:20m.")] = None,
+    window: Annotated[str | None, typer.Option(help="Replay a slice START:END of trace time (of the bundle's timeline for a bundle), e.g. 10m:20m.")] = None,
+    before_crash: Annotated[str | None, typer.Option(help="With a bundle: replay the DURATION before its first crash, e.g. 10m.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Cap outstanding requests (turns the open loop closed; off by default).")] = None,
     engine_args: Annotated[Path | None, typer.Option(help='JSON file of engine arguments: an object such as {"max_model_len": 8192}.')] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override an engine argument: key=value.")] = None,
     model: Annotated[Path | None, typer.Option(help="A real model directory (GPU hosts); default: the tiny local Llama.")] = None,
+    model_config: Annotated[Path | None, typer.Option(help="Production's model config.json folder (and tokenizer): on a GPU host its architecture with dummy weights; on CPU the tiny model at its vocabulary.")] = None,
     vocab: Annotated[int, typer.Option(help="Vocabulary of the tiny model (prompt_logprobs cost grows with it).")] = 131072,
     interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 0.25,
     kv_cache_gib: Annotated[float, typer.Option(help="KV cache size on the CPU engine (VLLM_CPU_KVCACHE_SPACE).")] = 1.0,
@@ -362,20 +415,34 @@ def run(
     emulate_capacity: Annotated[bool, typer.Option(help="On a bigger GPU than production's: hold the difference in a ballast and scale gpu_memory_utilization.")] = False,
     torch_history: Annotated[bool, typer.Option(help="Record allocation history in the engine so the OOM snapshot shows stacks (slower).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (version env, engine arguments after translation, model, requests, window, notes) and start nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as one JSON object.")] = False,
 ) -> None:
-    """Replay a trace through a real vLLM server at recorded times, measuring reported and actual memory.
+    """Replay a trace, or a recorded incident's own traffic, through a real vLLM server at recorded times,
+    measuring reported and actual memory.
+
+    Given a production bundle, its requests are replayed at production's engine configuration translated
+    to the chosen version (renamed arguments renamed, removed ones dropped, each said in the notes).
 
     Exit codes: 0 completed, 10 the engine died or the capacity guard fired (OOM reproduced),
     130 interrupted; a valid bundle is written in every case.
     """
     from replay.drive.runner import RunOptions
+    from replay.drive.runner import plan as do_plan
     from replay.drive.runner import run as do_run
-    opts = RunOptions(vllm=vllm, out=_bundle_out(out), speed=speed, window=_window(window), concurrency=concurrency,
-                      engine_args_file=engine_args, set_args=set_ or [], model=model, vocab=vocab, seed=seed,
-                      interval_s=interval, kv_cache_gib=kv_cache_gib,
+    if as_json and not dry_run:
+        raise ReplayError("--json: only with --dry-run (a run prints its progress, and writes its bundle)", 2)
+    opts = RunOptions(vllm=vllm, out=_bundle_out(out), speed=speed, window=None, concurrency=concurrency,
+                      engine_args_file=engine_args, set_args=set_ or [], model=model, model_config=model_config,
+                      vocab=vocab, seed=seed, interval_s=interval, kv_cache_gib=kv_cache_gib,
                       capacity_bytes=_capacity_bytes(capacity_gib),
                       emulate_capacity=emulate_capacity, torch_history=torch_history)
-    res = do_run(trace, opts, err)
+    trace_path, opts.window = _trace_for_run(trace, out, dry_run, window, before_crash)
+    if dry_run:
+        p = do_plan(trace_path, opts, err)
+        _print_plan(p.to_json(), as_json)
+        return
+    res = do_run(trace_path, opts, err)
     gib = 2**30
     err.print(f"[bold]{res.outcome}[/]: {res.sent} sent, {res.ok} ok, {res.failed} failed, {res.aborted} aborted; "
               f"memory at ready {(res.baseline_rss_bytes or 0) / gib:.2f} GiB, peak {(res.peak_rss_bytes or 0) / gib:.2f} GiB")
@@ -385,6 +452,52 @@ def run(
                   f"(sampler {res.sampler_cpu_s:.2f} s)")
     err.print(f"bundle: {res.bundle}", markup=False)
     raise typer.Exit(res.exit_code)
+
+
+def _trace_for_run(given: Path, out: Path, dry_run: bool, window: str | None,
+                   before_crash: str | None) -> tuple[Path, tuple[int, int] | None]:
+    """The trace a run replays and the window of it to replay: the file given, or a bundle's requests made
+    into one, cut to the window there (kept in the replay bundle as trace.jsonl; in a temporary folder
+    for a dry run)."""
+    if not _is_bundle(given):
+        if before_crash:
+            raise ReplayError("--before-crash: only for a bundle (a trace has no crash on it); use --window", 2)
+        return given, _window(window)
+    import tempfile
+
+    from replay.trace.from_bundle import trace_of_bundle
+    if window and before_crash:
+        raise ReplayError("--window and --before-crash both cut the trace: give one", 2)
+    where = Path(tempfile.mkdtemp(prefix="replay-plan-")) if dry_run else out
+    path = where / "trace.jsonl"
+    trace_of_bundle(given, path, window_us=_window(window), before_crash_us=_before_crash(before_crash))
+    return path, None
+
+
+def _print_plan(plan: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        out_console.print_json(json.dumps(plan, default=str))
+        return
+    v = plan["vllm"]
+    assert isinstance(v, dict)
+    out_console.print(f"vLLM {v['version']} ({v['dist']}, {v['device']}){'' if v['installed'] else ' - not installed yet'}",
+                      markup=False)
+    m = plan["model"]
+    assert isinstance(m, dict)
+    out_console.print(f"model: {m['kind']} {m['path']}" + (f" (production: {m['production']})" if m.get("production") else ""),
+                      markup=False)
+    out_console.print(f"requests: {plan['requests']}" + (f", window {plan['window_us']} µs of production's timeline"
+                                                          if plan.get("window_us") else ""), markup=False)
+    t = Table("engine argument", "value", box=None)
+    ea = plan["engine_args"]
+    assert isinstance(ea, dict)
+    for k, val in sorted(ea.items()):
+        t.add_row(k, escape(json.dumps(val) if not isinstance(val, str) else val))
+    out_console.print(t)
+    notes = plan["notes"]
+    assert isinstance(notes, list)
+    for n in notes:
+        out_console.print(f"note: {n}", markup=False)
 
 
 @versions_app.command("list")

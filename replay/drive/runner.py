@@ -30,16 +30,19 @@ from replay.drive.sampler import Sampler
 from replay.engine import args as eargs
 from replay.engine import envs
 from replay.engine.ballast import Ballast, scaled_utilization
-from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model
+from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model, tiny_model_dir
 from replay.engine.server import EngineServer
+from replay.engine.translate import translate
 from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError, refuse_options
 from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
-from replay.trace.format import read_trace
+from replay.trace.format import TraceHeader, read_trace
 from replay.trace.prompts import PROMPT_VOCAB, synth_prompt_ids
 from replay.units import fraction
 
+CPU_FIXED_ARGS = ("dtype", "enforce_eager")  # (of CPU_DEFAULT_ARGS: the CPU engine runs these whatever production ran)
+TINY_MAX_MODEL_LEN = 8192  # (the tiny model's max_position_embeddings)
 CPU_DEFAULT_ARGS: dict[str, Any] = {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 8192,
                                     "max_logprobs": 20}
 
@@ -58,6 +61,7 @@ class RunOptions:
     seed: int = 0
     interval_s: float = 0.25
     kv_cache_gib: float = 1.0
+    model_config: Path | None = None  # production's config.json (and tokenizer): its architecture, dummy weights
     capacity_bytes: int | None = None
     install: bool = True
     output_policy: str = "observed"
@@ -102,6 +106,17 @@ class RunResult:
     engine_cpu_s: float
     replay_cpu_s: float
     lateness_p99_us: float | None
+
+
+def _trace_link(header: TraceHeader) -> dict[str, Any] | None:
+    """Which production bundle the trace came from and where its t=0 lies on production's timeline (a
+    report of production beside this replay aligns them by it and by the request ids)."""
+    prod = header.production or {}
+    if header.source.get("format") != "replay-bundle":
+        return None
+    return {"bundle": prod.get("bundle"), "bundle_sha256": prod.get("bundle_sha256"),
+            "production_t0_utc": prod.get("t0_utc"), "window_us": prod.get("window_us"),
+            "offset_us": (header.time or {}).get("bundle_offset_us")}
 
 
 def _p99(xs: list[int]) -> float | None:
@@ -161,8 +176,76 @@ def _plan_emulation(nvml: NvmlReader | None, prod: dict[str, Any], engine_args: 
             "gpu_memory_utilization_scaled": scaled}
 
 
-def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
-    console = console or Console(stderr=True)
+@dataclass
+class RunPlan:
+    """What a replay will run, decided before anything starts (``replay run --dry-run`` prints it)."""
+
+    spec: envs.EnvSpec
+    header: TraceHeader
+    requests: list[dict[str, Any]]
+    engine_args: dict[str, Any]  # what the server is given, after translation to the target version
+    model: str  # the model directory, or what it will be
+    model_kind: str  # tiny | weights | config (production's architecture, dummy weights)
+    vocab: int | None
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"vllm": {"version": self.spec.version, "dist": self.spec.dist, "device": self.spec.device,
+                         "env": str(self.spec.path), "installed": envs.is_installed(self.spec)},
+                "engine_args": self.engine_args,
+                "model": {"path": self.model, "kind": self.model_kind, "vocab": self.vocab,
+                          "production": (self.header.production or {}).get("model")},
+                "requests": len(self.requests),
+                "window_us": list(self.window_us) if self.window_us else None,
+                "notes": self.notes}
+
+    @property
+    def window_us(self) -> tuple[int, int] | None:
+        w = (self.header.production or {}).get("window_us")
+        return (int(w[0]), int(w[1])) if isinstance(w, list) and len(w) == 2 else None
+
+
+def _model_config(path: Path) -> dict[str, Any]:
+    """The production model's config.json (``--model-config DIR``), read to say what it is and its vocabulary."""
+    cfg = path / "config.json" if path.is_dir() else path
+    try:
+        obj = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReplayError(f"--model-config {path}: cannot read {cfg.name} ({e})", 2) from None
+    if not isinstance(obj, dict):
+        raise ReplayError(f"--model-config {path}: {cfg.name} is not a model configuration (a JSON object)", 2)
+    return obj
+
+
+def _choose_model(spec: envs.EnvSpec, opts: RunOptions, prod_model: str | None,
+                  notes: list[str]) -> tuple[str, str, int | None, dict[str, Any]]:
+    """The model the replay serves: real weights (--model), production's architecture with dummy weights
+    (--model-config on a GPU host), or the tiny local Llama (at production's vocabulary, where the config
+    gives it). Returns path, kind, vocabulary and engine arguments it needs."""
+    if opts.model is not None:
+        return str(opts.model), "weights", None, {}
+    if opts.model_config is not None:
+        cfg = _model_config(opts.model_config)
+        vocab = cfg.get("vocab_size") if isinstance(cfg.get("vocab_size"), int) else None
+        if spec.device == "cuda":
+            notes.append(f"production's architecture from {opts.model_config} ({cfg.get('architectures', ['?'])[0]}) "
+                         "with random weights (--load-format dummy): weights, activations and KV cache take "
+                         "production's memory, without its weights")
+            return str(opts.model_config), "config", vocab, {"load_format": "dummy"}
+        if vocab is not None:
+            opts.vocab = max(vocab, PROMPT_VOCAB)
+            notes.append(f"the CPU engine runs the tiny model at production's vocabulary ({vocab:,} tokens, from "
+                         f"{opts.model_config}/config.json): logits memory grows with it")
+    what = f"production's {prod_model}" if prod_model else "production's model"
+    notes.append(f"the replay runs the tiny local Llama (vocabulary {opts.vocab:,}), not {what}: its memory is "
+                 "the tiny model's, its traffic production's" if spec.device == "cpu" else
+                 f"the replay runs the tiny local Llama, not {what} (--model DIR or --model-config DIR for it)")
+    return str(tiny_model_dir(opts.vocab, opts.seed)), "tiny", opts.vocab, {}
+
+
+def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunPlan:
+    """Read the trace and decide the run: the version env, the engine arguments (production's, translated
+    to the target version, then the user's), the model, the requests. Starts nothing and installs nothing."""
     opts.check()
     header, reqs = read_trace(trace_path)
     if opts.window:
@@ -175,24 +258,53 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     user_args = user_engine_args(opts)  # (checked before an engine is installed for them)
     spec = envs.resolve(opts.vllm)
     envs.adopt_existing(spec)
+    notes: list[str] = list(header.notes or [])
+    prod = header.production or {}
+    known = eargs.known_args(spec) if envs.is_installed(spec) else None
+    tr = translate(dict(header.engine_args or {}), production=prod.get("vllm_version"), target=spec.version,
+                   device="cpu" if spec.device == "cpu" else "cuda", target_known=known)
+    notes += tr.notes()
+    model, kind, vocab, model_args = _choose_model(spec, opts, prod.get("model"), notes)
+    engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
+    engine_args.update(tr.args)
+    if spec.device == "cpu":  # (what the CPU engine needs: production's GPU settings do not apply to it)
+        for k in CPU_FIXED_ARGS:
+            if k in tr.args and tr.args[k] != CPU_DEFAULT_ARGS[k]:
+                notes.append(f"production's {k}={tr.args[k]!r} does not apply to the CPU engine; the replay runs "
+                             f"{CPU_DEFAULT_ARGS[k]!r}")
+            engine_args[k] = CPU_DEFAULT_ARGS[k]
+    if kind == "tiny" and int(engine_args.get("max_model_len") or 0) > TINY_MAX_MODEL_LEN:
+        notes.append(f"production's max_model_len {engine_args['max_model_len']} is beyond the tiny model's "
+                     f"{TINY_MAX_MODEL_LEN}: the replay runs {TINY_MAX_MODEL_LEN}")
+        engine_args["max_model_len"] = TINY_MAX_MODEL_LEN
+    engine_args.update(model_args)
+    engine_args.update(user_args)
+    if known is not None:
+        eargs.to_argv(engine_args, known, spec.version)  # (refuses an unknown argument now, by name)
+    return RunPlan(spec, header, reqs, engine_args, model, kind, vocab, notes)
+
+
+def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
+    console = console or Console(stderr=True)
+    p = plan(trace_path, opts, console)
+    header, reqs, spec, engine_args = p.header, p.requests, p.spec, p.engine_args
+    for n in p.notes:
+        console.print(f"[dim]note: {escape(n)}[/]")
     if not envs.is_installed(spec):
         if not opts.install:
             raise ReplayError(f"vLLM {spec.version} is not installed; run `replay versions install {spec.version}`", 4)
         with console.status(f"installing {spec.dist}=={spec.version} into {escape(str(spec.path))} (once)"):
             envs.install(spec, log=lambda m: console.print(f"[dim]{escape(m)}[/]"))
-    engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
-    engine_args.update(header.engine_args or {})
-    engine_args.update(user_args)
     nvml = open_nvml() if spec.device == "cuda" else None
     emulation = _plan_emulation(nvml, header.production or {}, engine_args, opts, console)
     with console.status(f"reading vLLM {spec.version}'s argument list"):
         allowed = eargs.known_args(spec)
     argv = eargs.to_argv(engine_args, allowed, spec.version)
-    if opts.model is None:
+    if p.model_kind == "tiny":
         with console.status("building the tiny local model (once)"):
             model_dir: Path | str = ensure_tiny_model(spec, opts.vocab, opts.seed)
     else:
-        model_dir = opts.model
+        model_dir = p.model
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     server_env = {"VLLM_CPU_KVCACHE_SPACE": str(int(opts.kv_cache_gib)) if float(opts.kv_cache_gib).is_integer() else str(opts.kv_cache_gib)} if spec.device == "cpu" else {}
@@ -202,7 +314,9 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     meta = BundleMeta(kind="replay", vllm_version=spec.version, engine="v1", engine_args=engine_args,
                       model=str(model_dir),
                       gpus=[], inputs=[{"path": str(trace_path), "kind": "trace", "requests": len(reqs)}],
-                      extra={"device": spec.device, "speed": opts.speed, "seed": opts.seed, "window_us": opts.window,
+                      extra={"device": spec.device, "notes": p.notes, "trace": _trace_link(header),
+                             "production_engine_args": header.engine_args, "model_kind": p.model_kind,
+                             "speed": opts.speed, "seed": opts.seed, "window_us": opts.window,
                              "concurrency": opts.concurrency, "production": prod,
                              "capacity_bytes": opts.capacity_bytes, "kv_cache_gib": opts.kv_cache_gib,
                              "output_policy": opts.output_policy, "interval_s": opts.interval_s,
