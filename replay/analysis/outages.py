@@ -47,24 +47,50 @@ def outages(events: list[dict[str, Any]]) -> list[Outage]:
 
 START_MARKERS_S = 120  # one engine start logs several markers within seconds ('vLLM API server version',
 # 'non-default args', 'Initializing a V1 LLM engine'): those this close, with no crash between, are one
+STOP_KINDS = ("engine_shutdown",)  # an orderly stop (the replay's own, at its end): what follows is a restart
+
+
+@dataclass
+class Start:
+    """One start of the engine: the first of its markers, and the markers that belong to it. A restart is
+    a start after a crash (``DOWN_KINDS``) or a stop (``STOP_KINDS``) in the evidence; a start the
+    evidence shows nothing before is a start, whatever ran before the evidence begins."""
+
+    t_us: int
+    restart: bool
+    after: str | None  # the crash or stop it follows ('engine_death', 'engine_shutdown'), for a restart
+    markers: list[dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        return "restart" if self.restart else "start"
+
+
+def starts(events: list[dict[str, Any]]) -> list[Start]:
+    """The engine's timed starts, in time order: its start markers, those of one start as one (within
+    START_MARKERS_S of the one before, no crash or stop between), each named a start or a restart."""
+    timed = sorted((e for e in events if e.get("t_us") is not None
+                    and e.get("kind") in (*UP_KINDS, *DOWN_KINDS, *STOP_KINDS)), key=lambda e: e["t_us"])
+    out: list[Start] = []
+    last_start, ended_by = None, None
+    for e in timed:
+        if e.get("kind") not in UP_KINDS:
+            ended_by = str(e.get("kind"))
+            continue
+        if last_start is None or ended_by is not None or e["t_us"] - last_start > START_MARKERS_S * 1_000_000:
+            out.append(Start(int(e["t_us"]), ended_by is not None, ended_by, [e]))
+        else:
+            out[-1].markers.append(e)
+        last_start, ended_by = e["t_us"], None
+    return out
 
 
 def engine_starts(events: list[dict[str, Any]]) -> int:
     """How many times the engine started: its start markers, those of one start counted once (each
     excerpt holds some of them: a start pasted from its 'vLLM API server version' line alone had
     counted none). A marker without a time counts only where it opens an engine ('Initializing …')."""
-    timed = sorted((e for e in events if e.get("t_us") is not None and e.get("kind") in (*UP_KINDS, *DOWN_KINDS)),
-                   key=lambda e: e["t_us"])
-    n, last_start, down_since = 0, None, False
-    for e in timed:
-        if e.get("kind") in DOWN_KINDS:
-            down_since = True
-            continue
-        if last_start is None or down_since or e["t_us"] - last_start > START_MARKERS_S * 1_000_000:
-            n += 1
-        last_start, down_since = e["t_us"], False
-    return n + sum(1 for e in events if e.get("t_us") is None and e.get("kind") in UP_KINDS
-                   and str(e.get("marker", "")).startswith("Initializing"))
+    return len(starts(events)) + sum(1 for e in events if e.get("t_us") is None and e.get("kind") in UP_KINDS
+                                     and str(e.get("marker", "")).startswith("Initializing"))
 
 
 def crash_line(events: list[dict[str, Any]]) -> str | None:

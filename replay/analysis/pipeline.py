@@ -30,6 +30,12 @@ from replay.units import GiB
 # the crashes that are an OOM or may be one (an engine death follows one, or has a cause the evidence may
 # not show); a container killed with SIGKILL is a crash of a cause unstated, not one of these
 OOM_KINDS = tuple(k for k in DOWN_KINDS if k != "container_killed")
+# the events that state an out-of-memory (torch's or vLLM's OOM line, the replay's capacity guard or the
+# probe's OOM snapshot, a host OOM kill): an engine death alone is a crash of a cause unstated, not an OOM
+OOM_STATED = ("oom", "emulated_oom", "host_oom_killed", "torch_oom")
+# what states why an engine died, where the evidence holds it near the death
+CAUSE_KINDS = (*OOM_STATED, "cuda_error", "collective_timeout", "gpu_xid", "vllm_memory_error", "container_killed")
+CAUSE_BEFORE_S, CAUSE_AFTER_S = 300, 60  # how far from a death a cause is taken as its own
 
 
 @dataclass
@@ -39,6 +45,25 @@ class Finding:
     detail: str
     confidence: str  # high | medium | low
     evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Unjudged:
+    """What this evidence cannot judge, why, and what evidence would settle it: absence of evidence is
+    not evidence of absence, and the report says so rather than a finding of nothing."""
+
+    id: str
+    what: str
+    why: str
+    settle: str
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+# what settles whether actual memory left vLLM's accounting: a series of the device's memory
+MEMORY_SERIES = ("a series of the GPU's memory over the incident: nvidia-smi "
+                 "(`nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total --format=csv -l 1`), DCGM "
+                 "(dcgm-exporter's DCGM_FI_DEV_FB_USED, from Prometheus), or NVML (`replay record --live URL --nvml`); "
+                 "on a CPU host, the engine's resident memory")
 
 
 @dataclass
@@ -57,6 +82,7 @@ class Analysis:
     machines: pl.DataFrame = field(default_factory=pl.DataFrame)  # device memory of several machines, none
     # chosen (memory.machines_frame), and how many such series there were
     machines_total: int = 0
+    unjudged: list[Unjudged] = field(default_factory=list)  # what the evidence cannot judge (``unjudged``)
 
     @property
     def end_us(self) -> int:
@@ -67,8 +93,14 @@ class Analysis:
 
     @property
     def oom_us(self) -> int | None:
-        ts = [e["t_us"] for e in self.ooms if e.get("t_us") is not None]
+        """The first out-of-memory the evidence states (``OOM_STATED``); an engine death alone is none."""
+        ts = [e["t_us"] for e in self.bundle.events if e.get("kind") in OOM_STATED and e.get("t_us") is not None]
         return min(ts) if ts else None
+
+    @property
+    def memory_judged(self) -> bool:
+        """Whether the evidence could show a divergence: actual memory measured, and vLLM's accounting known."""
+        return self.actual_source is not None and self.acc.accounted_bytes is not None
 
     @property
     def first_crash(self) -> dict[str, Any] | None:
@@ -99,18 +131,79 @@ class Analysis:
             "max_gap_gib": gb(self.div.max_gap_bytes),
             "baseline_gap_gib": gb(self.div.baseline_bytes), "threshold_gib": gb(self.div.threshold_bytes),
             "onset_s": s(self.div.onset_us), "first_crossing_s": s(self.div.first_crossing_us),
-            "oom_s": s(self.oom_us),
+            "oom_s": s(self.oom_us), "crash": crash_summary(self.first_crash, self.bundle.events),
             "onset_to_oom_s": s(self.oom_us - self.div.onset_us) if self.oom_us is not None and self.div.onset_us is not None else None,
             "episodes_s": [[s(a), s(b)] for a, b in self.div.episodes],
             "attribution": [{"feature": a.feature, "score": a.score, "near_mean": a.near_mean,
                              "rest_mean": a.rest_mean, "requests": a.near_ids[:20], "why": a.why}
                             for a in self.attributions],
             "findings": [f.__dict__ for f in self.findings],
+            "unjudged": [u.__dict__ for u in self.unjudged],
             "engine_starts": engine_starts(self.bundle.events),
             "downtime_s": round(sum(o.seconds(self.end_us) for o in self.outages), 3) if self.outages else None,
             "outages": [{"down_s": s(o.down_us), "up_s": s(o.up_us), "cause": o.cause, "source": o.source,
                          "seconds": round(o.seconds(self.end_us), 3), "at_least": o.lower_bound} for o in self.outages],
         }
+
+
+_CRASH_WHAT = {"oom": "a CUDA OOM", "engine_death": "the engine died", "emulated_oom": "an emulated OOM (capacity guard)",
+               "host_oom_killed": "the container was killed for host memory", "container_killed": "the container was killed (SIGKILL)"}
+
+
+def cause_of(death: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The event that states why the engine went down at ``death``: ``death`` itself where it states it (an
+    OOM, a kill), else an event of ``CAUSE_KINDS`` from CAUSE_BEFORE_S before it to CAUSE_AFTER_S after
+    it (the OOM's traceback is logged before the death's line); None: a crash of a cause unstated."""
+    if death.get("kind") != "engine_death":
+        return death
+    t = death.get("t_us")
+    near = [e for e in events if e.get("kind") in CAUSE_KINDS and e.get("t_us") is not None and t is not None
+            and -CAUSE_BEFORE_S * 1_000_000 <= e["t_us"] - t <= CAUSE_AFTER_S * 1_000_000]
+    return min(near, key=lambda e: abs(e["t_us"] - t), default=None)
+
+
+def crash_summary(e: dict[str, Any] | None, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first crash in words: when, what, where it is stated, and its cause where the evidence states one."""
+    if e is None:
+        return None
+    cause = cause_of(e, events)
+    return {"s": None if e.get("t_us") is None else round(e["t_us"] / 1e6, 3), "t_us": e.get("t_us"),
+            "kind": e.get("kind"), "what": _CRASH_WHAT.get(str(e.get("kind")), str(e.get("kind"))),
+            "source": e.get("source"), "cause_stated": cause is not None,
+            "cause": None if cause is None else str(cause.get("kind")),
+            "oom": cause is not None and cause.get("kind") in OOM_STATED}
+
+
+def unjudged(a: Analysis) -> list[Unjudged]:
+    """What the evidence cannot judge: whether actual memory left vLLM's accounting (no memory measured, or
+    no accounting to hold it against), and why an engine died where nothing near its death says why."""
+    out: list[Unjudged] = []
+    ev = a.bundle.events
+    if a.actual_source is None and not a.machines_total:  # (several machines, none chosen: a finding says how)
+        out.append(Unjudged(
+            "memory:unmeasured", "whether actual memory left vLLM's accounting, and how high it went",
+            "the evidence holds no measurement of actual memory (no nvidia-smi, DCGM, NVML or process series): "
+            "nothing shows that memory stayed within vLLM's accounting, nor that it did not", MEMORY_SERIES))
+    elif a.actual_source is not None and a.acc.accounted_bytes is None:
+        out.append(Unjudged(
+            "memory:unaccounted", "the gap between actual memory and vLLM's accounting, and where it began",
+            f"actual memory is measured ({a.actual_source}), but not what vLLM accounted for: its start-up lines "
+            "are not in the evidence", "the engine's log from its start (its memory profiling and KV cache lines: "
+            "'Memory profiling takes …', 'Available KV cache memory …', 'GPU KV cache size …'), or the "
+            "gpu_memory_utilization it ran with and the GPU's total memory"))
+    deaths = [e for e in ev if e.get("kind") == "engine_death" and cause_of(e, ev) is None]
+    if deaths:
+        first = deaths[0]
+        more = f", and {len(deaths) - 1} more death(s) alike" if len(deaths) > 1 else ""
+        out.append(Unjudged(
+            "crash:unstated", f"why the engine died ({first.get('source')}{more})",
+            f"the evidence holds no OOM line, GPU error or kill within {CAUSE_BEFORE_S} s before it: a crash of a cause "
+            "unstated, not an OOM" + ("; and no memory was measured to show how full the device was" if a.actual_source is None else ""),
+            "the log's lines before the death, whole: torch's 'CUDA out of memory. Tried to allocate …' (an OOM, with "
+            "its figures) or the traceback that ends in it; " + MEMORY_SERIES + " at that time; the node's kernel log "
+            "(`dmesg -T`: an Xid, or the host's OOM killer); the pod's events and status (OOMKilled, a failed probe)",
+            [{"t_us": e.get("t_us"), "source": e.get("source")} for e in deaths[:EVIDENCE_KEPT]]))
+    return out
 
 
 def _warmup_oom(e: dict[str, Any], max_num_seqs: Any) -> Finding:
@@ -388,5 +481,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
     findings += cuda.values()
     findings += _shared_gpus(b.meta.gpus)
-    return Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), outages(b.events),
-                    machines=machines, machines_total=machines_total)
+    out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), outages(b.events),
+                   machines=machines, machines_total=machines_total)
+    out.unjudged = unjudged(out)
+    return out

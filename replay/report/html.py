@@ -16,8 +16,19 @@ from plotly.subplots import make_subplots
 
 from replay import __version__
 from replay.analysis.memory import stacked_parts, unchosen
-from replay.analysis.outages import DOWN_KINDS, crash_line
-from replay.analysis.pipeline import Analysis, analyze_bundle
+from replay.analysis.outages import DOWN_KINDS, crash_line, starts
+from replay.analysis.pipeline import OOM_STATED, Analysis, analyze_bundle, crash_summary
+from replay.analysis.verdict import (
+    Alignment,
+    TraceClock,
+    Verdict,
+    align,
+    first_arrival,
+    trace_clock,
+    trace_hms,
+    verdict_lines,
+    verdicts_of,
+)
 from replay.bundle import read_bundle
 from replay.report.downsample import minmax
 from replay.units import GiB
@@ -116,26 +127,36 @@ def timeline_figure(a: Analysis) -> go.Figure:
             d = minmax(d.filter(pl.col("source") == src).sort("t_us"), "t_us", "value")
             fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=d["value"].to_list(), name=metric.replace("_", " "),
                                      mode="lines", line={"shape": "hv", "color": color}), row=3, col=1)
-    lanes = {"startup": 0, "preemption": 1, "oom": 2, "restart": 3, "k8s": 4}
+    lanes = {"startup": 0, "preemption": 1, "crash / OOM": 2, "start": 3, "restart": 4, "k8s": 5}
     ev_x, ev_y, ev_t, ev_c = [], [], [], []
     for e in b.events:
         if e.get("t_us") is None:
             continue
         k = e["kind"]
-        lane = ("oom" if k in CRASH_LANE else
-                "preemption" if k == "preemption" else "restart" if k in ("engine_start", "restart_count") else
-                "k8s" if k.startswith("k8s") else "startup")
-        if k.startswith("request_"):
+        if k.startswith("request_") or k == "engine_start":  # (starts: one mark per start, below)
             continue
+        lane = ("crash / OOM" if k in CRASH_LANE else "preemption" if k == "preemption" else
+                "k8s" if k.startswith("k8s") or k == "restart_count" else "startup")
         ev_x.append(e["t_us"] / 1e6)
         ev_y.append(lane)
         ev_t.append(f"{k} @ {e.get('source')}")
-        ev_c.append({"oom": "#d62728", "preemption": "#ff7f0e"}.get(lane, "#7f7f7f"))
+        ev_c.append({"crash / OOM": "#d62728", "preemption": "#ff7f0e"}.get(lane, "#7f7f7f"))
+    for st in starts(b.events):  # (an engine's start is a start; a restart only after a crash or a stop)
+        ev_x.append(st.t_us / 1e6)
+        ev_y.append(st.label)
+        ev_t.append(f"engine {st.label}" + (f" after {st.after}" if st.after else "") + ": "
+                    + "; ".join(f"{m.get('marker')} @ {m.get('source')}" for m in st.markers))
+        ev_c.append("#2ca02c" if not st.restart else "#9467bd")
     if ev_x:
         fig.add_trace(go.Scatter(x=ev_x, y=ev_y, mode="markers", marker={"size": 9, "color": ev_c, "symbol": "diamond"},
                                  text=ev_t, hovertemplate="%{text}<extra></extra>", name="events"), row=4, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(lanes), row=4, col=1)
-    for x, label, color in ((a.div.onset_us, "onset", "#ff7f0e"), (a.oom_us, "OOM", "#d62728")):
+    crash = crash_summary(a.first_crash, b.events)
+    unstated = None  # the first crash, where no OOM is stated before it: named as what it is, not 'OOM'
+    if crash is not None and crash["t_us"] is not None and not crash["oom"] and (a.oom_us is None or crash["t_us"] < a.oom_us):
+        unstated = crash["t_us"]
+    for x, label, color in ((a.div.onset_us, "onset", "#ff7f0e"), (a.oom_us, "OOM", "#d62728"),
+                            (unstated, f"{crash['kind'] if crash else ''} (cause unstated)", "#8c564b")):
         if x is not None:
             fig.add_vline(x=x / 1e6, line_dash="dash", line_color=color)
             fig.add_annotation(x=x / 1e6, y=1.02, yref="paper", text=label, showarrow=False, font={"color": color})
@@ -179,16 +200,115 @@ def swimlane_figure(a: Analysis) -> go.Figure | None:
     return fig
 
 
-def compare_figure(analyses: list[Analysis]) -> go.Figure:
-    fig = go.Figure()
-    for a in analyses:
-        first = _first_arrival(a)
-        d = minmax(a.gap, "t_us", "actual_bytes") if a.gap.height else a.gap
-        if d.height:
-            fig.add_trace(go.Scatter(x=((d["t_us"] - first) / 1e6).to_list(), y=(d["actual_bytes"] / GiB).to_list(),
-                                     mode="lines", name=_label(a)))
-    fig.update_layout(height=420, template="plotly_white", xaxis_title="trace time (s, aligned on the first request)",
-                      yaxis_title="actual memory (GiB)", margin={"l": 60, "r": 20, "t": 30, "b": 40})
+RUN_COLORS = ["#222222", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
+
+
+def aligned(analyses: list[Analysis]) -> tuple[TraceClock, list[Alignment]]:
+    """The trace clock of the first bundle (production, or the first run) and each bundle's alignment onto it."""
+    main = analyses[0].bundle
+    others = [a.bundle for a in analyses[1:]]
+    clock = trace_clock(main, [b for b in others if b.meta.kind == "replay"])
+    return clock, [align(main, b) for b in [main, *others]]
+
+
+def _trace_x(t: pl.Series, al: Alignment, clock: TraceClock, own_first: int | None) -> list[float]:
+    """Times of a run's clock as trace seconds; a run that cannot be aligned has its first request at 0."""
+    if al.offset_us is None:
+        return ((t - (own_first or 0)) / 1e6).to_list()
+    return ((t.cast(pl.Float64) * al.scale + al.offset_us - clock.origin_us) / 1e6).to_list()
+
+
+def _trace_s(us: int | None, al: Alignment, clock: TraceClock, own_first: int | None) -> float | None:
+    if us is None:
+        return None
+    if al.offset_us is None:
+        return (us - (own_first or 0)) / 1e6
+    return (al.scale * us + al.offset_us - clock.origin_us) / 1e6
+
+
+def _short(a: Analysis) -> str:
+    m = a.bundle.meta
+    return f"{a.bundle.path.name}" + ("" if m.kind == "replay" else f" ({m.kind})")
+
+
+def compare_figure(analyses: list[Analysis], clock: TraceClock | None = None, aligns: list[Alignment] | None = None) -> go.Figure:
+    """Every run on one trace-aligned timeline: its actual memory (solid), what vLLM accounted for (dashed)
+    and the KV cache in use (dotted, where the pool's size is known); vLLM's KV usage; and each run's OOMs,
+    crashes, onset and starts on a lane of its own. Replays on a scale far from production's (a CPU host's
+    process memory beside a GPU's) get an axis of their own, on the right."""
+    if clock is None or aligns is None:
+        clock, aligns = aligned(analyses)
+    has_kv = any(a.kv.height for a in analyses)  # (vLLM's KV usage: a row where any run has it)
+    ev_row = 3 if has_kv else 2
+    fig = make_subplots(rows=ev_row, cols=1, shared_xaxes=True, vertical_spacing=0.05,
+                        row_heights=[0.6, 0.2, 0.2] if has_kv else [0.75, 0.25],
+                        specs=[[{"secondary_y": True}], *([[{}]] if has_kv else []), [{}]],
+                        subplot_titles=("Memory on trace time: actual (solid), vLLM's accounting (dashed), KV in use (dotted)",
+                                        *(["KV cache usage (vLLM's view)"] if has_kv else []), "OOMs, crashes, onsets and starts"))
+    peaks = [float(a.gap["actual_bytes"].max()) if a.gap.height else None for a in analyses]  # type: ignore[arg-type]
+    main_peak, other = peaks[0], [p for p in peaks[1:] if p]
+    split = bool(main_peak and other and analyses[0].bundle.meta.kind == "production"
+                 and (max(other) * 8 < main_peak or max(other) > 8 * main_peak))
+    lane: list[str] = []
+    span: list[float] = []  # (the trace times of memory, crashes and onsets: the view opens on them, not on starts)
+    for i, (a, al) in enumerate(zip(analyses, aligns)):
+        color = RUN_COLORS[i % len(RUN_COLORS)]
+        first = first_arrival(a.bundle) if al.offset_us is None else None
+        name = _short(a) + ("" if al.offset_us is not None else " (not aligned: its first request at 0)")
+        lane.append(name)
+        right = split and i > 0
+        if a.gap.height:
+            per_t = a.gap.group_by("t_us").agg(pl.col("actual_bytes").max()).sort("t_us")  # (the fullest GPU)
+            d = minmax(per_t, "t_us", "actual_bytes")
+            xs = _trace_x(d["t_us"], al, clock, first)
+            span += [xs[0], xs[-1]]
+            fig.add_trace(go.Scatter(x=xs, y=(d["actual_bytes"] / GiB).to_list(), mode="lines", legendgroup=name,
+                                     name=f"{name}: actual ({a.actual_source})", line={"color": color, "width": 2}),
+                          row=1, col=1, secondary_y=right)
+            if a.acc.accounted_bytes is not None:
+                fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[a.acc.accounted_bytes / GiB] * 2, mode="lines", legendgroup=name,
+                                         name=f"{name}: accounted by vLLM" + (" (estimated)" if a.acc.estimated else ""),
+                                         line={"color": color, "dash": "dash", "width": 1.5}), row=1, col=1, secondary_y=right)
+        kvu = a.kv.filter(pl.col("kv_used_bytes").is_not_null()) if a.kv.height else a.kv
+        if kvu.height:
+            d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes")
+            fig.add_trace(go.Scatter(x=_trace_x(d["t_us"], al, clock, first), y=(d["kv_used_bytes"] / GiB).to_list(),
+                                     mode="lines", legendgroup=name, name=f"{name}: KV in use (vLLM)",
+                                     line={"color": color, "dash": "dot", "width": 1}), row=1, col=1, secondary_y=right)
+        for src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height else []:
+            d = minmax(part.sort("t_us"), "t_us", "kv_usage_ratio")
+            fig.add_trace(go.Scatter(x=_trace_x(d["t_us"], al, clock, first), y=(d["kv_usage_ratio"] * 100).to_list(),
+                                     mode="lines", legendgroup=name, showlegend=False, name=f"{name}: KV usage % ({src[0]})",
+                                     line={"color": color, "width": 1}), row=2, col=1)
+        marks: list[tuple[int, str, str, str]] = []  # (t, what, symbol, marker colour)
+        for e in a.bundle.events:
+            if e.get("t_us") is not None and e.get("kind") in (*DOWN_KINDS, *OOM_STATED):
+                stated = e["kind"] in OOM_STATED
+                marks.append((e["t_us"], f"{e['kind']} @ {e.get('source')}" + ("" if stated else " (no OOM stated)"),
+                              "x" if stated else "square", "#d62728" if stated else "#8c564b"))
+        if a.div.onset_us is not None:
+            marks.append((a.div.onset_us, "divergence onset", "triangle-up", "#ff7f0e"))
+        span += [x for x in (_trace_s(t, al, clock, first) for t, *_ in marks) if x is not None]
+        marks += [(st.t_us, f"engine {st.label}" + (f" after {st.after}" if st.after else ""), "circle",
+                   "#9467bd" if st.restart else "#2ca02c") for st in starts(a.bundle.events)]
+        if marks:
+            fig.add_trace(go.Scatter(x=[_trace_s(t, al, clock, first) for t, *_ in marks], y=[name] * len(marks),
+                                     mode="markers", showlegend=False, name=name, text=[w for _, w, *_ in marks],
+                                     marker={"symbol": [m for *_, m, _ in marks], "color": [c for *_, c in marks], "size": 10,
+                                             "line": {"width": 1, "color": color}},
+                                     hovertemplate="%{text}<extra>" + name.replace("<", "&lt;") + "</extra>"), row=ev_row, col=1)
+    fig.update_yaxes(title_text="GiB" + (f", {analyses[0].bundle.path.name}" if split else ""), row=1, col=1, secondary_y=False)
+    if split:
+        fig.update_yaxes(title_text="GiB, replays", row=1, col=1, secondary_y=True)
+    if has_kv:
+        fig.update_yaxes(title_text="%", row=2, col=1)
+    fig.update_yaxes(categoryorder="array", categoryarray=lane[::-1], row=ev_row, col=1)
+    fig.update_xaxes(title_text=f"trace time (s): {clock.note}", row=ev_row, col=1)
+    if span and max(span) > min(span):
+        pad = 0.03 * (max(span) - min(span))
+        fig.update_xaxes(range=[min(span) - pad, max(span) + pad])
+    fig.update_layout(height=720, template="plotly_white", hovermode="closest", legend={"orientation": "h", "y": -0.15},
+                      margin={"l": 60, "r": 60, "t": 40, "b": 40})
     return fig
 
 
@@ -198,28 +318,47 @@ def _label(a: Analysis) -> str:
     return f"{a.bundle.path.name}: vLLM {m.vllm_version or m.vllm_version_inferred or '?'}" + (f" ({args})" if args else "")
 
 
-def _first_arrival(a: Analysis) -> int:
-    v = a.bundle.scan_requests().select(pl.col("arrival_us").min()).collect().item()
-    return int(v) if v is not None else 0
-
-
-def compare_rows(analyses: list[Analysis]) -> list[dict[str, Any]]:
-    """One row per run, aligned on trace time (the first request), differences against the first run."""
+def compare_rows(analyses: list[Analysis], clock: TraceClock | None = None, aligns: list[Alignment] | None = None) -> list[dict[str, Any]]:
+    """One row per run, on trace time (each run aligned onto the first bundle: ``aligned``), differences
+    against the first run. A crash without an OOM line is said to be a crash, not an OOM."""
+    if clock is None or aligns is None:
+        clock, aligns = aligned(analyses)
     rows: list[dict[str, Any]] = []
-    for a in analyses:
+    for a, al in zip(analyses, aligns):
         s = a.summary()
         peak, gap = s["peak_actual_gib"], s["max_gap_gib"]
         base = rows[0] if rows else {"peak_gib": peak, "max_gap_gib": gap}
-        kinds = sorted({str(e.get("kind")) for e in a.ooms})
-        onset = a.div.onset_us
+        first = first_arrival(a.bundle) if al.offset_us is None else None
+
+        def trace(us: int | None, al: Alignment = al, first: int | None = first) -> str | None:
+            t = _trace_s(us, al, clock, first)
+            return None if t is None else trace_hms(int(round(t * 1e6)))
+        kinds = sorted({str(e.get("kind")) for e in a.bundle.events if e.get("kind") in OOM_STATED})
+        crash = s["crash"]
+        if kinds:
+            oom_label = f"yes: {', '.join(kinds)}, first at trace {trace(a.oom_us)}"
+        elif crash is not None:
+            oom_label = (f"no OOM stated; {crash['what']} at trace {trace(crash['t_us'])}"
+                         + ("" if crash["cause_stated"] else " (cause unstated)"))
+        else:
+            oom_label = "no"
         rows.append({"label": _label(a), "peak_gib": peak, "max_gap_gib": gap,
                      "delta_peak_gib": None if peak is None or base["peak_gib"] is None else round(peak - base["peak_gib"], 3),
                      "delta_gap_gib": None if gap is None or base["max_gap_gib"] is None else round(gap - base["max_gap_gib"], 3),
-                     "oomed": bool(a.ooms), "oom_label": ("yes: " + ", ".join(kinds)) if kinds else "no",
-                     "onset_s": s["onset_s"],
-                     "onset_trace_s": None if onset is None else round((onset - _first_arrival(a)) / 1e6, 3),
-                     "outcome": a.bundle.meta.extra.get("outcome")})
+                     "oomed": bool(kinds), "oom_label": oom_label,
+                     "onset_s": s["onset_s"], "onset_trace": trace(a.div.onset_us),
+                     "onset_trace_s": None if a.div.onset_us is None else round(_trace_s(a.div.onset_us, al, clock, first) or 0.0, 3),
+                     "aligned": al.method.replace("_", " ") if al.method != "reference" else "(reference)",
+                     "aligned_note": al.note, "outcome": a.bundle.meta.extra.get("outcome")})
     return rows
+
+
+def verdict_rows(verdicts: list[Verdict]) -> list[dict[str, Any]]:
+    """The verdicts as the report's rows: the run, its verdict in words, and its evidence."""
+    lines = verdict_lines(verdicts)
+    return [{"run": v.run, "version": v.version, "line": line, "evidence": v.evidence,
+             "cls": "high" if v.reproduced else "low" if v.reproduced is None else "medium"}
+            for v, line in zip(verdicts, lines)]
 
 
 def render(analyses: list[Analysis]) -> str:
@@ -229,8 +368,13 @@ def render(analyses: list[Analysis]) -> str:
     sw = swimlane_figure(main)
     if sw is not None:
         figs.append(("swimlane", "Requests around the onset", sw))
+    clock, aligns = aligned(analyses) if len(analyses) > 1 else (None, None)
     if len(analyses) > 1:
-        figs.append(("compare", "Comparison across versions / configs", compare_figure(analyses)))
+        title = ("Production beside its replays, on trace time" if b.meta.kind == "production"
+                 and any(a.bundle.meta.kind == "replay" for a in analyses[1:]) else "Comparison across versions / configs")
+        figs.append(("compare", title, compare_figure(analyses, clock, aligns)))
+    replays = [a for a in analyses[1:] if a.bundle.meta.kind == "replay"]
+    verdicts = verdicts_of(main, replays) if b.meta.kind == "production" and replays else []
     t0 = None
     if b.meta.t0_utc:
         try:
@@ -252,7 +396,8 @@ def render(analyses: list[Analysis]) -> str:
                  "quarantined": i.get("quarantined"), "notes": i.get("notes") or []} for i in b.meta.inputs],
         quarantine=b.quarantine_count,
         figures=[(fid, title, _safe_json(json.loads(f.to_json()))) for fid, title, f in figs],
-        plotly_js=get_plotlyjs(), compare=compare_rows(analyses) if len(analyses) > 1 else None,
+        plotly_js=get_plotlyjs(), compare=compare_rows(analyses, clock, aligns) if len(analyses) > 1 else None,
+        verdicts=verdict_rows(verdicts), unjudged=main.unjudged,
         utc=utc, events=[e for e in b.events if not str(e.get("kind", "")).startswith("request_")][:400],
         at_crash=crash_line(b.events),
         generated=datetime.now().astimezone().isoformat(timespec="seconds"),

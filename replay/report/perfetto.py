@@ -15,6 +15,7 @@ from typing import IO, Any
 
 import polars as pl
 
+from replay.analysis.outages import starts
 from replay.atomic import written_in_place
 from replay.bundle import Bundle
 
@@ -48,7 +49,12 @@ def _requests(b: Bundle, window: tuple[int, int] | None) -> pl.LazyFrame:
 
 
 def _events(b: Bundle, window: tuple[int, int] | None) -> list[dict[str, Any]]:
-    return [{"ph": "i", "pid": 3, "tid": 0, "s": "g", "ts": e["t_us"], "name": e["kind"], "args": {"source": e.get("source")}}
+    named: dict[int, str] = {}  # an engine's start is 'engine start'; 'engine restart' only after a crash or a stop
+    for st in starts(b.events):
+        named[id(st.markers[0])] = f"engine {st.label}"
+        named.update((id(m), "engine start marker") for m in st.markers[1:])
+    return [{"ph": "i", "pid": 3, "tid": 0, "s": "g", "ts": e["t_us"], "name": named.get(id(e), e["kind"]),
+             "args": {"source": e.get("source")}}
             for e in b.events if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")
             and (window is None or window[0] <= e["t_us"] <= window[1])]
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import polars as pl
 
-from replay.analysis.pipeline import analyze_bundle, kill_cause
+from replay.analysis.outages import starts
+from replay.analysis.pipeline import analyze_bundle, crash_summary, kill_cause
+from replay.analysis.verdict import verdict_lines, verdicts_of
 from replay.bundle import read_bundle
 from replay.units import say_duration
 
@@ -39,10 +41,12 @@ def _crash_words(e: dict[str, Any], events: list[dict[str, Any]]) -> str:
     return _CRASH_WORDS.get(str(e.get("kind")), "The engine failed")
 
 
-def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
+def render_postmortem(bundle: Path, report_link: str | None = None, compare: list[Path] | None = None) -> str:
+    """The draft for ``bundle``; with ``compare`` (replays of its trace), the verdict of each beside it."""
     b = read_bundle(bundle)
     a = analyze_bundle(b)
     s = a.summary()
+    verdicts = verdicts_of(a, [analyze_bundle(read_bundle(p)) for p in compare]) if compare else []
     t0 = datetime.fromisoformat(b.meta.t0_utc.replace("Z", "+00:00")) if b.meta.t0_utc else None
 
     def utc(us: int | None) -> str:
@@ -60,6 +64,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
         L += [f"HTML report: [{report_link}]({report_link})", ""]
     L += ["## Summary", ""]
     first_down = a.first_crash
+    crash = crash_summary(first_down, b.events)
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
     actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
               else f"unknown (the evidence holds device memory of several {s['machine_kind']}, {s['machine_series']} series, "
@@ -68,7 +73,11 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
              f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
              + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
-             + (f" {_crash_words(first_down, b.events)} at {utc(first_down['t_us'])}." if first_down is not None else ""))
+             + (f" {_crash_words(first_down, b.events)} at {utc(first_down['t_us'])}." if first_down is not None else "")
+             + (" The evidence states no cause for it (no OOM line, GPU error or kill near it): a crash, not a known OOM."
+                if crash is not None and not crash["cause_stated"] else ""))
+    if verdicts:
+        L += ["", "Replays of its trace: " + "; ".join(verdict_lines(verdicts)) + "."]
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
     L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}"
              + (f"; with no end in the evidence (in flight when it ends, or lost in a crash): {unfinished}" if unfinished else "")
@@ -91,8 +100,13 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
         L.append("")
         for i, f in enumerate(a.findings, 1):
             L.append(f"{i}. **{_md(f.title)}** ({f.confidence}): {_md(f.detail)}")
+    elif a.unjudged:
+        L.append("No finding could be made: this evidence cannot show one (below: what it cannot judge).")
     else:
         L.append("No finding in the evidence. TODO: what else should have been collected?")
+    if a.unjudged:
+        L += ["", "What this evidence cannot judge, and what evidence would settle it:", ""]
+        L += [f"- **{_md(u.what)}**: {_md(u.why)}. Would settle it: {_md(u.settle)}." for u in a.unjudged]
     L += ["", "## Trigger", ""]
     if a.attributions:
         at = a.attributions[0]
@@ -100,9 +114,16 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     else:
         L.append("TODO: what traffic or change triggered it (not identifiable from the evidence).")
     L += _at_crash(b.events, utc, any(e.get("kind") == "oom" for e in b.events))
+    if verdicts:
+        L += ["", "## Reproduction", "", f"Replays of the incident's trace beside production ({_md(bundle.name)}), on trace time:", ""]
+        for line in verdict_lines(verdicts, evidence=True):
+            L.append(f"- {_md(line)}" if not line.startswith("  - ") else f"  - {_md(line[4:])}")
     L += ["", "## Resolution", "", "TODO: what was done to restore service.", "", "## Detection", ""]
     if a.div.onset_us is not None and a.oom_us is not None:
         L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}, {(a.oom_us - a.div.onset_us) / 1e6:.1f} s before the OOM.")
+    elif a.div.onset_us is not None and crash is not None and crash["t_us"] is not None:
+        L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}, "
+                 f"{(crash['t_us'] - a.div.onset_us) / 1e6:.1f} s before the crash ({_md(crash['what'])}).")
     elif a.div.onset_us is not None:
         L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}.")
     L += ["Note: `vllm:kv_cache_usage_perc` is the fill of vLLM's KV pool, not device memory; alert on device memory "
@@ -135,7 +156,13 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
                  f"TODO | {_md(advice.get('source'))} |")
     L += ["| TODO | | | |", "", "## Lessons learned", "", "- What went well: TODO", "- What went wrong: TODO",
           "- Where we got lucky: TODO", "", "## Timeline (UTC, merged from every source)", ""]
-    rows = [e for e in b.events if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")]
+    named: dict[int, str] = {}  # an engine's start named a start, or a restart after a crash or a stop
+    for st in starts(b.events):
+        named[id(st.markers[0])] = f"engine {st.label}" + (f" (after {st.after})" if st.after else "")
+        for m in st.markers[1:]:
+            named[id(m)] = "engine start marker (the same start)"
+    rows = [{**e, "kind": named.get(id(e), e["kind"])} for e in b.events
+            if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")]
     if a.div.onset_us is not None:
         rows.append({"t_us": a.div.onset_us, "kind": "divergence onset (analysis)", "source": s["actual_source"]})
     for row in sorted(rows, key=lambda e: e["t_us"])[:200]:
@@ -150,9 +177,9 @@ def render_postmortem(bundle: Path, report_link: str | None = None) -> str:
     return "\n".join(L) + "\n"
 
 
-def write_postmortem(bundle: Path, out: Path, report_link: str | None) -> None:
+def write_postmortem(bundle: Path, out: Path, report_link: str | None, compare: list[Path] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_postmortem(bundle, report_link), encoding="utf-8")
+    out.write_text(render_postmortem(bundle, report_link, compare), encoding="utf-8")
 
 
 def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oom: bool) -> list[str]:

