@@ -311,7 +311,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
     server_env.update(probe_env(out / "probe", opts.interval_s, opts.torch_history))
     server = EngineServer(spec, model_dir, argv, out / "server.log", env=server_env)
     prod = header.production or {}
-    meta = BundleMeta(kind="replay", vllm_version=spec.version, engine="v1", engine_args=engine_args,
+    meta = BundleMeta(kind="replay", vllm_version=spec.version, engine=None, engine_args=engine_args,
                       model=str(model_dir),
                       gpus=[], inputs=[{"path": str(trace_path), "kind": "trace", "requests": len(reqs)}],
                       extra={"device": spec.device, "notes": p.notes, "trace": _trace_link(header),
@@ -476,6 +476,7 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             kind = "engine_shutdown"
         writer.event({"t_us": t_rel, "kind": kind, "source": f"server.log:{f.line}", "rank": f.rank, **f.data})
     meta.vllm_version_inferred = parsed.version
+    meta.engine = parsed.engine  # (the engine the server's own log shows it ran: V0 or V1; None if it says neither)
     end_us = int((time.time() - t_wall0) * 1e6)
     if outcome in ("engine_died", "capacity_guard"):
         writer.event({"t_us": end_us, "kind": "emulated_oom" if outcome == "capacity_guard" else "engine_death",

