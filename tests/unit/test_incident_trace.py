@@ -191,3 +191,27 @@ def test_an_engine_that_goes_because_it_was_told_to_stop_did_not_crash(tmp_path:
     assert kinds.count("engine_stop") == 1 and "engine_shutdown" in kinds and "engine_death" not in kinds
     from replay.trace.from_bundle import first_crash_us
     assert first_crash_us(b) is None
+
+
+def test_dry_run_with_production_model_config(v032_bundle: Path, tmp_path: Path) -> None:
+    """--model-config: on a GPU host production's architecture with dummy weights (translated to the
+    target version, arguments it lacks dropped and said); on CPU the tiny model at production's vocabulary."""
+    cfg = tmp_path / "qwen"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 152064}))
+    r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json", "--model-config", str(cfg))
+    assert r.returncode == 0, r.stderr
+    cpu = json.loads(r.stdout)
+    assert cpu["model"]["kind"] == "tiny" and cpu["model"]["vocab"] == 152064 and "load_format" not in cpu["engine_args"]
+    env = {**os.environ, "COLUMNS": "400", "REPLAY_DEVICE": "cuda"}
+    r = subprocess.run([sys.executable, "-m", "replay", "run", str(v032_bundle), "--vllm", "0.6.3", "--dry-run", "--json",
+                        "--model-config", str(cfg)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    gpu = json.loads(r.stdout)
+    assert gpu["vllm"]["dist"] == "vllm" and gpu["vllm"]["version"] == "0.6.3"
+    assert gpu["model"] == {"path": str(cfg), "kind": "config", "vocab": 152064, "production": gpu["model"]["production"]}
+    assert gpu["engine_args"]["load_format"] == "dummy" and gpu["engine_args"]["max_model_len"] == 8192
+    assert "enable_log_requests" not in gpu["engine_args"]  # (a server argument, kept apart)
+    assert any("Qwen2ForCausalLM" in n and "dummy" in n for n in gpu["notes"])
+    r = _cli("run", str(v032_bundle), "--dry-run", "--model-config", str(tmp_path / "nowhere"))
+    assert r.returncode == 2 and "--model-config" in r.stderr and "Traceback" not in r.stderr
