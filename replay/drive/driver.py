@@ -41,6 +41,8 @@ class DriverStats:
     lateness_us: list[int] = field(default_factory=list)
     connection_cap: int | None = None  # in flight at most, for want of file descriptors (None: no cap)
     waited_for_connection: int = 0  # requests sent late because that many were in flight
+    resent: int = 0  # requests sent again on a new connection: the server had closed the idle one they went on
+    # (as a server closes keep-alive connections), so it never saw them; none of them counts as failed
 
 
 FD_RESERVE = 256  # descriptors kept for the rest of the process: sampler, logs, the bundle's files
@@ -154,6 +156,7 @@ class Driver:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.aclose()
+            self.stats.resent = int(getattr(self.client, "resent", 0))
         for oc in self.outcomes.values():
             if oc.status == "pending":
                 oc.status, oc.error = "aborted", oc.error or "in flight when the replay stopped"

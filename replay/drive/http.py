@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -43,41 +44,70 @@ def _sse(buf: bytearray, on_data: OnData) -> None:
     del buf[:end + 1]
 
 
+# a pooled connection idle this long is not reused: servers close theirs after a while (uvicorn, and so
+# vLLM, after 5 s: VLLM_HTTP_TIMEOUT_KEEP_ALIVE), and one reused just as the server closes it loses its request
+IDLE_MAX_S = 4.0
+
+
 class RawHttpClient:
-    def __init__(self, base_url: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 600.0, idle_max_s: float = IDLE_MAX_S) -> None:
         u = urllib.parse.urlsplit(base_url)
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"only plain http://host:port URLs are supported, got {base_url!r}")
         self.host, self.port = u.hostname, u.port or 80
         self.prefix = u.path.rstrip("/")
         self.timeout_s = timeout_s
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.idle_max_s = idle_max_s
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []  # (.., when it went idle)
         self._closing: set[asyncio.StreamWriter] = set()  # closed, not yet confirmed by the loop
+        self.resent = 0  # requests sent again on a new connection, the pooled one having been closed under them
         self._head = (f"Host: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
                       "Accept: text/event-stream, application/json\r\n").encode()
 
+    def _pooled(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The most recently used idle connection that can still carry a request; those the server has
+        closed (its end seen) or that have idled longer than servers keep them are closed here."""
+        now = time.monotonic()
+        while self._idle:
+            reader, writer, since = self._idle.pop()
+            if not (reader.at_eof() or reader.exception() is not None or writer.is_closing()
+                    or now - since > self.idle_max_s):
+                return reader, writer
+            self._drop(writer)
+        return None
+
+    def _drop(self, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        self._closing.add(writer)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, limit=1 << 22), min(self.timeout_s, 30.0))
+        except (OSError, asyncio.TimeoutError) as e:
+            raise HttpError(f"cannot connect to {self.host}:{self.port}: {e or type(e).__name__}") from None
+
     async def post(self, path: str, body: bytes, on_data: OnData | None = None) -> tuple[int, bytes]:
+        """A request sent on a pooled connection that the server closed without a byte of answer (it
+        closed the connection as idle while the request was on its way: uvicorn's keep-alive timeout) is
+        sent once more, on a new connection (never on another pooled one, which may be as stale): the
+        server never saw it, so it is no failure. On a new connection the same is an error."""
         req = (f"POST {self.prefix}{path} HTTP/1.1\r\n".encode() + self._head
                + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        for attempt in (0, 1):
-            reused = bool(self._idle)
-            if reused:
-                reader, writer = self._idle.pop()
-            else:
-                try:
-                    reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(self.host, self.port, limit=1 << 22), min(self.timeout_s, 30.0))
-                except (OSError, asyncio.TimeoutError) as e:
-                    raise HttpError(f"cannot connect to {self.host}:{self.port}: {e or type(e).__name__}") from None
+        pooled = self._pooled()
+        while True:
+            reader, writer = pooled if pooled is not None else await self._connect()
             keep = False
             try:
                 writer.write(req)
                 async with asyncio.timeout(self.timeout_s):
                     try:
                         status_line = await reader.readuntil(b"\r\n")
-                    except (asyncio.IncompleteReadError, ConnectionError):
-                        if reused and attempt == 0:
-                            continue  # the server closed an idle keep-alive connection: retry fresh
+                    except (asyncio.IncompleteReadError, ConnectionError) as e:
+                        if pooled is not None and not getattr(e, "partial", b""):
+                            pooled = None  # stale: not a byte came back; again, on a new connection
+                            self.resent += 1
+                            continue
                         raise
                     status, out, keep = await self._response(reader, status_line, on_data)
                 return status, out
@@ -87,11 +117,9 @@ class RawHttpClient:
                 raise HttpError(f"no complete response within {self.timeout_s:.0f} s") from None
             finally:
                 if keep:
-                    self._idle.append((reader, writer))
+                    self._idle.append((reader, writer, time.monotonic()))
                 else:
-                    writer.close()
-                    self._closing.add(writer)
-        raise HttpError("connection closed before a response")
+                    self._drop(writer)
 
     async def _response(self, reader: asyncio.StreamReader, status_line: bytes,
                         on_data: OnData | None) -> tuple[int, bytes, bool]:
@@ -140,9 +168,7 @@ class RawHttpClient:
     async def aclose(self) -> None:
         """Close every connection and let the loop finish closing them (no transport outlives it)."""
         while self._idle:
-            _, w = self._idle.pop()
-            w.close()
-            self._closing.add(w)
+            self._drop(self._idle.pop()[1])
         waits = [w.wait_closed() for w in self._closing]
         self._closing.clear()
         if waits:

@@ -121,3 +121,119 @@ def test_a_burst_larger_than_the_open_file_limit(mode: str) -> None:
         assert got["waited"] > 1000 and got["late"] > 0
     else:  # the failure the cap prevents (this test fails if the limit stops mattering)
         assert got["error"] > 0 and got["cap"] is None
+
+
+def _idle_closing_server(keep_alive_s: float, drop_reused: bool = False):  # type: ignore[no-untyped-def]
+    """A real HTTP/1.1 server in threads of its own (the standard library's), that closes a keep-alive
+    connection idle for ``keep_alive_s`` as uvicorn does. With ``drop_reused``, a request that arrives on
+    a connection that has served one already is read and left unanswered, the connection closed: the
+    race in which the server's keep-alive timer fires as the request arrives. Returns (server, counts)."""
+    import http.server
+    import socketserver
+    import threading
+
+    counts = {"answered": 0, "dropped": 0, "connections": 0}
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = keep_alive_s  # (the socket's: an idle connection's wait for its next request ends here)
+
+        def setup(self) -> None:
+            super().setup()
+            self.served = 0
+            with lock:
+                counts["connections"] += 1
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if drop_reused and self.served:
+                with lock:
+                    counts["dropped"] += 1
+                self.close_connection = True
+                return
+            self.served += 1
+            n = int(body.get("max_tokens", 1))
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for _ in range(n):
+                    ev = b'data: {"choices":[{"text":"x"}]}\n\n'
+                    self.wfile.write(f"{len(ev):x}\r\n".encode() + ev + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                out = json.dumps({"choices": [{"text": "x" * n}],
+                                  "usage": {"prompt_tokens": 2, "completion_tokens": n}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+            self.wfile.flush()
+            with lock:
+                counts["answered"] += 1
+
+    class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+        daemon_threads = True
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, counts
+
+
+def _bursts(n_bursts: int, sizes: list[int], pauses_us: list[int]) -> list[tuple[int, str, dict]]:
+    """Bursts of requests sent at once (of ``sizes`` in turn), each followed by a pause (of ``pauses_us`` in
+    turn); every fourth request without streaming (the prompt_logprobs shape: one JSON body)."""
+    items, t = [], 0
+    for b in range(n_bursts):
+        for k in range(sizes[b % len(sizes)]):
+            body: dict = {"prompt": [1, 2], "max_tokens": 2}
+            if (b + k) % 4 == 0:
+                body["prompt_logprobs"] = 1
+            items.append((t, f"b{b}-{k}", body))
+        t += pauses_us[b % len(pauses_us)]
+    return items
+
+
+def test_no_request_lost_to_connections_the_server_closed_when_idle() -> None:
+    """Bursts of concurrent requests, each followed by a pause past the server's keep-alive timeout
+    (0.1 s) or about as long as it: every pooled connection is closed by the server, some just as a
+    request goes out on it. The client's retry once took another pooled connection, as stale; nothing
+    may be lost now."""
+    server, counts = _idle_closing_server(0.1)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    items = _bursts(40, [6], [150_000, 100_000, 95_000, 105_000, 250_000, 98_000, 102_000])
+    try:
+        d = Driver(url, "stub", timeout_s=10)
+        out = asyncio.run(d.run(items))
+    finally:
+        server.shutdown()
+        server.server_close()
+    bad = {k: o.error for k, o in out.items() if o.status != "ok"}
+    assert not bad, f"{len(bad)} of {len(items)} lost: {list(bad.items())[:3]}"
+    assert d.stats.failed == 0 and d.stats.finished == len(items) == counts["answered"] == 240
+    assert counts["connections"] > 40  # (the server did close idle connections: the test tests something)
+
+
+def test_a_request_the_server_dropped_on_a_reused_connection_is_resent_fresh() -> None:
+    """A server that closes a reused connection on the request it just read, unanswered (the keep-alive
+    timer's race, made certain): each such request goes again on a new connection, once, and is
+    answered; none is counted failed. (A burst of four fills the pool; each lone request after it finds
+    pooled connections left to take: the retry once took one of them, and lost the request.)"""
+    server, counts = _idle_closing_server(5.0, drop_reused=True)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    items = _bursts(20, [4, 1, 1, 1], [50_000])
+    try:
+        d = Driver(url, "stub", timeout_s=10)
+        out = asyncio.run(d.run(items))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [o.status for o in out.values()].count("ok") == len(items) == counts["answered"] == 35
+    assert counts["dropped"] > 0 and d.stats.resent == counts["dropped"]
+    assert d.stats.failed == 0
