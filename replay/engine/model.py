@@ -2,30 +2,51 @@
 
 Random weights with a fixed seed, head_dim 64 (the CPU attention backend needs >= 64), and a
 byte-level BPE tokenizer trained locally. The vocabulary size is configurable because the cost of
-``prompt_logprobs`` grows with prompt length x vocabulary. Built by the engine env's own python,
-so ``replay`` itself needs neither torch nor transformers. No hub download anywhere.
+``prompt_logprobs`` grows with prompt length x vocabulary. Built by the engine env's own python
+and transformers, so ``replay`` itself needs neither torch nor transformers, and cached per
+transformers minor version: what transformers 5 saves (``tokenizer_class: TokenizersBackend``)
+transformers 4.45 cannot load, so each version reads a model its own transformers wrote.
+No hub download anywhere.
 """
 
 from __future__ import annotations
 
 import fcntl
+import re
 import subprocess
 from importlib import resources
 from pathlib import Path
 
-from replay.engine.envs import EnvSpec, replay_home
+from replay.engine.envs import EnvSpec, installed_version, replay_home
 from replay.errors import EXIT_ENGINE, ReplayError
 
 DEFAULT_VOCAB = 131072
 DEFAULT_SEED = 0
 
 
-def tiny_model_dir(vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED) -> Path:
-    return replay_home() / "models" / f"tiny-llama-v{vocab}-s{seed}"
+def transformers_tag(spec: EnvSpec) -> str | None:
+    """'tf4.45' for an env with transformers 4.45.x (installed, or pinned by its lock); None when
+    neither is there yet."""
+    v = installed_version(spec, "transformers")
+    m = re.match(r"(\d+)\.(\d+)", v or "")
+    return f"tf{m.group(1)}.{m.group(2)}" if m else None
+
+
+def tiny_model_dir(vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED,
+                   spec: EnvSpec | None = None) -> Path:
+    """The tiny model's folder. With ``spec``: the one that env reads, named by its transformers
+    version (``tiny-llama-v131072-s0-tf4.45``) once the env or its lock says which; without,
+    or before that is known, the name without it."""
+    base = f"tiny-llama-v{vocab}-s{seed}"
+    tag = transformers_tag(spec) if spec is not None else None
+    return replay_home() / "models" / (f"{base}-{tag}" if tag else base)
 
 
 def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED) -> Path:
-    out = tiny_model_dir(vocab, seed)
+    out = tiny_model_dir(vocab, seed, spec)
+    if transformers_tag(spec) is None:
+        raise ReplayError(f"cannot build the tiny model: no transformers in {spec.path} "
+                          f"(install the env first: replay versions install {spec.version})", EXIT_ENGINE)
     if (out / "replay_model.json").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """Build the embedded tiny Llama (random weights, fixed seed) and a locally trained tokenizer.
 
 Run with an engine environment's own python (it has torch, transformers and tokenizers, which
-vLLM depends on): ``python build_tiny_model.py OUT_DIR --vocab 131072 --seed 0``.
-No model hub is contacted.
+vLLM depends on): ``python build_tiny_model.py OUT_DIR --vocab 131072 --seed 0``. The files are
+in the format of that env's transformers (4.45 and 5.x write different tokenizer configs), so
+the model is built once per transformers version. No model hub is contacted.
 """
 
 import argparse
@@ -22,7 +23,9 @@ def main() -> int:
     ap.add_argument("--max-pos", type=int, default=8192)
     a = ap.parse_args()
 
+    import tokenizers
     import torch
+    import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -54,7 +57,9 @@ def main() -> int:
     fast.save_pretrained(a.out)
     with open(os.path.join(a.out, "replay_model.json"), "w") as fh:
         json.dump({"kind": "tiny-llama", "vocab": a.vocab, "seed": a.seed,
-                   "tokenizer_vocab": fast.vocab_size, "head_dim": 64}, fh)
+                   "tokenizer_vocab": fast.vocab_size, "head_dim": 64,
+                   "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+                   "torch": torch.__version__}, fh)
     print(json.dumps({"ok": True, "out": a.out, "tokenizer_vocab": fast.vocab_size}))
     return 0
 

@@ -1,0 +1,67 @@
+"""The CUDA build of vLLM 0.6.3, installed on a CPU-only host (REPLAY_DEVICE=cuda) from its
+release-day lock, passes ``replay versions check``: its own config loader, tokenizer, API server
+parser and model class load the tiny model its own transformers built.
+
+uv's download cache (UV_CACHE_DIR, default ~/.cache/uv) is reused: the first run downloads about
+3 GB, later ones build the env from the cache in seconds. The engine cache is a fresh one under
+the session's temporary folder unless REPLAY_SLOW_HOME names one to keep between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+VERSION = "0.6.3"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    keep = os.environ.get("REPLAY_SLOW_HOME")
+    return Path(keep) if keep else tmp_path_factory.mktemp("replay-home")
+
+
+def _replay(home: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REPLAY_HOME": str(home), "REPLAY_DEVICE": "cuda", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "replay", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def test_versions_check_063_cuda_build_on_cpu(home: Path) -> None:
+    p = _replay(home, "versions", "check", VERSION, "--set", "max_model_len=2048", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout)
+    assert res["ok"] and res["dist"] == "vllm" and res["device"] == "cuda"
+    stages = {s["stage"]: s for s in res["stages"]}
+    for name in ("import", "config", "tokenizer", "parser", "model_class", "args"):
+        assert stages[name]["ok"] is True, stages[name]
+    assert "transformers 4.45.2" in stages["import"]["detail"]
+    assert res["model"].endswith("-tf4.45")
+    env = home / "envs" / f"vllm-{VERSION}"
+    lock = (env / "replay-lock.txt").read_text()
+    assert "as of its release day 2024-10-14" in lock
+    assert "\ntransformers==4.45.2\n" in lock and "\ntorch==2.4.0\n" in lock
+    cfg = json.loads((Path(res["model"]) / "tokenizer_config.json").read_text())
+    assert cfg.get("tokenizer_class") == "PreTrainedTokenizerFast"  # what transformers 4.45 writes and reads
+
+
+def test_versions_check_names_a_bad_argument_in_one_line(home: Path) -> None:
+    p = _replay(home, "versions", "check", VERSION, "--set", "max_model_lenn=2048")
+    assert p.returncode == 1, p.stderr[-3000:]
+    last = [ln for ln in p.stderr.splitlines() if ln.strip()][-1]
+    assert "args: unrecognized arguments: --max-model-lenn" in last and "nearest: --max-model-len" in last
+
+
+def test_doctor_shows_the_lock(home: Path) -> None:
+    p = _replay(home, "versions", "doctor", "--no-start")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "as of 2024-10-14" in p.stdout
+    assert f"lock vllm-{VERSION}: {home / 'envs' / f'vllm-{VERSION}' / 'replay-lock.txt'}" in p.stdout
