@@ -1,5 +1,8 @@
 """The self-contained HTML report: plotly figures with plotly.js inlined, data embedded as JSON,
-rendered from jinja2 templates. Everything from logs and prompts is escaped."""
+rendered from jinja2 templates. Everything from logs and prompts is escaped: by the templates'
+autoescape in the page, by ``plotly_safe`` in the figures (plotly reads their text as markup, and a
+``<span style=...url(...)>`` in a host or folder name would make the page fetch that URL), and inside
+the page's scripts by ``_safe_json``."""
 
 from __future__ import annotations
 
@@ -31,13 +34,18 @@ from replay.analysis.verdict import (
 )
 from replay.bundle import read_bundle
 from replay.report.downsample import minmax
+from replay.report.escape import plotly_safe
 from replay.units import GiB
+
+# the hover of a line of GiB named by its trace's meta (evidence: a source, a host; never put in the
+# template itself, which plotly reads as markup: ``plotly_safe`` escapes meta)
+_GIB_HOVER = "%{meta}: %{y:.2f} GiB<extra></extra>"
 
 # the events drawn in the timeline's crash lane: what took the engine down, and the GPU errors behind it
 CRASH_LANE = (*DOWN_KINDS, "gpu_xid", "cuda_error", "collective_timeout")
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("replay.report", "templates"),
-                          autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
+                          autoescape=True, undefined=jinja2.StrictUndefined)
 
 
 def _safe_json(obj: Any) -> str:
@@ -67,7 +75,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         for i, (name, val) in enumerate(parts):
             fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[val / GiB] * 2, name=f"accounted: {name}{suffix}", mode="lines",
                                      stackgroup=f"acc{gpu[0]}", line={"width": 0.5, "color": part_colors[i % 6]},
-                                     legendgroup="accounted", hovertemplate=f"{name}: %{{y:.2f}} GiB<extra></extra>"),
+                                     legendgroup="accounted", meta=name, hovertemplate=_GIB_HOVER),
                           row=1, col=1)
         if a.acc.accounted_bytes is not None:
             acc = a.acc.accounted_bytes / GiB
@@ -89,7 +97,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
             fig.add_trace(go.Scatter(x=(ld["t_us"] / 1e6).to_list(), y=(ld["value_bytes"] / GiB).to_list(),
                                      name=f"measured: {layer[0]}{suffix}", mode="lines",
                                      line={"dash": ["dot", "dashdot", "longdash", "dash"][j % 4], "width": 1.5},
-                                     hovertemplate=f"{src}: %{{y:.2f}} GiB<extra></extra>"), row=1, col=1)
+                                     meta=src, hovertemplate=_GIB_HOVER), row=1, col=1)
     # device memory of several machines, none of them chosen as the bundle's: each drawn, none called actual
     for j, ((series,), mp) in enumerate(a.machines.partition_by("series", as_dict=True, maintain_order=True).items()
                                         if a.machines_total else []):
@@ -97,7 +105,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         fig.add_trace(go.Scatter(x=(md["t_us"] / 1e6).to_list(), y=(md["value_bytes"] / GiB).to_list(),
                                  name=f"device used, {series}", mode="lines", legendgroup="machines",
                                  line={"width": 1.5, "dash": ["solid", "dot", "dash", "dashdot"][j % 4]},
-                                 hovertemplate=f"{series}: %{{y:.2f}} GiB<extra></extra>"), row=1, col=1)
+                                 meta=series, hovertemplate=_GIB_HOVER), row=1, col=1)
     drawn = a.machines["series"].n_unique() if a.machines_total else 0
     if a.machines_total > drawn:
         what, option = unchosen(list(a.machines["series"].unique(maintain_order=True)))
@@ -165,7 +173,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
     fig.update_xaxes(title_text=f"seconds from t0 ({b.meta.t0_utc or 'unknown'})", row=4, col=1)
     fig.update_layout(height=900, hovermode="x unified", legend={"orientation": "h", "y": -0.08},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white")
-    return fig
+    return plotly_safe(fig)
 
 
 def swimlane_figure(a: Analysis) -> go.Figure | None:
@@ -197,7 +205,7 @@ def swimlane_figure(a: Analysis) -> go.Figure | None:
     fig.update_layout(height=max(300, 14 * r.height + 120), barmode="overlay", template="plotly_white",
                       xaxis_title="seconds from t0", margin={"l": 120, "r": 20, "t": 30, "b": 40},
                       yaxis={"autorange": "reversed"})
-    return fig
+    return plotly_safe(fig)
 
 
 RUN_COLORS = ["#222222", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
@@ -296,7 +304,7 @@ def compare_figure(analyses: list[Analysis], clock: TraceClock | None = None, al
                                      mode="markers", showlegend=False, name=name, text=[w for _, w, *_ in marks],
                                      marker={"symbol": [m for *_, m, _ in marks], "color": [c for *_, c in marks], "size": 10,
                                              "line": {"width": 1, "color": color}},
-                                     hovertemplate="%{text}<extra>" + name.replace("<", "&lt;") + "</extra>"), row=ev_row, col=1)
+                                     meta=name, hovertemplate="%{text}<extra>%{meta}</extra>"), row=ev_row, col=1)
     fig.update_yaxes(title_text="GiB" + (f", {analyses[0].bundle.path.name}" if split else ""), row=1, col=1, secondary_y=False)
     if split:
         fig.update_yaxes(title_text="GiB, replays", row=1, col=1, secondary_y=True)
@@ -309,7 +317,7 @@ def compare_figure(analyses: list[Analysis], clock: TraceClock | None = None, al
         fig.update_xaxes(range=[min(span) - pad, max(span) + pad])
     fig.update_layout(height=720, template="plotly_white", hovermode="closest", legend={"orientation": "h", "y": -0.15},
                       margin={"l": 60, "r": 60, "t": 40, "b": 40})
-    return fig
+    return plotly_safe(fig)
 
 
 def _label(a: Analysis) -> str:

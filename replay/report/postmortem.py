@@ -1,5 +1,10 @@
 """``replay postmortem``: a Markdown draft in the Google SRE shape, prefilled only with what the
-bundle shows, with explicit TODO prompts for what only people know."""
+bundle shows, with explicit TODO prompts for what only people know.
+
+Every text from the evidence (file, host and bundle names, request ids, versions, notes, and the
+findings' words that quote them) goes in through ``_md`` (``escape.md_text``) or in a code span
+(``escape.md_code``): a backtick, a bracket or a ``<`` in it cannot end our code span, link an image
+or put raw HTML into the draft."""
 
 from __future__ import annotations
 
@@ -14,11 +19,10 @@ from replay.analysis.outages import starts
 from replay.analysis.pipeline import analyze_bundle, crash_summary, kill_cause
 from replay.analysis.verdict import verdict_lines, verdicts_of
 from replay.bundle import read_bundle
+from replay.report.escape import md_code, md_item, md_link, md_text
 from replay.units import say_duration
 
-
-def _md(s: object) -> str:
-    return str(s).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+_md = md_text
 
 
 # how the summary names the first crash the evidence holds (``outages.DOWN_KINDS``)
@@ -30,14 +34,14 @@ _CRASH_WORDS = {"oom": "A CUDA OOM followed", "engine_death": "The engine died",
 
 def _crash_words(e: dict[str, Any], events: list[dict[str, Any]]) -> str:
     if e.get("kind") == "oom" and e.get("warmup"):
-        return f"A CUDA OOM stopped the engine's start-up, warming up its {e['warmup']} (it never served)"
+        return f"A CUDA OOM stopped the engine's start-up, warming up its {_md(e['warmup'])} (it never served)"
     if e.get("kind") == "host_oom_killed" and e.get("killer") == "ray":
         return "Ray's memory monitor killed a worker for the node's host memory (not a CUDA OOM)"
     cause = kill_cause(e, events)
     if cause and cause[0] == "evicted":
-        return f"The kubelet evicted the pod, the node low on {cause[1]} (not an OOM),"
+        return f"The kubelet evicted the pod, the node low on {_md(cause[1])} (not an OOM),"
     if cause:
-        return f"The kubelet killed the container, its {cause[1]} probe failed (not an OOM),"
+        return f"The kubelet killed the container, its {_md(cause[1])} probe failed (not an OOM),"
     return _CRASH_WORDS.get(str(e.get("kind")), "The engine failed")
 
 
@@ -58,26 +62,26 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
     n_requests, failed, aborted, unfinished = b.scan_requests().select(
         pl.len(), (status == "error").sum().alias("failed"), (status == "aborted").sum().alias("aborted"),
         (status == "unknown").sum().alias("unfinished")).collect().row(0)
-    L: list[str] = [f"# Postmortem draft: vLLM out-of-memory ({bundle.name})", ""]
+    L: list[str] = [f"# Postmortem draft: vLLM out-of-memory ({_md(bundle.name)})", ""]
     L += ["Status: DRAFT — TODO: owner, reviewers, date", ""]
     if report_link:
-        L += [f"HTML report: [{report_link}]({report_link})", ""]
+        L += [f"HTML report: {md_link(report_link, report_link)}", ""]
     L += ["## Summary", ""]
     first_down = a.first_crash
     crash = crash_summary(first_down, b.events)
     accounted = f"{s['accounted_gib']} GiB" if s["accounted_gib"] is not None else "an unknown amount (no startup accounting in the evidence)"
-    actual = (f"{s['peak_actual_gib']} GiB ({s['actual_source']})" if s["peak_actual_gib"] is not None
-              else f"unknown (the evidence holds device memory of several {s['machine_kind']}, {s['machine_series']} series, "
-                   f"and none was chosen: record with {s['machine_choice']})" if s["machine_series"]
+    actual = (f"{s['peak_actual_gib']} GiB ({_md(s['actual_source'])})" if s["peak_actual_gib"] is not None
+              else f"unknown (the evidence holds device memory of several {_md(s['machine_kind'])}, {s['machine_series']} "
+                   f"series, and none was chosen: record with {_md(s['machine_choice'])})" if s["machine_series"]
               else "unknown (no memory measurement in the evidence)")
-    L.append(f"vLLM {b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)'} "
-             f"({b.meta.engine or 'engine unknown'}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
+    L.append(f"vLLM {_md(b.meta.vllm_version or b.meta.vllm_version_inferred or '(version not in evidence)')} "
+             f"({_md(b.meta.engine or 'engine unknown')}). vLLM accounted for {accounted}; peak actual memory was {actual}. "
              + (f"Actual memory started to diverge at {utc(a.div.onset_us)}." if a.div.onset_us is not None else "No divergence was detected.")
              + (f" {_crash_words(first_down, b.events)} at {utc(first_down['t_us'])}." if first_down is not None else "")
              + (" The evidence states no cause for it (no OOM line, GPU error or kill near it): a crash, not a known OOM."
                 if crash is not None and not crash["cause_stated"] else ""))
     if verdicts:
-        L += ["", "Replays of its trace: " + "; ".join(verdict_lines(verdicts)) + "."]
+        L += ["", "Replays of its trace: " + "; ".join(_md(v) for v in verdict_lines(verdicts)) + "."]
     L += ["", "TODO: one paragraph in plain words for readers outside the team.", "", "## Impact", ""]
     L.append(f"- Requests in the evidence: {n_requests}; failed: {failed}; aborted: {aborted}"
              + (f"; with no end in the evidence (in flight when it ends, or lost in a crash): {unfinished}" if unfinished else "")
@@ -99,7 +103,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
         L.append("Ranked hypotheses (from the evidence; confirm or reject each):")
         L.append("")
         for i, f in enumerate(a.findings, 1):
-            L.append(f"{i}. **{_md(f.title)}** ({f.confidence}): {_md(f.detail)}")
+            L.append(f"{i}. **{_md(f.title)}** ({_md(f.confidence)}): {_md(f.detail)}")
     elif a.unjudged:
         L.append("No finding could be made: this evidence cannot show one (below: what it cannot judge).")
     else:
@@ -110,14 +114,15 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
     L += ["", "## Trigger", ""]
     if a.attributions:
         at = a.attributions[0]
-        L.append(f"Traffic near the onset was dominated by **{at.feature}** ({_md(at.why)}); requests: {', '.join(at.near_ids[:10])}.")
+        L.append(f"Traffic near the onset was dominated by **{_md(at.feature)}** ({_md(at.why)}); "
+                 f"requests: {_md(', '.join(at.near_ids[:10]))}.")
     else:
         L.append("TODO: what traffic or change triggered it (not identifiable from the evidence).")
     L += _at_crash(b.events, utc, any(e.get("kind") == "oom" for e in b.events))
     if verdicts:
         L += ["", "## Reproduction", "", f"Replays of the incident's trace beside production ({_md(bundle.name)}), on trace time:", ""]
         for line in verdict_lines(verdicts, evidence=True):
-            L.append(f"- {_md(line)}" if not line.startswith("  - ") else f"  - {_md(line[4:])}")
+            L.append(f"- {md_item(line)}" if not line.startswith("  - ") else f"  - {md_item(line[4:])}")
     L += ["", "## Resolution", "", "TODO: what was done to restore service.", "", "## Detection", ""]
     if a.div.onset_us is not None and a.oom_us is not None:
         L.append(f"First detectable signal (divergence onset) at {utc(a.div.onset_us)}, {(a.oom_us - a.div.onset_us) / 1e6:.1f} s before the OOM.")
@@ -147,7 +152,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
         ids = actions.setdefault(action, [])
         if f.id not in ids:
             ids.append(f.id)
-    L += [f"| {what} | {kind} | TODO | {', '.join(ids)} |" for (what, kind), ids in actions.items()]
+    L += [f"| {what} | {kind} | TODO | {_md(', '.join(ids))} |" for (what, kind), ids in actions.items()]
     advice = next((e for e in b.events if e.get("kind") == "startup_free" and e.get("kv_cache_memory_fit_bytes")), None)
     if advice is not None:  # vLLM's own figure, from its start-up summary
         fit = int(advice["kv_cache_memory_fit_bytes"])
@@ -169,9 +174,9 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
         L.append(f"- {utc(row['t_us'])} — {_md(row['kind'])} ({_md(row.get('source'))})")
     L += ["", "## Supporting information", ""]
     for inp in b.meta.inputs:  # (with what the recorder noted of each: folded, repeated or corrected data)
-        L.append(f"- `{inp.get('path')}` ({inp.get('kind')}) sha256 `{str(inp.get('sha256') or '')[:16]}…`, "
-                 f"quarantined {inp.get('quarantined', 0)}")
-        L += [f"  - {_md(n)}" for n in inp.get("notes") or []]
+        L.append(f"- {md_code(inp.get('path'))} ({_md(inp.get('kind'))}) sha256 {md_code(str(inp.get('sha256') or '')[:16] + '…')}, "
+                 f"quarantined {_md(inp.get('quarantined', 0))}")
+        L += [f"  - {md_item(n)}" for n in inp.get("notes") or []]
     for n in b.meta.notes:
         L.append(f"- note: {_md(n)}")
     return "\n".join(L) + "\n"
@@ -198,7 +203,7 @@ def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oo
         else:
             kv = e.get("kv_usage_pct")
             out.append(f"- At {utc(e.get('t_us'))} its scheduler had {_n(e.get('running'))} requests running and "
-                       f"{_n(e.get('waiting'))} waiting, its KV cache {'?' if kv is None else f'{kv:.1f}'}% full "
+                       f"{_n(e.get('waiting'))} waiting, its KV cache {f'{kv:.1f}' if isinstance(kv, (int, float)) else _n(kv)}% full "
                        f"({_md(e.get('source'))}).")
     if out:
         out = ["", "When the engine failed, vLLM said (its own dump):", ""] + out
@@ -210,4 +215,4 @@ def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oo
 
 
 def _n(v: Any) -> str:
-    return "?" if v is None else f"{v:,}"
+    return "?" if v is None else f"{v:,}" if isinstance(v, (int, float)) else _md(v)
