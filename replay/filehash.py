@@ -93,12 +93,68 @@ def text_bom(head: bytes) -> tuple[int, str] | None:
     return None
 
 
-def utf8_chunks(fh: Any, size: int) -> Iterator[bytes]:
+NUL_RUN_TEXT = 4096  # the bytes after a leading run of NULs that must hold none for the run to be skipped
+
+
+def nul_run_note(name: str, n: int) -> str:
+    """The note for a file whose leading run of ``n`` NUL bytes was skipped."""
+    return (f"{name}: begins with {n:,} NUL bytes, skipped (what logrotate's copytruncate leaves when the writer "
+            "kept its offset: the log's old length as a hole); read from the text after them")
+
+
+def _past_nul_run(fh: Any, first: bytes) -> tuple[int, bytes]:
+    """Read on past a run of NULs that ``first`` (a stream's first bytes, read already) begins with: (the
+    run's length, the bytes after it read so far: NUL_RUN_TEXT or more, unless the stream ends), where
+    text follows the run. Else (0, the bytes read): all of them where the run ends within ``first``, else
+    ``first`` alone (a hole longer than that with no text after it is binary data; its head tells so)."""
+    run, chunk = 0, first
+    while chunk and not chunk.lstrip(b"\x00"):  # (all NULs: the hole goes on)
+        run += len(chunk)
+        chunk = fh.read(1 << 20)
+    lead = len(chunk) - len(chunk.lstrip(b"\x00"))
+    run, rest = run + lead, chunk[lead:]
+    while len(rest) < NUL_RUN_TEXT and (more := fh.read(NUL_RUN_TEXT)):
+        rest += more
+    if rest and b"\x00" not in rest[:NUL_RUN_TEXT]:
+        return run, rest
+    return 0, first[:lead] + rest if chunk is first else first
+
+
+def read_past_nul_run(fh: Any, limit: int = -1) -> tuple[int, bytes]:
+    """The bytes of a binary stream (its first ``limit``, or all), past a run of NUL bytes it begins with
+    where text follows the run (no NUL in its next NUL_RUN_TEXT bytes): logrotate's ``copytruncate``
+    truncates a log its writer keeps open, and a writer that does not append (a shell's ``>``) writes on
+    at its old offset, leaving the old length as a hole of NULs before the new lines. Returns (the run's
+    length, the bytes): (0, the bytes as they are) where the stream has no such run (a byte-order mark,
+    UTF-16 without one, binary data, nothing but NULs)."""
+    first = fh.read(1 << 16 if limit < 0 else limit)
+    run, rest = (0, first) if not first.startswith(b"\x00") or text_bom(first) else _past_nul_run(fh, first)
+    if limit < 0:
+        return run, rest + fh.read()
+    while len(rest) < limit and (more := fh.read(limit - len(rest))):
+        rest += more
+    return run, rest[:limit]
+
+
+def nul_run(path: Path) -> int:
+    """The length of the run of NUL bytes the file's text begins with (``read_past_nul_run``'s), read
+    decompressed where it is compressed; 0 where none."""
+    try:
+        with decompressed(path, compression(path), path) as fh:
+            return read_past_nul_run(fh, 1)[0]
+    except (ReplayError, *DECOMPRESS_ERRORS):
+        return 0  # (whoever reads the file says what is wrong with it)
+
+
+def utf8_chunks(fh: Any, size: int, past_nul_run: bool = False) -> Iterator[bytes]:
     """A binary text stream read in chunks of about ``size`` bytes, as UTF-8: a byte-order mark is
-    dropped and UTF-16 or UTF-32 text transcoded (undecodable bytes become U+FFFD, as elsewhere).
-    Plain UTF-8 passes through uncopied."""
+    dropped and UTF-16 or UTF-32 text transcoded (undecodable bytes become U+FFFD, as elsewhere); with
+    ``past_nul_run``, a run of NUL bytes before the text (``read_past_nul_run``'s: what logrotate's
+    copytruncate leaves at the head of a log) is skipped. Plain UTF-8 passes through uncopied."""
     first = fh.read(max(size, 4))  # enough for any mark
     bom = text_bom(first)
+    if past_nul_run and bom is None and first.startswith(b"\x00"):
+        first = _past_nul_run(fh, first)[1]
     chunk = first[bom[0]:] if bom else first
     if bom and not chunk:  # the first read held the mark alone
         chunk = fh.read(size)
