@@ -99,6 +99,49 @@ def _materialise(src: Path, tmpdir: Path, progress: Progress | None = None) -> P
     return out
 
 
+_JSON_CONSTANTS = (b"NaN", b"Infinity")  # (what Python's json writes for a float that is no number, and
+# JSON has not: polars' reader refuses the whole file for one of them)
+
+
+def _json_lines_without_constants(path: Path, tmpdir: Path) -> Path:
+    """JSON lines in which a value is NaN or ±Infinity (a trace written by Python's json from a float
+    that was no number) copied with such values as null, line for line: polars' reader refused the whole
+    file for one, with an internal error; now only the rows whose required value it was are quarantined,
+    each with its line. Any other file as it is."""
+    with path.open("rb") as fh:
+        head = fh.read(1 << 16).lstrip()
+        if not head.startswith(b"{"):
+            return path
+        fh.seek(0)
+        found, tail = False, b""
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            if any(c in tail + chunk for c in _JSON_CONSTANTS):
+                found = True
+                break
+            tail = chunk[-8:]
+    if not found:
+        return path
+    out = tmpdir / f"finite-{path.name}"
+    seen: list[str] = []
+
+    def constant(name: str) -> None:
+        seen.append(name)  # (and the value is null)
+
+    with path.open("rb") as fin, out.open("wb") as fout:
+        for line in fin:
+            if any(c in line for c in _JSON_CONSTANTS):  # (or in a string: such a line stays as it is)
+                seen.clear()
+                try:
+                    obj = json.loads(line, parse_constant=constant)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    seen.clear()  # (not JSON at all: the reader says where)
+                if seen:
+                    line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + (
+                        b"\n" if line.endswith(b"\n") else b"")
+            fout.write(line)
+    return out
+
+
 def separator_of(header: str) -> str:
     """A CSV's field separator, told from its header: ',' unless the header has none and has ';' (a
     spreadsheet in a locale whose decimal mark is a comma saves so) or a tab (a TSV)."""
@@ -236,12 +279,21 @@ def _int(col: str) -> _Parse:
     )
 
 
+_US_MAX = 2.0 ** 62  # (µs: 146,000 years either way of 1970; past it a time is damage, and its differences overflow)
+
+
+def _us(x: pl.Expr) -> pl.Expr:
+    """A time or duration in µs (a float) as an integer: null, so that its row is quarantined, where it is
+    NaN, infinite or too large for one (a stray 1e20), not a conversion error that stops the import."""
+    return pl.when(x.abs() < _US_MAX).then(x.round(0)).cast(pl.Int64, strict=False)
+
+
 def _seconds_us(col: str, decimal_comma: bool = False) -> pl.Expr:
     """Seconds (a decimal number) as integer µs; with ``decimal_comma`` (a ';'-separated file, saved by a
     spreadsheet in such a locale) '12,5' is 12.5."""
     c = pl.col(col).str.strip_chars()
     c = c.str.replace(",", ".", literal=True) if decimal_comma else c
-    return (c.cast(pl.Float64, strict=False) * 1_000_000).round(0).cast(pl.Int64)
+    return _us(c.cast(pl.Float64, strict=False) * 1_000_000)
 
 
 @dataclass
@@ -711,7 +763,7 @@ def import_mooncake(path: Path, label: Path) -> _Plan:
     if "hash_ids" in cols:
         fields["prefix_blocks"] = pl.col("hash_ids")
     extra = [c for c in cols if c not in ("timestamp", "input_length", "output_length", "hash_ids")]
-    abs_us = (_jcast("timestamp", schema, pl.Float64) * 1000).round(0).cast(pl.Int64)
+    abs_us = _us(_jcast("timestamp", schema, pl.Float64) * 1000)
     return _Plan(lf, abs_us, {"input_tokens": _jint("input_length", schema), "output_tokens": _jint("output_length", schema)},
                  fields, extra, {"src_unit": "ms", "src_origin": "relative", "tz_assumed": None,
                                  "clock": "unknown", "quantum_ms": None},
@@ -735,7 +787,7 @@ def import_bailian(path: Path, label: Path) -> _Plan:
         fields["session_id"] = _jcast("parent_chat_id", schema, pl.Utf8).replace("-1", None)
     mapped = {"timestamp", "input_length", "output_length", "hash_ids", "chat_id"}
     extra = [c for c in cols if c not in mapped]
-    abs_us = (_jcast("timestamp", schema, pl.Float64) * 1_000_000).round(0).cast(pl.Int64)
+    abs_us = _us(_jcast("timestamp", schema, pl.Float64) * 1_000_000)
     return _Plan(lf, abs_us, {"input_tokens": num("input_length"), "output_tokens": num("output_length")},
                  fields, extra, {"src_unit": "s", "src_origin": "relative", "tz_assumed": None,
                                  "clock": "unknown", "quantum_ms": None},
@@ -774,7 +826,7 @@ def import_vllm_bench(path: Path, label: Path) -> _Plan:
     _require(cols, ["prompt"], label, "vllm-bench")
     schema = lf.collect_schema()
     has_t = "timestamp" in cols
-    abs_us = (_jcast("timestamp", schema, pl.Float64) * 1_000_000).round(0).cast(pl.Int64) if has_t else pl.lit(0, dtype=pl.Int64)
+    abs_us = _us(_jcast("timestamp", schema, pl.Float64) * 1_000_000) if has_t else pl.lit(0, dtype=pl.Int64)
     out_expr = _jint("output_tokens", schema) if "output_tokens" in cols else pl.lit(None, dtype=pl.Int64)
     fields = _common_fields(
         src_ts=_jcast("timestamp", schema, pl.Utf8) if has_t else pl.lit(None, dtype=pl.Utf8),
@@ -845,7 +897,7 @@ def import_servegen_offline(path: Path, label: Path) -> _Plan:
     if "request_id" in cols:
         fields["id"] = _jcast("request_id", schema, pl.Utf8)
     if "duration" in cols:  # end-to-end time of the request in the batch, ms
-        fields["src_latency_us"] = (_jcast("duration", schema, pl.Float64) * 1000).round(0).cast(pl.Int64)
+        fields["src_latency_us"] = _us(_jcast("duration", schema, pl.Float64) * 1000)
     if "hash_ids" in cols:
         fields["prefix_blocks"] = pl.col("hash_ids")
     if "img_ids" in cols and schema["img_ids"] == pl.List(pl.Utf8):  # the ids stay in extra, for image reuse
@@ -900,7 +952,7 @@ def detect_format(path: Path, label: Path) -> str:
         raise ReplayError(f"{label}: no data rows")
     if "\ufffd" in first or re.search(r"[\x00-\x08\x0e-\x1f\x7f]", first):
         raise ReplayError(f"{where(label, 1)}: not a text trace (binary content); name its format if it is one: "
-                          f"replay import FORMAT {label}", 2)
+                          f"replay import FORMAT {label}")  # (input it cannot read: as a named format's, exit 3)
     if first.lstrip().startswith("{"):
         kind = "json"
         try:
@@ -937,6 +989,8 @@ def import_trace(fmt: str, src: Path, out: Path, progress: Progress | None = Non
         real = _materialise(src, Path(td), progress)
         if fmt == "auto":
             fmt = detect_format(real, src)
+        if fmt not in _CSV_FORMATS:
+            real = _json_lines_without_constants(real, Path(td))
         plan = _IMPORTERS[fmt](real, src)
         if fmt in _CSV_FORMATS or real.suffix == ".csv":
             cols = [c for c in plan.lf.collect_schema().names() if c != "src_row"]
