@@ -16,10 +16,11 @@ import io
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 from xml.etree import ElementTree
 
 import polars as pl
@@ -29,10 +30,12 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from replay.bundle import SAMPLES_SCHEMA, mig_source
+from replay.bundle import DEVICE_SOURCES, SAMPLES_SCHEMA, mig_source
 from replay.errors import ReplayError
 from replay.record.vllm_log import ANSI
 from replay.units import MAX_GPU_INDEX, MiB, is_uint, parse_size_bytes
+
+P = ParamSpec("P")
 
 # vLLM metric name (any version) -> (bundle metric, scale)
 VLLM_METRICS: dict[str, tuple[str, float]] = {
@@ -117,6 +120,7 @@ class Parsed:
     # the DCGM samples, until ``dcgm_hosts`` has told their hosts apart
     vllm_names: set[str] = field(default_factory=set)  # the names read as vLLM's metrics, as the file has them
     dcgm_frames: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (frame index, labels) likewise
+    values_checked: bool = False  # whether ``set_aside_impossible_values`` has been over it
 
     def frame(self) -> pl.DataFrame:
         """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
@@ -138,6 +142,186 @@ class Parsed:
                            if self.frames else listed]
             self.samples = []
         return self.frames[0]
+
+
+# --- values no device can have ------------------------------------------------------------------
+MAX_DEVICE_BYTES = 16 << 40  # more memory than any GPU or host holds: past it, where no total is stated, a
+# figure is damage (a stray 1e30, a unit applied twice)
+_WITHIN_TOTAL = ("device_used_bytes", "device_free_bytes", "device_reserved_bytes", "process_used_bytes")
+_BOUNDS: dict[str, str] = {  # the bundle's metric (before any ':' suffix) -> what bounds its values
+    **dict.fromkeys((*_WITHIN_TOTAL, "device_total_bytes", "anon_rss_bytes"), "memory"),
+    "kv_usage_ratio": "ratio", "cpu_kv_usage_ratio": "ratio", "util_gpu_pct": "percent", "util_mem_pct": "percent",
+    **dict.fromkeys(("requests_running", "requests_waiting", "requests_swapped", "preemptions_total",
+                     "prompt_tokens_total", "generation_tokens_total"), "count"),
+}
+_I64 = 1 << 63
+IMPOSSIBLE = "impossible value"  # (how each such quarantine entry's reason opens)
+
+
+def _mib(v: float) -> str:
+    return f"{v / MiB:.6g} MiB"
+
+
+def impossible(metric: str, value: float, total: float | None = None) -> str | None:
+    """Why ``value`` of the bundle's ``metric`` cannot be, as a quarantine reason; None where it can. Memory
+    is never negative nor more than the device's stated ``total`` (a MiB of rounding allowed), or where no
+    total is stated, than MAX_DEVICE_BYTES; a KV cache's usage is a fraction 0-1, a utilisation 0-100 %, a
+    count never negative. A NaN is no value (nvidia-smi's for a process whose memory it cannot see) and
+    passes; so does any metric not the bundle's own."""
+    base = metric.split(":", 1)[0]
+    kind = _BOUNDS.get(base)
+    if kind is None or math.isnan(value):
+        return None
+    if kind == "memory":
+        if value < 0:
+            return f"{IMPOSSIBLE}: negative memory ({metric} = {_mib(value)})"
+        if total is not None and base in _WITHIN_TOTAL and value > total + MiB:
+            return f"{IMPOSSIBLE}: more memory than the GPU's stated total of {_mib(total)} ({metric} = {_mib(value)})"
+        if value > MAX_DEVICE_BYTES:
+            return (f"{IMPOSSIBLE}: more memory than any device holds (over 16 TiB"
+                    f"{'' if base == 'device_total_bytes' else ', and no total stated'}; {metric} = {_mib(value)})")
+        return None
+    if kind == "ratio" and not 0 <= value <= 1:
+        return f"{IMPOSSIBLE}: a KV cache usage outside 0-1 ({metric} = {value:g})"
+    if kind == "percent" and not 0 <= value <= 100:
+        return f"{IMPOSSIBLE}: a percentage outside 0-100 ({metric} = {value:g})"
+    if kind == "count" and value < 0:
+        return f"{IMPOSSIBLE}: a negative count ({metric} = {value:g})"
+    return None
+
+
+def maybe_impossible(total: pl.Expr, metric: pl.Expr | None = None, value: pl.Expr | None = None) -> pl.Expr:
+    """``impossible``'s bounds as one vectorised test of ``metric`` and ``value`` (columns 'metric' and
+    'value' unless given; ``total``: the GPU's stated total, or null): true where a row is out of them
+    (its reason is then ``impossible``'s)."""
+    base = (pl.col("metric") if metric is None else metric).str.replace(r":.*$", "")
+    kind = base.replace_strict(list(_BOUNDS), list(_BOUNDS.values()), default=None, return_dtype=pl.Utf8)
+    v = pl.col("value") if value is None else value
+    limit = pl.when(base.is_in(list(_WITHIN_TOTAL)) & total.is_not_null()).then(
+        pl.min_horizontal(total + MiB, pl.lit(float(MAX_DEVICE_BYTES)))).otherwise(pl.lit(float(MAX_DEVICE_BYTES)))
+    out = (pl.when(kind == "memory").then((v < 0) | (v > limit))
+           .when(kind == "ratio").then((v < 0) | (v > 1))
+           .when(kind == "percent").then((v < 0) | (v > 100))
+           .when(kind == "count").then(v < 0)
+           .otherwise(False))
+    return (out & ~v.is_nan()).fill_null(False)
+
+
+def _host_key(source: pl.Expr) -> pl.Expr:
+    """A source without its MIG instance's tag: the samples of one machine's GPU ('dcgm[GPU_I_ID=3]' is
+    'dcgm'; 'dcgm[Hostname=b]' stays another machine's)."""
+    return source.str.replace(r"\[GPU_I_ID=[^\]]*\]", "")
+
+
+def _stated_totals(p: Parsed, frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """Each GPU's stated memory total (the largest), by GPU and machine (``_host_key``): its
+    ``device_total_bytes`` samples that are themselves possible, and for this machine's own sources
+    the total ``p.gpus`` states."""
+    said = [f.filter((pl.col("metric") == "device_total_bytes") & pl.col("gpu").is_not_null()
+                     & pl.col("value").is_between(0, MAX_DEVICE_BYTES)).select(
+        "gpu", host=_host_key(pl.col("source")), total="value") for f in frames]
+    own = [(g, src, float(info["total_bytes"])) for g, info in p.gpus.items()
+           if isinstance(info.get("total_bytes"), (int, float)) and 0 <= info["total_bytes"] <= MAX_DEVICE_BYTES
+           for src in DEVICE_SOURCES]
+    schema = {"gpu": pl.Int32, "host": pl.Utf8, "total": pl.Float64}
+    return (pl.concat([*(f.cast(schema) for f in said), pl.DataFrame(own, schema=schema, orient="row")])  # type: ignore[arg-type]
+            .group_by("gpu", "host").agg(pl.col("total").max()))
+
+
+def _shown(t: int | None) -> str:
+    if t is None:
+        return "no time"
+    try:
+        return datetime.fromtimestamp(t / 1e6, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return f"{t} µs since 1970"
+
+
+def _value_shown(metric: str, v: float) -> str:
+    return _mib(v) if _BOUNDS.get(metric.split(":", 1)[0]) == "memory" else f"{v:g}"
+
+
+def _listed_frame(samples: list[tuple[int | None, int | None, str, str, float]]) -> pl.DataFrame:
+    """Listed samples as a frame, with their index ('_i'); a time or GPU index past what the frame holds
+    is null here (others set those aside: ``frame``, the recorder's impossible times)."""
+    try:
+        df = pl.DataFrame(samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)
+    except (OverflowError, pl.exceptions.PolarsError):
+        df = pl.DataFrame([(t if t is None or -_I64 <= t < _I64 else None, g if _a_gpu(g) else None, *rest)
+                           for t, g, *rest in samples], schema=SAMPLES_SCHEMA, orient="row", strict=False)
+    return df.with_row_index("_i")
+
+
+def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
+    """Quarantine every sample whose value no device can have (``impossible``; where a parser knew its
+    line it has set it aside already, with that line), and note the times at which one GPU's metric from
+    one source has two different values (two series run together: two exporters, two pods, merged
+    scrapes); those stay, and the larger decides a peak. Once per ``p``."""
+    if p.values_checked:
+        return p
+    p.values_checked = True
+    listed = _listed_frame(p.samples) if p.samples else None
+    frames = [*p.frames, *([listed.drop("_i")] if listed is not None else [])]
+    if not frames:
+        return p
+    totals = _stated_totals(p, frames)
+
+    def odd(f: pl.DataFrame) -> list[dict[str, Any]]:
+        """The rows of ``f`` (with '_i') out of bounds, with the total that bounded them."""
+        rows = f.with_columns(host=_host_key(pl.col("source"))).join(
+            totals, on=["gpu", "host"], how="left", nulls_equal=False).filter(maybe_impossible(pl.col("total")))
+        return [r for r in rows.iter_rows(named=True) if impossible(r["metric"], r["value"], r["total"]) is not None]
+
+    set_aside: list[dict[str, Any]] = []
+    for k, f in enumerate(p.frames):
+        bad = odd(f.with_row_index("_i"))
+        if bad:
+            set_aside += bad
+            gone = pl.Series([r["_i"] for r in bad], dtype=pl.UInt32)
+            p.frames[k] = f.with_row_index("_i").filter(~pl.col("_i").is_in(gone.implode())).drop("_i")
+    if listed is not None:
+        bad = odd(listed)
+        if bad:
+            set_aside += bad
+            gone_i = {r["_i"] for r in bad}
+            kept = {old: new for new, old in enumerate(i for i in range(len(p.samples)) if i not in gone_i)}
+            p.samples = [x for i, x in enumerate(p.samples) if i not in gone_i]
+            p.dcgm_labels = [(kept[i], labels) for i, labels in p.dcgm_labels if i in kept]
+            listed = listed.filter(~pl.col("_i").is_in(pl.Series(sorted(gone_i), dtype=pl.UInt32).implode()))
+    for r in set_aside:
+        why = impossible(r["metric"], r["value"], r["total"]) or IMPOSSIBLE
+        p.quarantine.append((None, why, f"{r['source']} {r['metric']} (GPU {r['gpu']}) = {_value_shown(r['metric'], r['value'])} "
+                                        f"at {_shown(r['t_us'])}"))
+    _note_conflicts(p, path, [*(f.select(*SAMPLES_SCHEMA) for f in p.frames),
+                              *([listed.select(*SAMPLES_SCHEMA)] if listed is not None else [])])
+    return p
+
+
+def _note_conflicts(p: Parsed, path: Path, parts: list[pl.DataFrame]) -> None:
+    """A note of the times at which one GPU's metric from one source has several values (``parts``: the
+    samples, as frames)."""
+    at = ["t_us", "gpu", "source", "metric"]
+    df = pl.concat(parts, how="vertical_relaxed").filter(pl.col("t_us").is_not_null() & ~pl.col("value").is_nan())
+    df = df.filter(pl.struct(at).hash().is_duplicated())  # (a cheap sieve: a key twice, or a hash's collision)
+    clash = df.group_by(at).agg(pl.col("value").unique().sort()).filter(pl.col("value").list.len() > 1)
+    if not clash.height:
+        return
+    t, gpu, source, metric, values = clash.sort(at, nulls_last=True).row(0)
+    shown = " and ".join(_value_shown(metric, v) for v in values[:3]) + (", …" if len(values) > 3 else "")
+    p.notes.append(f"{path.name}: {clash.height} time(s) at which one GPU's metric from one source has different values "
+                   f"(first: {source} {metric}, GPU {gpu}, at {_shown(t)}: {shown}): conflicting series, such as two "
+                   "exporters of one GPU or scrapes merged; all are kept, the largest decides a peak")
+
+
+def _checks_values(parse: Callable[P, Parsed]) -> Callable[P, Parsed]:
+    """A parser whose every result has been through ``set_aside_impossible_values`` (its first argument
+    is the file's path)."""
+    @functools.wraps(parse)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> Parsed:
+        path = args[0] if args else kwargs["path"]
+        assert isinstance(path, Path)
+        return set_aside_impossible_values(parse(*args, **kwargs), path)
+    return checked
 
 
 def _utc(dt: datetime, tz_offset_s: int = 0) -> int:
@@ -246,6 +430,7 @@ def dump_line(line: str) -> str:
     return f"{name.group(1)}{{{labels}}}{m.group(2)}"
 
 
+@_checks_values
 def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_s: int = 0,
                      want: list[str] | None = None, host: str | None = None,
                      instance: str | None = None) -> Parsed:
@@ -311,55 +496,64 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     read = openmetrics_families if openmetrics else text_string_to_metric_families
     try:
         families = list(read("\n".join(clean) + "\n"))
+        lines_of: list[int] | None = [i for i, _ in numbered]  # (the parser gives a sample a line, in order)
     except (ValueError, TypeError, IndexError):
         # a line the parser refuses (a native histogram's '{count:…}' value, a broken escape) would lose
         # the whole scrape: read each sample line alone and set aside only those it refuses
-        families = []
+        families, lines_of = [], []
         for i, ln in numbered:
             try:
-                families += read(ln + ("\n# EOF\n" if openmetrics else "\n"))
+                one = list(read(ln + ("\n# EOF\n" if openmetrics else "\n")))
             except (ValueError, TypeError, IndexError) as e:
                 p.quarantine.append((i, f"not a sample the exposition parser can read: {e}", lines[i - line0 - 1]))
                 p.parsed -= 1
+                continue
+            families += one
+            lines_of += [i] * sum(len(f.samples) for f in one)
+    if lines_of is not None and len(lines_of) != sum(len(f.samples) for f in families):
+        lines_of = None  # (not a line a sample: no line is told rather than a wrong one)
+    sample_line: list[int | None] = []  # each sample's line, beside ``p.samples``
     is_dcgm = False
     vllm_series: list[tuple[int, str, dict[str, str]]] = []  # (sample index, name, labels), to tell series apart
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     repeats = 0
     other_unit = 0  # sample times written in the other format's unit (read in the unit that makes them a time)
-    for fam in families:
-        for smp in fam.samples:
-            name, labels, value = smp.name, smp.labels, smp.value
-            if not smp.timestamp:  # the same series twice at one scrape time: several scrapes run together
-                key = (name, tuple(sorted(labels.items())))
-                if key in seen:
-                    repeats += 1
-                    continue
-                seen.add(key)
-            ts_s = float(smp.timestamp) if smp.timestamp else None
-            if ts_s is not None and (ts_s >= SECONDS_NEVER if openmetrics else ts_s < MS_AS_SECONDS_BEFORE <= ts_s * 1000):
-                ts_s = ts_s / 1000 if openmetrics else ts_s * 1000
-                other_unit += 1
-            ts = int(ts_s * 1_000_000) if ts_s is not None else t
-            if name in DCGM_METRICS:
-                is_dcgm = True
-                metric, scale = DCGM_METRICS[name]
-                gpu = dcgm_gpu(labels)
-                p.dcgm_labels.append((len(p.samples), labels))
-                p.samples.append((ts, gpu, "dcgm", metric, float(value) * scale))
-            elif name in NEVER_EXISTED_METRICS:
-                p.notes.append(NEVER_EXISTED_METRICS[name])
-            elif (own := vllm_name(name)) == CACHE_CONFIG:
-                p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
-                p.vllm_names.add(name)
-            elif own is not None:
-                metric, scale = VLLM_METRICS[own]
-                vllm_series.append((len(p.samples), name, labels))
-                p.vllm_names.add(name)
-                p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
+    for j, smp in enumerate(smp for fam in families for smp in fam.samples):
+        name, labels, value = smp.name, smp.labels, smp.value
+        if not smp.timestamp:  # the same series twice at one scrape time: several scrapes run together
+            key = (name, tuple(sorted(labels.items())))
+            if key in seen:
+                repeats += 1
+                continue
+            seen.add(key)
+        ts_s = float(smp.timestamp) if smp.timestamp else None
+        if ts_s is not None and (ts_s >= SECONDS_NEVER if openmetrics else ts_s < MS_AS_SECONDS_BEFORE <= ts_s * 1000):
+            ts_s = ts_s / 1000 if openmetrics else ts_s * 1000
+            other_unit += 1
+        ts = int(ts_s * 1_000_000) if ts_s is not None else t
+        if name in DCGM_METRICS:
+            is_dcgm = True
+            metric, scale = DCGM_METRICS[name]
+            gpu = dcgm_gpu(labels)
+            p.dcgm_labels.append((len(p.samples), labels))
+            p.samples.append((ts, gpu, "dcgm", metric, float(value) * scale))
+            sample_line.append(lines_of[j] if lines_of else None)
+        elif name in NEVER_EXISTED_METRICS:
+            p.notes.append(NEVER_EXISTED_METRICS[name])
+        elif (own := vllm_name(name)) == CACHE_CONFIG:
+            p.events.append({"t": ts, "kind": "kv_config", "data": dict(labels), "line": None})
+            p.vllm_names.add(name)
+        elif own is not None:
+            metric, scale = VLLM_METRICS[own]
+            vllm_series.append((len(p.samples), name, labels))
+            p.vllm_names.add(name)
+            p.samples.append((ts, None, "vllm-metrics", metric, float(value) * scale))
+            sample_line.append(lines_of[j] if lines_of else None)
     for (k, _, _), tag in zip(vllm_series, vllm_series_tags([(n, labels) for _, n, labels in vllm_series]), strict=True):
         if tag:
             st, sg, _, sm, sv = p.samples[k]
             p.samples[k] = (st, sg, "vllm-metrics" + tag, sm, sv)
+    _set_aside_scraped(p, sample_line, lambda i: lines[i - line0 - 1])
     if is_dcgm:
         p.kind = "dcgm"
     elif any(s[2].startswith("vllm-metrics") for s in p.samples):
@@ -384,6 +578,32 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
     elif t is not None and p.samples:
         p.notes.append(f"{path.name}: scrape time from {how}")
     return p
+
+
+def _set_aside_scraped(p: Parsed, sample_line: list[int | None], text_of: Callable[[int], str]) -> None:
+    """A scrape's samples whose value no device can have (``impossible``), each quarantined with its line:
+    a DCGM series' memory is bounded by the total its own labels state (DCGM_FI_DEV_FB_TOTAL)."""
+    labels_of = dict(p.dcgm_labels)
+    totals: dict[tuple[tuple[str, str], ...], float] = {}
+    for k, (_, _, _, metric, v) in enumerate(p.samples):
+        if metric == "device_total_bytes" and k in labels_of and impossible(metric, v) is None:
+            key = tuple(sorted(labels_of[k].items()))
+            totals[key] = max(totals.get(key, v), v)
+    gone: dict[int, str] = {}
+    for k, (_, _, _, metric, v) in enumerate(p.samples):
+        total = totals.get(tuple(sorted(labels_of[k].items()))) if totals and k in labels_of else None
+        why = impossible(metric, v, total)
+        if why is not None:
+            gone[k] = why
+    if not gone:
+        return
+    for k, why in gone.items():
+        line = sample_line[k]
+        p.quarantine.append((line, why, text_of(line) if line is not None else ""))
+        p.parsed -= line is not None
+    kept = {old: new for new, old in enumerate(k for k in range(len(p.samples)) if k not in gone)}
+    p.dcgm_labels = [(kept[k], labels) for k, labels in p.dcgm_labels if k in kept]
+    p.samples = [x for k, x in enumerate(p.samples) if k not in gone]
 
 
 def _obj(x: Any) -> dict[str, Any]:
@@ -653,6 +873,7 @@ def _series_points(p: Parsed, what: str, name: str, labels: dict[str, str], tag:
         p.samples.append(sample)
 
 
+@_checks_values
 def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = None,
                       host: str | None = None, instance: str | None = None) -> Parsed:
     p = Parsed(kind="prometheus-query-range")
@@ -688,6 +909,7 @@ def parse_query_range(path: Path, obj: dict[str, Any], want: list[str] | None = 
     return dcgm_hosts(p, path, host, instance)
 
 
+@_checks_values
 def parse_vm_export(path: Path, text: str, want: list[str] | None = None, host: str | None = None,
                     instance: str | None = None) -> Parsed:
     """VictoriaMetrics' ``/api/v1/export`` (what ``vmctl`` and a VictoriaMetrics-backed Grafana users
@@ -766,11 +988,16 @@ def _grafana_cell(p: Parsed, no: int, t: int, series: _GrafanaSeries, cell: str,
     if v is None:
         p.quarantine.append((no, f"unparseable value {cell!r}", delim.join(row)))
         return
+    why = impossible(metric, v)
+    if why is not None:
+        p.quarantine.append((no, why, delim.join(row)))
+        return
     if src == "dcgm":
         p.dcgm_labels.append((len(p.samples), labels))
     p.samples.append((t, gpu, src, metric, v))
 
 
+@_checks_values
 def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | None = None,
                       instance: str | None = None) -> Parsed:
     """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series ('series joined by
@@ -847,6 +1074,7 @@ def _frame_fields(frame: dict[str, Any]) -> list[tuple[dict[str, Any], list[Any]
     return out
 
 
+@_checks_values
 def parse_grafana_frames(path: Path, obj: Any, host: str | None = None, instance: str | None = None) -> Parsed:
     """Grafana's JSON of a panel's data (panel inspector: 'DataFrame JSON', 'Panel data', or the query
     response): per frame a time field (epoch ms) and value fields, named by their '__name__' label, or
@@ -950,6 +1178,7 @@ def _nv_default_unit(header: str) -> str:
     return "MiB" if "[MiB]" in header or header.split(" [")[0].strip() in _NVSMI_MIB_FIELDS else ""
 
 
+@_checks_values
 def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,
                          at: str | None = None) -> Parsed:
     """``nvidia-smi --query-gpu`` or ``--query-compute-apps`` CSV (any columns, units or not). A query
@@ -1017,6 +1246,7 @@ def _no_memory(p: Parsed, path: Path, gpus: set[int]) -> None:
                        "used_memory)")
 
 
+@_checks_values
 def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
     """The default ``nvidia-smi`` table, the evidence most often pasted into a postmortem, once or
     repeated (``nvidia-smi -l``, ``watch``): per GPU the used and total memory of its Memory-Usage cell
@@ -1077,6 +1307,7 @@ def parse_nvidia_smi_table(path: Path, text: str, tz_offset_s: int = 0, at: str 
     return _place_snapshot(p, path, text, at, tz_offset_s, "keep the time line nvidia-smi prints above each table")
 
 
+@_checks_values
 def parse_nvidia_smi_q(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
     """``nvidia-smi -q`` (whole or ``-d MEMORY``, or an excerpt): per GPU its framebuffer Total,
     Reserved, Used and Free (Used excludes Reserved: they and Free add up to Total), and per process
@@ -1147,6 +1378,7 @@ _XML_DOC = re.compile(r"<nvidia_smi_log\b.*?(?:</nvidia_smi_log>|\Z)", re.S)
 _XML_FB = {k.lower(): v for k, v in _Q_FB.items()}  # (-q's fields, as -x names them)
 
 
+@_checks_values
 def parse_nvidia_smi_xml(path: Path, text: str, tz_offset_s: int = 0, at: str | None = None) -> Parsed:
     """``nvidia-smi -q -x`` (one document, or one per interval with ``-l``): what ``-q`` says, as XML:
     per GPU its framebuffer total, reserved, used and free, its name, UUID and bus, and per process its
@@ -1240,6 +1472,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     by_bus = False
     last_ts: tuple[str | None, int | None] = (None, None)
     unstated: set[int] = set()  # GPUs whose memory fields said none ('[N/A]')
+    rows = 0
     for i, ln in enumerate(lines, start=1):
         if not ln.strip():
             p.parsed += 1
@@ -1250,6 +1483,7 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             names, units = _named(header)
             p.parsed += 1
             continue
+        rows += 1
         if header is None:
             p.quarantine.append((i, HEADERLESS, ln))
             continue
@@ -1270,6 +1504,10 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
             used = _nv_value(row.get("used_gpu_memory", ""), units.get("used_gpu_memory", ""))
             bus = row.get("gpu_bus_id", "")
             gpu = bus_to_idx.setdefault(bus, len(bus_to_idx))
+            why = None if used is None else impossible("process_used_bytes", used)
+            if why is not None:
+                p.quarantine.append((i, why, ln))
+                continue
             p.samples.append((t, gpu, "nvidia-smi", f"process_used_bytes:{row['pid']}", used if used is not None else float("nan")))
             p.parsed += 1
             continue
@@ -1289,6 +1527,11 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
         if garbled is not None:  # (neither a value nor nvidia-smi's word for none: damaged on its way here)
             p.quarantine.append((i, f"{garbled}: {row[garbled]!r} is not a number", ln))
             continue
+        total = values.get("device_total_bytes")  # (the row's own: what bounds its memory)
+        why = next((w for metric, v in values.items() if v is not None and (w := impossible(metric, v, total))), None)
+        if why is not None:  # (a figure no GPU can show: the row is damaged, as a garbled one)
+            p.quarantine.append((i, why, ln))
+            continue
         for metric, v in values.items():
             if v is not None:
                 p.samples.append((t, gpu, "nvidia-smi", metric, v))
@@ -1305,7 +1548,18 @@ def _nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | Non
     if headerless:
         p.notes.append(f"{path.name}: {headerless} rows without a header line: pass --nvsmi-columns with the --query-gpu "
                        "list they were logged with, e.g. 'timestamp, index, memory.total [MiB], memory.used [MiB]'")
+    if header is not None and not rows and not columns:
+        p.notes.append(header_only_note(path, "pid" in names))
     return p
+
+
+def header_only_note(path: Path, apps: bool) -> str:
+    """The note for an nvidia-smi CSV of a header and no rows."""
+    if apps:
+        return (f"{path.name}: a --query-compute-apps header and no rows: no process held GPU memory when it was "
+                "queried (or the output was cut before its first row)")
+    return (f"{path.name}: an nvidia-smi CSV header and no rows: no sample; nvidia-smi stopped, or the file was cut, "
+            "before its first poll was written")
 
 
 HEADERLESS = "headerless nvidia-smi CSV: pass --nvsmi-columns with the --query-gpu list"
@@ -1321,6 +1575,7 @@ def _index_by_bus(p: Parsed, bus_to_idx: dict[str, int]) -> None:
     p.gpus = {order[g]: {**info, "index": order[g]} for g, info in p.gpus.items()}
 
 
+@_checks_values
 def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     """``nvidia-smi dmon`` and ``pmon``: columns from the two '#' header lines (they change across
     drivers); no times unless -o T/D was used, so rows are placed only when a time column exists. In
@@ -1423,6 +1678,7 @@ _SPACE = re.compile(r"\s*")
 _GPUSTAT_PROC = re.compile(r"(?:^|\s)(?:[^\s/(]+?:)?[^\s/(]*/(?P<pid>\d+)\((?P<mem>\d+)M\)")  # ('user:cmd/pid(mem)', -cup)
 
 
+@_checks_values
 def parse_gpustat(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     """``gpustat`` (``-i`` repeats it) as printed or as ``--json``: each GPU's used and total memory
     (MiB) at the query's time, a local time (``--tz``), and each process's memory where its pid shows
@@ -1507,6 +1763,7 @@ def _gpustat_json(text: str, tz_offset_s: int, p: Parsed) -> Parsed:
 
 
 
+@_checks_values
 def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: float = 1.0, tz_offset_s: int = 0) -> Parsed:
     """``dcgmi dmon -e …``: a '#Entity' header of field short names, a units line ('ID … W C'), then
     one row per entity ('GPU 0', 'GPU-I 1') per sample. Its rows carry no time: with ``at`` (when it

@@ -128,8 +128,12 @@ class _Lane:
         if rows.filter(pl.col("whole") & (pl.col("gpu").is_null() | (pl.col("gpu") > _GPU_MAX))).height:
             return False  # (GPUs told apart by bus id, which the reference numbers in bus order over the whole file)
         ok = pl.col("whole") & pl.col("t_us").is_not_null()
-        for k, _ in metrics:
-            ok = ok & (pl.col(f"{k}?") | pl.col(k).is_finite().fill_null(False))
+        # (a row with a value no GPU can have, ``ev.impossible``'s, is the reference's to quarantine; a row's
+        # memory is bounded by its own total)
+        total = pl.when(~pl.col("memory.total?")).then(pl.col("memory.total")) if "memory.total" in at else pl.lit(None, pl.Float64)
+        for k, m in metrics:
+            possible = ~ev.maybe_impossible(total, pl.lit(m), pl.col(k))
+            ok = ok & (pl.col(f"{k}?") | (pl.col(k).is_finite() & possible).fill_null(False))
         rows = rows.with_columns(fast=ok.fill_null(False))
         slow = rows.filter(~pl.col("fast")).select("line", "raw")
         self.rows, self.slow = self.rows + rows.height, self.slow + slow.height
@@ -192,6 +196,8 @@ class _Lane:
         if self.unstated:
             used = p.frames[0].filter(pl.col("metric") == "device_used_bytes")["gpu"].unique().to_list()
             ev._no_memory(p, self.path, set(p.gpus) - set(used))
+        if not self.rows and self.columns is None:  # (as the reference says of a header without rows)
+            p.notes.append(ev.header_only_note(self.path, False))
         return p
 
 
@@ -202,4 +208,5 @@ def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) ->
             return None
         text = text.replace("\r\n", "\n")
     lane = _Lane(path, tz_offset_s, columns)
-    return lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None
+    p = lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None
+    return None if p is None else ev.set_aside_impossible_values(p, path)  # (as the reference's result has been)
