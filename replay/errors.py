@@ -10,6 +10,7 @@ EXIT_ENGINE = 4
 EXIT_IO = 74  # a file or folder could not be read or written (sysexits' EX_IOERR)
 EXIT_OOM_REPRODUCED = 10
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # (128 + SIGTERM, as a shell reports a process the signal ended)
 EXIT_CHECK_FAILED = 1
 
 
@@ -20,6 +21,11 @@ class ReplayError(Exception):
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, systemd, Kubernetes), raised where the program is so that it stops as at
+    Ctrl-C: what it was writing is cleaned up and the last complete output is left as it was."""
 
 
 def where(path: object, line: int | None = None) -> str:
