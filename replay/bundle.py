@@ -4,15 +4,28 @@ A bundle is a directory written by the recorder (production evidence) and by the
 replay run) alike: ``bundle.json`` (metadata and every input with its hash and counts),
 ``requests.parquet``, ``samples.parquet`` (long format ``t_us, gpu, source, metric, value``),
 ``events.jsonl`` and ``quarantine.jsonl``. Samples are flushed to numbered part files while a
-recording runs, so a crash or Ctrl-C still leaves a readable bundle; ``close()`` merges them.
+recording runs; ``close()`` merges them and marks the bundle complete (``"complete": true`` in
+``bundle.json``), and a reader refuses a bundle whose writing did not finish (a live recording's
+excepted: what it flushed is read, with a note).
+
+A bundle is written beside its path (``bundle_written``: ``OUT.partial-PID``) and swapped in whole
+when it is complete, so an interrupted or failed writer leaves the last complete bundle as it was.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import hashlib
 import json
 import math
 import os
+import re
 import shutil
+import signal
+import socket
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,8 +35,9 @@ from typing import Any
 
 import polars as pl
 
-from replay.errors import ReplayError
-from replay.units import is_uint
+from replay.atomic import WRITE_ERRNOS, WRITE_WHY, write_error
+from replay.errors import EXIT_IO, EXIT_USAGE, ReplayError
+from replay.units import MAX_GPU_INDEX, is_uint
 
 SCHEMA = "replay-bundle/1"
 SCHEMA_VERSION = 1
@@ -58,6 +72,291 @@ REQUESTS_SCHEMA = {
 
 def utc_now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+# The names a bundle writer creates in its folder: all that replacing a bundle removes of the old one
+# (anything else there is the user's, and is kept), and the names a folder that is not a bundle must
+# not hold for a bundle to be written into it.
+OWN_FILES = frozenset({"bundle.json", "samples.parquet", "requests.parquet", "events.jsonl", "quarantine.jsonl",
+                       "server.log", "events.part.jsonl"})
+OWN_DIRS = frozenset({".spill", "probe"})  # (the recorder's spilled pieces; the replay's in-engine probe)
+_OWN_PARTS = re.compile(r"(?:bundle\.json|samples(?:\.part\d+)?\.parquet)\.tmp|samples\.part\d+\.parquet|requests\.part\d+\.arrow"
+                        r"|(?:requests\.parquet|bundle\.json)\.\d+\.part")  # (the last: written in place, replay.atomic)
+PARTIAL = ".partial-"  # OUT.partial-PID: the folder a bundle is written in until it is complete
+
+
+def own_name(name: str) -> bool:
+    """Whether ``name`` is one a bundle writer creates in its folder."""
+    return name in OWN_FILES or name in OWN_DIRS or _OWN_PARTS.fullmatch(name) is not None
+
+
+def _bundle_json(path: Path) -> dict[str, Any] | None:
+    """A folder's bundle.json, where it is one of a replay bundle (an object with a replay-bundle schema)."""
+    try:
+        with (path / "bundle.json").open("rb") as fh:
+            obj = json.loads(fh.read(64 << 20))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) and str(obj.get("schema", "")).startswith("replay-bundle/") else None
+
+
+def check_out(path: Path, force: bool = False, flag: str = "-o") -> None:
+    """Refuse an output bundle where writing it would cost a file the tool did not write: a file in
+    its place; a folder that is not a bundle and holds files (unless ``force``: the bundle is then
+    written among them, and they are kept); and, even with ``force``, such a folder holding a file of
+    a bundle's own name (the user's events.jsonl or bundle.json), which the bundle would replace. An
+    empty folder, or a bundle, may be written (a bundle is replaced whole once the new one is complete)."""
+    if path.is_symlink() and not path.exists():
+        raise ReplayError(f"{flag} {path}: a link to {os.readlink(path)}, which leads nowhere", EXIT_USAGE)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ReplayError(f"{flag} {path}: is a file; a bundle is a folder (name a new one, such as "
+                          f"{path.with_suffix('.bundle')})", EXIT_USAGE)
+    if _bundle_json(path) is not None:
+        return
+    names = sorted(os.listdir(path))
+    if not names:
+        return
+    clash = [n for n in names if own_name(n)]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    if clash:
+        raise ReplayError(f"{flag} {path}: a folder that is not a bundle, holding {', '.join(clash[:5])}, which a "
+                          "bundle's own files would replace: name a new folder", EXIT_USAGE)
+    if not force:
+        raise ReplayError(f"{flag} {path}: a folder that is not a bundle, holding {shown}: name a new folder (or add "
+                          "--force to write the bundle among these files, which are kept)", EXIT_USAGE)
+
+
+def _real(out: Path) -> Path:
+    """Where a bundle named ``out`` lies: a link to a bundle stands for the bundle it leads to (replaced
+    there; the link is kept)."""
+    return out.resolve() if out.is_symlink() and out.exists() else Path(os.path.abspath(out))  # ('.': the folder's name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    return True
+
+
+def _writer_of(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Who is writing a bundle (pid, host, since), where its bundle.json says it is being written."""
+    w = obj.get("writing") if obj is not None and obj.get("complete") is False else None
+    return w if isinstance(w, dict) else None
+
+
+def _still_writing(w: dict[str, Any] | None) -> bool:
+    """Whether a bundle's writer is a process running now on this host."""
+    if not w:
+        return False
+    pid = w.get("pid")
+    return w.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0 and _alive(pid)
+
+
+def _remove_stale_partials(out: Path) -> None:
+    """The partial folders of writers of ``out`` that died without cleaning up (SIGKILL, a power cut):
+    removed where every file in them is a bundle writer's, its process is gone and it is not a live
+    recording (what one flushed is its user's data, read as it is)."""
+    for p in out.parent.glob(f"{_glob_escape(out.name)}{PARTIAL}*"):
+        m = re.fullmatch(re.escape(out.name + PARTIAL) + r"(\d+)(?:-\d+)?", p.name)
+        if m is None or not p.is_dir() or p.is_symlink() or _alive(int(m.group(1))):
+            continue
+        obj = _bundle_json(p)
+        w = _writer_of(obj)
+        if (obj is not None and (obj.get("extra") or {}).get("live_url")) or (w and w.get("host") != socket.gethostname()):
+            continue
+        try:
+            if all(own_name(n) for n in os.listdir(p)):
+                shutil.rmtree(p)
+        except OSError:
+            continue
+
+
+def _glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _aside(out: Path, what: str) -> Path:
+    """A name beside ``out`` that nothing has: OUT{what}PID, or OUT{what}PID-2, …"""
+    k = 1
+    while True:
+        p = out.with_name(f"{out.name}{what}{os.getpid()}" + (f"-{k}" if k > 1 else ""))
+        if not os.path.lexists(p):
+            return p
+        k += 1
+
+
+def _new_partial(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        p = _aside(out, PARTIAL)
+        try:
+            p.mkdir()
+            return p
+        except FileExistsError:  # (made in between)
+            continue
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is done (a cleanup or a swap half done is worse than
+    either), then act."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    prev = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = [s for s, h in prev.items() if h is not None]
+    for s in held:
+        signal.signal(s, lambda signum, _frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for s in held:
+            signal.signal(s, prev[s])
+        if got:
+            signal.raise_signal(got[0])
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths at once (Linux's renameat2 RENAME_EXCHANGE); False where the system or the file
+    system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _remove_own(folder: Path) -> None:
+    for n in os.listdir(folder):
+        if own_name(n):
+            p = folder / n
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+
+
+def _swap_in(part: Path, out: Path) -> None:
+    """Put the complete bundle ``part`` at ``out``. Where nothing is there, it is renamed there. Into a
+    folder that is not a bundle (empty, or the user's files with --force) its files are moved, its
+    bundle.json last, so that the folder is a bundle only once it is all there; the folder stays the
+    same one (a shell in it stays in it). A bundle there is replaced at once (the two folders swapped),
+    its own files then removed and any other file in it (the user's) moved into the new one; where
+    such a file has a name the new bundle has too (one that appeared while the bundle was written),
+    the old folder is kept whole beside it as OUT.previous-PID."""
+    if not os.path.lexists(out):
+        try:
+            os.rename(part, out)
+            return
+        except OSError as e:  # (made in between)
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    if not out.is_dir() or out.is_symlink():
+        raise OSError(errno.EEXIST, "a file is in the way", str(out))
+    if _bundle_json(out) is None:
+        names = sorted(os.listdir(part), key=lambda n: n == "bundle.json")
+        there = [n for n in names if os.path.lexists(out / n)]
+        if there:
+            raise ReplayError(f"{out}: {', '.join(there)} appeared there while the bundle was written, and is "
+                              f"kept; the bundle is left in {part}", EXIT_IO)
+        for n in names:
+            try:
+                os.rename(part / n, out / n)
+            except OSError as e:  # (OUT is a mount point: its partial folder is on the file system above)
+                if e.errno != errno.EXDEV:
+                    raise
+                shutil.move(part / n, out / n)
+        part.rmdir()
+        return
+    if _exchange(part, out):
+        old = part
+    else:
+        old = _aside(out, ".replaced-")
+        os.rename(out, old)
+        os.rename(part, out)
+    clash = []
+    for n in sorted(os.listdir(old)):
+        if own_name(n):
+            continue
+        if os.path.lexists(out / n):
+            clash.append(n)
+        else:
+            os.rename(old / n, out / n)
+    if clash:
+        os.rename(old, _aside(out, ".previous-"))
+        return
+    _remove_own(old)
+    try:
+        old.rmdir()
+    except OSError:
+        pass
+
+
+@contextmanager
+def bundle_written(out: Path) -> Iterator[Path]:
+    """The folder to write the bundle ``out`` in: beside it (``OUT.partial-PID``), swapped in whole
+    once the block has ended and the bundle in it is complete (its writer closed). Interrupted or
+    failed (Ctrl-C, SIGTERM, a full disk, an error), the folder is removed and ``out`` is as it was; a
+    full disk is then an error naming ``out`` (exit 74). ``out`` is checked as ``check_out(force=True)``
+    does: the command refuses a folder that is not a bundle beforehand, unless forced."""
+    given, out = out, _real(out)
+    check_out(out, force=True)
+    _remove_stale_partials(out)
+    existed = out.exists()
+    part = _new_partial(out)
+    try:
+        yield part
+        obj = _bundle_json(part)
+        if obj is None or obj.get("complete") is not True:
+            raise RuntimeError(f"{part}: the bundle was not closed")
+    except BaseException as e:
+        with _signals_held():
+            shutil.rmtree(part, ignore_errors=True)
+        full = write_error(e, out)
+        if full is None and isinstance(e, OSError) and e.errno in WRITE_ERRNOS and e.filename is not None \
+                and Path(os.fsdecode(e.filename)).is_relative_to(part):
+            full = e
+        if full is not None:
+            why = WRITE_WHY.get(full.errno or 0) or (full.strerror or "cannot be written").lower()
+            raise ReplayError(f"{given}: {why} while the bundle was written; "
+                              + ("the bundle there is as it was" if existed else "nothing was written"), EXIT_IO) from None
+        raise
+    with _signals_held():
+        for n in (".spill", "bundle.json.tmp", "events.part.jsonl"):  # (what a writer keeps only while it writes)
+            p = part / n
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        _swap_in(part, out)
+
+
+def writes_in_place(out: Path) -> bool:
+    """Whether a live recording writes ``out`` where it is (readable while it records): where there is
+    nothing yet, or an empty folder; over an earlier bundle it is written beside it and swapped in at
+    its end (``bundle_written``), so that an unfinished recording never costs the one before."""
+    out = _real(out)
+    return not os.path.lexists(out) or (out.is_dir() and not any(out.iterdir()))
 
 
 @dataclass
@@ -103,16 +402,31 @@ class BundleMeta:
 
 
 class BundleWriter:
-    """Write a bundle incrementally; every ``flush()`` leaves a valid, readable directory."""
+    """Write a bundle incrementally into ``path`` (a new or empty folder, one holding only a bundle's own
+    files, or the folder ``bundle_written`` gives); every ``flush()`` leaves a readable directory,
+    marked complete only by ``close()``.
 
-    def __init__(self, path: Path, meta: BundleMeta, *, flush_every: int = 5000) -> None:
+    The quarantine keeps, of each line, its file, line number, reason, and the length (``chars``) and
+    sha256 of its text; the text itself (``raw``, its first 500 characters) only with
+    ``quarantine_text`` (by default, where the recording keeps prompts): a line that could not be read
+    may be a request with its prompt."""
+
+    def __init__(self, path: Path, meta: BundleMeta, *, flush_every: int = 5000,
+                 quarantine_text: bool | None = None) -> None:
         self.path = path
         self.meta = meta
         path.mkdir(parents=True, exist_ok=True)
+        foreign = sorted(n for n in os.listdir(path) if not own_name(n))
+        if foreign:  # (nothing of the user's is written over, nor removed below)
+            raise ReplayError(f"{path}: a bundle is written into a new or empty folder, and this one holds "
+                              f"{', '.join(foreign[:5])}", EXIT_USAGE)
         for stale in ("samples.parquet", "requests.parquet", "events.jsonl", "quarantine.jsonl"):
             (path / stale).unlink(missing_ok=True)
-        for part in [*path.glob("samples.part*.parquet"), *path.glob("requests.part*")]:  # an interrupted run's
+        for part in [*path.glob("samples.part*.parquet"), *path.glob("requests.part*.arrow")]:  # an interrupted run's
             part.unlink()
+        self.quarantine_text = meta.keep_prompts if quarantine_text is None else quarantine_text
+        self.complete = False
+        self._writing = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_now_iso()}
         self._samples: list[tuple[int, int | None, str, str, float]] = []
         self._parts = 0
         self._flush_every = flush_every
@@ -126,8 +440,12 @@ class BundleWriter:
         self.write_meta()
 
     def write_meta(self) -> None:
+        """bundle.json, marked complete once the bundle is closed (while it is written, with who writes it)."""
+        obj = {**self.meta.to_json(), "complete": self.complete}
+        if not self.complete:
+            obj["writing"] = self._writing
         tmp = self.path / "bundle.json.tmp"
-        tmp.write_text(json.dumps(self.meta.to_json(), indent=2, sort_keys=True), encoding="utf-8")
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path / "bundle.json")
 
     def sample(self, t_us: int, gpu: int | None, source: str, metric: str, value: float | None) -> None:
@@ -180,8 +498,12 @@ class BundleWriter:
         self.counts["events"] += 1
 
     def quarantine(self, file: str, line: int | None, reason: str, raw: str | None = None) -> None:
-        rec = {"file": file, "line": line, "reason": reason,
-               "raw": None if raw is None else raw[:500]}
+        rec: dict[str, Any] = {"file": file, "line": line, "reason": reason}
+        if raw is not None:
+            rec["chars"] = len(raw)
+            rec["sha256"] = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+            if self.quarantine_text:
+                rec["raw"] = raw[:500]
         self._quarantine.write(json.dumps(rec) + "\n")
         self.counts["quarantined"] += 1
 
@@ -205,9 +527,11 @@ class BundleWriter:
         self.counts["requests"] += 1
 
     def flush(self) -> None:
-        if self._samples:
+        if self._samples:  # (whole or not at all: a live recording is read while it is written)
             df = pl.DataFrame(self._samples, schema=SAMPLES_SCHEMA, orient="row")
-            df.write_parquet(self.path / f"samples.part{self._parts:05d}.parquet")
+            part = self.path / f"samples.part{self._parts:05d}.parquet"
+            df.write_parquet(part.with_name(part.name + ".tmp"))
+            os.replace(part.with_name(part.name + ".tmp"), part)
             self._parts += 1
             self._samples = []
         if self._requests:
@@ -226,10 +550,12 @@ class BundleWriter:
         self.flush()
         parts = sorted(self.path.glob("samples.part*.parquet"))
         target = self.path / "samples.parquet"
+        tmp = target.with_name(target.name + ".tmp")
         if parts:  # a stable sort: samples at the same time keep the order they were written in
-            pl.scan_parquet(parts).sort(["t_us", "source", "metric"], maintain_order=True).sink_parquet(target)
+            pl.scan_parquet(parts).sort(["t_us", "source", "metric"], maintain_order=True).sink_parquet(tmp)
         else:
-            pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(target)
+            pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(tmp)
+        os.replace(tmp, target)  # (a reader of a live recording sees the parts or the merge, never half of it)
         for p in parts:
             remove(p)
         req_parts = sorted(self.path.glob("requests.part*.arrow"))
@@ -245,6 +571,7 @@ class BundleWriter:
             _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
         self._events.close()
         self._quarantine.close()
+        self.complete = True
         self.write_meta()
 
 
@@ -263,6 +590,7 @@ class Bundle:
     events: list[dict[str, Any]]
     quarantine_count: int
     _requests: pl.DataFrame | None = field(default=None, repr=False)
+    complete: bool | None = None  # None: written before bundles were marked complete
 
     @property
     def requests(self) -> pl.DataFrame:
@@ -311,9 +639,152 @@ def _read_parquet(p: Path) -> pl.DataFrame:
         return pl.read_parquet(p)
 
 
+_INT64 = 2**63
+
+
+def _bad_number(v: Any, where: str) -> str | None:
+    """The first number in ``v`` that no reader can use (NaN, infinite: JSON's 1e400; an integer past
+    64 bits), named by its place ('gpus[0].total_bytes'); None where there is none."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return None
+    if isinstance(v, float):
+        return None if math.isfinite(v) else where
+    if isinstance(v, int):
+        return None if -_INT64 <= v < _INT64 else where
+    if isinstance(v, dict):
+        for k, x in v.items():
+            bad = _bad_number(x, f"{where}.{k}" if where else str(k))
+            if bad:
+                return bad
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            bad = _bad_number(x, f"{where}[{i}]")
+            if bad:
+                return bad
+    return None
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _numeric_text(v: Any) -> bool:
+    try:
+        return _number(v) or (isinstance(v, str) and math.isfinite(float(v)))
+    except ValueError:
+        return False
+
+
+# bundle.json's fields as readers use them: (field, what it must be, the check); null is always allowed
+_META_FIELDS: list[tuple[str, str, Callable[[Any], bool]]] = [
+    *((k, "text", lambda v: isinstance(v, str)) for k in ("vllm_version", "vllm_version_inferred", "engine", "model")),
+    *((k, "an object", lambda v: isinstance(v, dict))
+      for k in ("engine_args", "engine_args_sources", "server_args", "engine_env", "extra")),
+    *((k, "a list", lambda v: isinstance(v, list)) for k in ("gpus", "inputs", "notes")),
+    ("keep_prompts", "true or false", lambda v: isinstance(v, bool)),
+    ("complete", "true or false", lambda v: isinstance(v, bool)),
+]
+_GPU_FIELDS: list[tuple[str, str, Callable[[Any], bool]]] = [
+    ("index", f"a whole number from 0 to {MAX_GPU_INDEX}", lambda v: _int(v) and 0 <= v <= MAX_GPU_INDEX),
+    ("total_bytes", "a whole number of bytes, 0 or more", lambda v: _int(v) and v >= 0),
+    *((k, "text", lambda v: isinstance(v, str)) for k in ("name", "uuid", "host", "pci_bus_id")),
+    *((k, "a list", lambda v: isinstance(v, list)) for k in ("pods", "shared_by")),
+]
+_NESTED_FIELDS: list[tuple[str, str, str, Callable[[Any], bool]]] = [  # (object, field, what, check)
+    ("engine_args", "gpu_memory_utilization", "a number", _numeric_text),
+    ("extra", "speed", "a number above 0", lambda v: _number(v) and v > 0),
+    *(("extra", k, "a number", _number) for k in ("interval_s", "kv_cache_gib")),
+    *(("extra", k, "a number", _number) for k in ("capacity_bytes", "baseline_rss_bytes", "peak_rss_bytes")),
+    ("extra", "pid", "a process id", lambda v: _int(v) and v > 0),
+    *(("extra", k, "text", lambda v: isinstance(v, str)) for k in ("outcome", "live_url", "device")),
+    ("extra", "window_us", "[start, end] in µs", lambda v: isinstance(v, list) and len(v) == 2 and all(map(_int, v))),
+    *(("extra", k, "an object", lambda v: isinstance(v, dict)) for k in ("trace", "production", "emulation")),
+]
+
+
+def _check_meta(obj: dict[str, Any], meta_path: Path) -> None:
+    """Refuse a bundle.json whose fields are not of the types its readers use, naming the field (each
+    was an internal error, or a wrong reading, somewhere in the analysis)."""
+    def refuse(name: str, what: str, v: Any) -> None:
+        shown = json.dumps(v, default=str)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ReplayError(f"{meta_path}: {name} is {_type_name(v)} ({shown}); expected {what}: the bundle was changed "
+                          "or damaged after it was written")
+
+    bad = _bad_number(obj, "")
+    if bad:
+        raise ReplayError(f"{meta_path}: {bad} is a number no reader can use (NaN, infinite or past 64 bits): the "
+                          "bundle was changed or damaged after it was written")
+    for name, what, ok in _META_FIELDS:
+        if obj.get(name) is not None and not ok(obj[name]):
+            refuse(name, what, obj[name])
+    for i, n in enumerate(obj.get("notes") or []):
+        if not isinstance(n, str):
+            refuse(f"notes[{i}]", "text", n)
+    for key in ("gpus", "inputs"):
+        for i, g in enumerate(obj.get(key) or []):
+            if not isinstance(g, dict):
+                refuse(f"{key}[{i}]", "an object", g)
+    for i, g in enumerate(obj.get("gpus") or []):
+        for name, what, ok in _GPU_FIELDS:
+            if g.get(name) is not None and not ok(g[name]):
+                refuse(f"gpus[{i}].{name}", what, g[name])
+    for where, name, what, ok in _NESTED_FIELDS:
+        v = (obj.get(where) or {}).get(name)
+        if v is not None and not ok(v):
+            refuse(f"{where}.{name}", what, v)
+
+
+def _event_fault(ev: Any) -> str | None:
+    """Why an events.jsonl line is no event a reader can use; None where it is one."""
+    if not isinstance(ev, dict):
+        return "not a JSON object"
+    if not isinstance(ev.get("kind"), str):
+        return "no kind"
+    t = ev.get("t_us")
+    if t is not None and not (_int(t) or (isinstance(t, float) and t.is_integer())):
+        return "a time that is not a whole number of µs"
+    if _bad_number(ev, "") is not None:
+        return "a number no reader can use"
+    return None
+
+
+def _incomplete(path: Path, obj: dict[str, Any], meta: BundleMeta) -> None:
+    """A bundle whose writer has not marked it complete: refused (a recording or replay that did not
+    finish), but for a live recording, whose flushed samples are its user's data: read, with a note."""
+    w = _writer_of(obj) or {}
+    running = _still_writing(w)
+    since = f" since {w['since']}" if isinstance(w.get("since"), str) else ""
+    if meta.extra.get("live_url"):
+        meta.notes.insert(0, f"incomplete: a live recording still being written by process {w.get('pid')}{since}; what it "
+                          "has flushed so far is read" if running else
+                          "incomplete: a live recording that did not finish (its recorder was killed or its host went "
+                          "down before it closed the bundle); what it flushed before it stopped is read")
+        return
+    what = "a replay" if meta.kind == "replay" else "a recording"
+    if running:
+        raise ReplayError(f"{path}: incomplete: still being written by process {w.get('pid')}{since}; read it once "
+                          "that has finished")
+    began = f", begun {w['since']}" if isinstance(w.get("since"), str) else ""
+    raise ReplayError(f"{path}: incomplete ({what} that did not finish{began}): "
+                      f"{'record' if meta.kind != 'replay' else 'run'} it again")
+
+
 def read_bundle(path: Path) -> Bundle:
-    """Read a bundle; refuse one written by a newer schema with a clear message. Its request rows are
-    read when they are asked for (``Bundle.requests``, ``Bundle.scan_requests``)."""
+    """Read a bundle; refuse one written by a newer schema, one whose writing did not finish (but a
+    live recording's), and one whose bundle.json fields are not of their types or whose files are
+    missing, each with a clear message (exit 3). Its request rows are read when they are asked for
+    (``Bundle.requests``, ``Bundle.scan_requests``). A bundle written before bundles were marked
+    complete (no ``complete`` in its bundle.json) is read as it was then: a file missing is a note."""
     meta_path = path / "bundle.json"
     if not path.is_dir() or not meta_path.exists():
         raise ReplayError(f"{path}: not a replay bundle (no bundle.json)")
@@ -321,10 +792,12 @@ def read_bundle(path: Path) -> Bundle:
         obj = json.loads(meta_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ReplayError(f"{meta_path}:{e.lineno}: bundle.json is not valid JSON ({e.msg})") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise ReplayError(f"{meta_path}: bundle.json is not JSON text (damaged, or another file)") from None
     if not isinstance(obj, dict):
         raise ReplayError(f"{meta_path}: not a bundle's metadata (a JSON object is expected)")
-    schema = str(obj.get("schema", ""))
-    name, _, ver = schema.partition("/")
+    schema = obj.get("schema", "")
+    name, _, ver = (schema if isinstance(schema, str) else "").partition("/")
     if name != "replay-bundle" or not is_uint(ver):
         raise ReplayError(f"{meta_path}: unknown schema {schema!r}; expected {SCHEMA}")
     if int(ver) > SCHEMA_VERSION:
@@ -337,34 +810,66 @@ def read_bundle(path: Path) -> Bundle:
     t0 = obj.get("t0_utc")
     if t0 is not None and _iso_time(t0) is None:
         raise ReplayError(f"{meta_path}: t0_utc {t0!r} is not an ISO 8601 time such as 2025-05-01T10:00:00Z")
+    _check_meta(obj, meta_path)
     meta = BundleMeta.from_json(obj)
-    frames = [_read_parquet(p) for p in [path / "samples.parquet", *sorted(path.glob("samples.part*.parquet"))] if p.exists()]
+    complete: bool | None = obj.get("complete")
+    if complete is False:
+        _incomplete(path, obj, meta)
+    if complete:  # (every file a closed writer leaves; a copy that lost one is said to be one)
+        gone = [n for n in ("samples.parquet", "requests.parquet", "events.jsonl", "quarantine.jsonl") if not (path / n).exists()]
+        if gone:
+            raise ReplayError(f"{path}: {', '.join(gone)} missing from a complete bundle: it was copied in part or "
+                              "files were removed; copy it again, or record it again")
+    parts = sorted(path.glob("samples.part*.parquet"))
+    merged = path / "samples.parquet"
+    if complete is None:  # (as bundles were read before they were marked)
+        files = [p for p in [merged, *parts] if p.exists()]
+        if not files:
+            meta.notes.append("samples.parquet is missing: the bundle has no samples (a copy that lost it, or a "
+                              "recording that stopped before it wrote any)")
+    elif merged.exists():  # (the merge of the parts: any part left beside it is in it)
+        files = [merged]
+    else:  # (a live recording's flushed parts)
+        files = parts
+    frames = []
+    for p in files:
+        df = _read_parquet(p)
+        lost = [c for c in SAMPLES_SCHEMA if c not in df.columns]
+        if lost:
+            raise ReplayError(f"{p}: no column {', '.join(lost)}: not a bundle's samples (damaged, or another file)")
+        frames.append(df.select(pl.col(c).cast(t) for c, t in SAMPLES_SCHEMA.items()) if df.schema != SAMPLES_SCHEMA else df)
     samples = pl.concat(frames).sort("t_us", maintain_order=True) if frames else pl.DataFrame(schema=SAMPLES_SCHEMA)
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():
         lines = ev_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        bad: list[int] = []
+        bad: dict[str, list[int]] = {}  # why -> the lines
         for no, line in enumerate(lines, start=1):
             if line.strip():
                 try:
                     ev = json.loads(line)
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     ev = None
-                if isinstance(ev, dict):
+                fault = _event_fault(ev)
+                if fault is None:
                     events.append(ev)
                 else:
-                    bad.append(no)
-        if bad == [len(lines)]:  # a recording stopped while it wrote its last event
-            meta.notes.append(f"{ev_path.name}: its last line (line {bad[0]}) is cut short, as a recording that "
-                              f"stopped while writing leaves it; the {len(events)} events before it are read")
+                    bad.setdefault(fault, []).append(no)
+        if bad == {"not a JSON object": [len(lines)]}:  # a recording stopped while it wrote its last event
+            meta.notes.append(f"{ev_path.name}: its last line (line {len(lines)}) is cut short, as "
+                              + ("a copy cut short" if complete else "a recording that stopped while writing")
+                              + f" leaves it; the {len(events)} events before it are read")
         elif bad:
-            shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
-            meta.notes.append(f"{ev_path.name}: {len(bad)} line(s) are not events (not a JSON object: line {shown}) "
-                              "and are left out; the bundle was changed or damaged after it was written")
+            def shown(nos: list[int]) -> str:
+                return ", ".join(map(str, nos[:10])) + (", ..." if len(nos) > 10 else "")
+            meta.notes.append(f"{ev_path.name}: {sum(map(len, bad.values()))} line(s) are not events ("
+                              + "; ".join(f"{why}: line {shown(nos)}" for why, nos in bad.items())
+                              + ") and are left out; the bundle was changed or damaged after it was written")
+    elif complete is None:
+        meta.notes.append("events.jsonl is missing: the bundle has no events (a copy that lost it)")
     q_path = path / "quarantine.jsonl"
     q = 0
     if q_path.exists():  # (counted line by line: a quarantine can be as large as the evidence)
         with q_path.open(encoding="utf-8", errors="replace") as fh:
             q = sum(1 for ln in fh if ln.strip())
-    return Bundle(path, meta, samples, events, q)
+    return Bundle(path, meta, samples, events, q, complete=complete)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from replay.bundle import BundleMeta, BundleWriter
+from replay.bundle import BundleMeta, BundleWriter, bundle_written
 from replay.drive.driver import Driver, request_body
 from replay.drive.probe import ProbeReader, probe_env
 from replay.drive.sampler import Sampler
@@ -285,6 +286,34 @@ def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
 
 
 def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
+    """Replay ``trace_path`` into the bundle ``opts.out``, written beside it and swapped in once it is
+    complete: a replay ended by Ctrl-C or by the engine's death is complete (that is what it
+    measured); one that fails (the engine does not start, a full disk) or is stopped while its bundle
+    is written leaves ``opts.out`` as it was. The log of an engine that failed to start is kept beside
+    it (OUT.server.log), where the error names it."""
+    with bundle_written(opts.out) as into:
+        try:
+            res = _run(trace_path, replace(opts, out=into), console)
+        except ReplayError as e:
+            _keep_server_log(e, into / "server.log", opts.out)
+            raise
+    return replace(res, bundle=opts.out)
+
+
+def _keep_server_log(e: ReplayError, log: Path, out: Path) -> None:
+    """The engine's log, which the error names, moved out of the bundle that is not written (never
+    over a file that is there)."""
+    if str(log) not in e.message or not log.is_file():
+        return
+    for kept in (out.with_name(out.name + ".server.log"), out.with_name(f"{out.name}.server.{os.getpid()}.log")):
+        if not os.path.lexists(kept):
+            os.replace(log, kept)
+            e.message = e.message.replace(str(log), str(kept))
+            e.args = (e.message,)
+            return
+
+
+def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
     console = console or Console(stderr=True)
     p = plan(trace_path, opts, console)
     header, reqs, spec, engine_args = p.header, p.requests, p.spec, p.engine_args

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,14 @@ from typing import Any
 import polars as pl
 
 from replay.atomic import written_in_place
-from replay.bundle import REQUESTS_SCHEMA, SAMPLES_SCHEMA, BundleMeta, BundleWriter, device_source
+from replay.bundle import (
+    REQUESTS_SCHEMA,
+    SAMPLES_SCHEMA,
+    BundleMeta,
+    BundleWriter,
+    bundle_written,
+    device_source,
+)
 from replay.errors import ReplayError
 from replay.filehash import (
     DECOMPRESS_ERRORS,
@@ -732,6 +738,7 @@ class RecordOptions:
     at: str | None = None
     as_kind: dict[str, str] = field(default_factory=dict)
     keep_prompts: bool = False
+    keep_quarantine_text: bool = False  # the text of lines quarantined (a request line's prompt, say); with keep_prompts too
     nvsmi_columns: str | None = None
     rows_interval_s: float = 1.0  # how far apart rows without times were taken (dcgmi dmon's -d)
     host: str | None = None  # the node vLLM ran on, where GPU evidence covers several
@@ -746,22 +753,21 @@ class RecordOptions:
 
 
 def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
-    """Record ``paths`` into the bundle ``out``; see the module docstring. Interrupted or failed, it
-    leaves no spilled intermediate files behind."""
-    try:
-        return _record(paths, out, opts)
-    finally:
-        shutil.rmtree(out / ".spill", ignore_errors=True)
+    """Record ``paths`` into the bundle ``out``; see the module docstring. The bundle is written beside
+    ``out`` and swapped in whole once complete: interrupted or failed, it leaves ``out`` as it was and
+    nothing of its own behind (no spilled pieces, no half-written bundle)."""
+    with bundle_written(out) as into:
+        return _record(paths, out, opts, into)
 
 
-def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
+def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tuple[list[FileReport], dict[str, Any]]:
     if not paths:
         raise ReplayError("no evidence files given", 2)
     parsed_items: list[tuple[Path, str, Any, FileReport]] = []
     seen_hashes: dict[str, str] = {}
     scrape_times: dict[str, set[int | None]] = {}  # the times in the names of scrapes of the same bytes
     notes: list[str] = []
-    spill_root = out / ".spill"
+    spill_root = into / ".spill"
     fingerprints: dict[tuple[int, str], list[Path]] = {}
     paths, from_folder = _expand(paths, out)
     access_found: dict[Path, list[access_log.AccessLine]] = {}  # a log's access lines, where it states no request
@@ -1125,7 +1131,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
     meta.inputs = [{"path": r.path, "kind": r.kind, "sha256": r.sha256, "lines_read": r.lines,
                     "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes,
                     "clock_offset_us": r.clock_offset_us} for r in reports]
-    w = BundleWriter(out, meta)
+    w = BundleWriter(into, meta, quarantine_text=opts.keep_prompts or opts.keep_quarantine_text)
     untimed = 0
     for df in _batches(sample_frames, SAMPLES_AT_ONCE):
         untimed += df["t_us"].null_count()
@@ -1149,12 +1155,12 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[Fil
         if opts.stage is not None:
             opts.stage("writing the bundle")
         w.close(remove)
-    added = _requests_from_access_lines(out / "requests.parquet", logs, t0 or 0, opts.stage)
+    added = _requests_from_access_lines(into / "requests.parquet", logs, t0 or 0, opts.stage)
     if added:
         meta.notes.append(f"{sum(added.values())} requests from uvicorn's access lines of {', '.join(added)}, which "
                           "has no request lines of vLLM's own: no id, no prompt length and no time of their own (each "
                           "placed between the nearest timed lines: when its response began, not when it arrived)")
-    folded = unify_bundle_requests(out / "requests.parquet")
+    folded = unify_bundle_requests(into / "requests.parquet")
     if folded:
         meta.notes.append(f"{folded} requests were logged under the engine's id (the front end's id with a suffix: "
                           "'Added request cmpl-x-0-a120baa9') as well as the front end's: one row each, under the "

