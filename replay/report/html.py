@@ -32,6 +32,7 @@ from replay.analysis.verdict import (
     verdict_lines,
     verdicts_of,
 )
+from replay.atomic import written_in_place
 from replay.bundle import read_bundle
 from replay.report.downsample import minmax
 from replay.report.escape import plotly_safe
@@ -415,6 +416,6 @@ def render(analyses: list[Analysis]) -> str:
 def write_report(bundle: Path, compare: list[Path], out: Path) -> int:
     analyses = [analyze_bundle(read_bundle(p)) for p in [bundle, *compare]]
     html = render(analyses)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
+    with written_in_place(out) as part:  # (the last report stays whole until this one is)
+        part.write_text(html, encoding="utf-8")
     return len(html.encode())

@@ -18,6 +18,7 @@ import polars as pl
 from replay.analysis.outages import starts
 from replay.analysis.pipeline import analyze_bundle, crash_summary, kill_cause
 from replay.analysis.verdict import verdict_lines, verdicts_of
+from replay.atomic import written_in_place
 from replay.bundle import read_bundle
 from replay.report.escape import md_code, md_item, md_link, md_text
 from replay.units import say_duration
@@ -183,8 +184,9 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
 
 
 def write_postmortem(bundle: Path, out: Path, report_link: str | None, compare: list[Path] | None = None) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_postmortem(bundle, report_link, compare), encoding="utf-8")
+    text = render_postmortem(bundle, report_link, compare)
+    with written_in_place(out) as part:  # (the last draft stays whole until this one is)
+        part.write_text(text, encoding="utf-8")
 
 
 def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oom: bool) -> list[str]:
