@@ -251,7 +251,7 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None,
             held: list[bytes | memoryview] = []  # the start of the line the last read ended in (joined once it ends:
             size = 0  # joining at every read was quadratic in the line's length)
             long_head: bytes | None = None  # (the head of a line over the bound, whose rest is skipped)
-            chunks = utf8_chunks(fh, chunk_bytes)
+            chunks = utf8_chunks(fh, chunk_bytes, past_nul_run=True)  # (a hole a copytruncate left: skipped)
             while True:  # one copy per piece: the rest of the last read joined to this read's lines
                 chunk = next(chunks, b"")
                 if not chunk:

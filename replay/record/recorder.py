@@ -36,6 +36,9 @@ from replay.filehash import (
     damaged,
     decompressed,
     file_sha256,
+    nul_run,
+    nul_run_note,
+    read_past_nul_run,
     refuse_stream,
     text_bom,
 )
@@ -144,7 +147,7 @@ def _read_text(path: Path, limit: int = -1) -> str:
     kind = compression(path)
     try:
         with decompressed(path, kind, path) as fh:
-            raw: bytes = fh.read(limit)
+            raw = read_past_nul_run(fh, limit)[1]  # (past a hole of NULs a copytruncate left)
     except DECOMPRESS_ERRORS as e:
         if kind is None:
             raise
@@ -812,6 +815,8 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tu
         alike.append(path)
         sha = "" if hash_later else file_sha256(path)
         rep = FileReport(str(path), kind or "unknown", sha256=sha)
+        if (nuls := nul_run(path)):
+            rep.notes.append(nul_run_note(path.name, nuls))
         named = _scrape_named_at(kind, path, head, opts) if sha in seen_hashes else None
         if named is not None and named not in scrape_times.setdefault(
                 sha, {_scrape_named_at(kind, Path(seen_hashes[sha]), head, opts)}):

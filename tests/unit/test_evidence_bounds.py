@@ -217,3 +217,18 @@ def test_mooncake_rows_with_nan_or_1e20_are_quarantined_with_their_lines(tmp_pat
             (6, "input_tokens unparseable as a count (an integer >= 0)")]
         body = [json.loads(ln) for ln in (tmp_path / f"out-{fmt}.jsonl").read_text().splitlines()[1:]]
         assert [r["t_us"] for r in body] == [0, 27_000, 51_000, 80_000]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_record_reads_a_log_after_its_hole_of_nuls(packed: bool, tmp_path: Path) -> None:
+    lines = (DATA / "v017_v1_stats_kv_ramp.log").read_bytes().split(b"\n", 1)[1]  # (from its first stats line)
+    (tmp_path / "plain.log").write_bytes(lines)
+    holed = tmp_path / ("holed.log.gz" if packed else "holed.log")
+    holed.write_bytes(gzip.compress(b"\x00" * HOLE + lines) if packed else b"\x00" * HOLE + lines)
+    from replay.bundle import read_bundle
+    a_rep, _ = record([tmp_path / "plain.log"], tmp_path / "a", RecordOptions(year=2025))
+    b_rep, _ = record([holed], tmp_path / "b", RecordOptions(year=2025))
+    a, b = read_bundle(tmp_path / "a"), read_bundle(tmp_path / "b")
+    assert b.samples.height == a.samples.height > 0 and b.samples.equals(a.samples)
+    assert (b_rep[0].parsed, b_rep[0].quarantined) == (a_rep[0].parsed, a_rep[0].quarantined) == (5, 0)
+    assert any(f"{HOLE:,} NUL bytes, skipped" in n for n in b_rep[0].notes)
