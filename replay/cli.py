@@ -9,12 +9,12 @@ import errno
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -27,8 +27,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from replay.atomic import PART
-from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, ReplayError
+from replay.atomic import WRITE_WHY, unpart, write_error
+from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, EXIT_TERMINATED, ReplayError, Terminated
+from replay.text import console as _console
+from replay.text import printable
 
 app = typer.Typer(
     name="replay", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
@@ -40,14 +42,16 @@ app = typer.Typer(
 )
 versions_app = typer.Typer(help="Manage the per-version vLLM environments (one virtualenv each).", no_args_is_help=True)
 app.add_typer(versions_app, name="versions")
-out_console = Console()
-err = Console(stderr=True)
+# (what they print has its control characters shown, not obeyed; off a terminal, lines are not wrapped)
+out_console = _console()
+err = _console(stderr=True)
 
 
 def _bytes_progress(title: str) -> Progress:
-    """A progress bar over the bytes of the input read, with rate and time left, gone when done."""
+    """A progress bar over the bytes of the input read, with rate and time left, gone when done (and
+    not drawn where stderr is no terminal: it left a blank line before what followed)."""
     return Progress(TextColumn(title), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                    console=err, transient=True)
+                    console=err, transient=True, disable=not err.is_terminal)
 
 
 def _window(text: str | None) -> tuple[int, int] | None:
@@ -78,10 +82,12 @@ def _file_out(path: Path, example: str, flag: str = "-o") -> Path:
     return path
 
 
-def _bundle_out(path: Path) -> Path:
-    """An output bundle: a folder, so refused at once where a file is in its place."""
-    if path.exists() and not path.is_dir():
-        raise ReplayError(f"-o {path}: is a file; a bundle is a folder (name a new one, such as {path.with_suffix('.bundle')})", 2)
+def _bundle_out(path: Path, force: bool = False) -> Path:
+    """An output bundle: refused at once where a file is in its place, or a folder that is not a
+    bundle and holds files (unless ``force``: it is written among them, which are kept); a file of a
+    bundle's own name there is refused even so (``replay.bundle.check_out``)."""
+    from replay.bundle import check_out
+    check_out(path, force)
     return path
 
 
@@ -92,12 +98,13 @@ _OS_WHY = {errno.EISDIR: "is a folder", errno.ENOTDIR: "a part of the path is a 
 
 
 def os_error_message(e: OSError) -> str:
-    """What a failed read or write of a named path says to the user: the path (the target of a rename)
-    and why, in words."""
+    """What a failed read or write of a named path says to the user: the path (the target of a rename;
+    the output, for the part file or partial bundle folder it is written through) and why, in words."""
     name = e.filename2 if e.filename2 is not None else e.filename
     path = os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else str(name)
-    why = _OS_WHY.get(e.errno or 0) or (e.strerror or str(e)).lower()
-    return f"{path.removesuffix(PART)}: {why}"  # (what is written goes to a part file first)
+    why = _OS_WHY.get(e.errno or 0) or WRITE_WHY.get(e.errno or 0) or (e.strerror or str(e)).lower()
+    path = re.sub(r"\.partial-\d+(?:-\d+)?(?=/|$)", "", path)  # (a bundle is written in OUT.partial-PID)
+    return f"{unpart(path)}: {why}"  # (what is written goes to a part file first)
 
 
 @app.command("import")
@@ -215,6 +222,8 @@ def record(
     at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601): exposition scrapes, nvidia-smi snapshots, dcgmi dmon (its first row), kubectl describe and tables (event ages count back from it, pod states are as of it).")] = None,
     as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, victoriametrics-export (/api/v1/export lines), grafana-csv, grafana-json (a panel's data frames), nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q (text, or XML with -x), nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, k8s-table (kubectl get events/pods as printed), kernel-log, log-export (a vLLM log as Google Cloud Logging, AWS CloudWatch Logs, Azure Monitor Logs, Grafana, Splunk or journalctl -o json-pretty export it), gpustat (printed or --json), dcgm-counters (dcgm-exporter's -f list of the fields it exports).")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
+    keep_quarantine_text: Annotated[bool, typer.Option(help="Keep the text of quarantined lines (off: file, line, reason, length and sha256; --keep-prompts keeps it too).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write the bundle into a folder that holds other files (they are kept).")] = False,
     nvsmi_columns: Annotated[str | None, typer.Option(help="Column list of a headerless nvidia-smi CSV.")] = None,
     host: Annotated[str | None, typer.Option(help="The node vLLM ran on, where DCGM evidence covers several (a cluster-wide query): its GPUs are the bundle's device memory; the others' are kept as series of their own.")] = None,
     gpu_instance: Annotated[str | None, typer.Option(help="The MIG instance vLLM ran in (DCGM's GPU_I_ID, or GPU:GPU_I_ID such as 0:4), where DCGM evidence covers several instances of one GPU: its memory is the bundle's device memory; the other instances' are kept as series of their own.")] = None,
@@ -230,7 +239,7 @@ def record(
 
     Give it everything at once, files or a folder: each file is recognised by its content. Logs of several ranks and restarts line up; a log saved twice over (kubectl logs at 10:00, then again at 10:30) gives each fact once; what cannot be read goes to the bundle's quarantine with its file and line. Then: replay inspect BUNDLE, replay report BUNDLE."""
     from replay.units import parse_duration_us
-    _bundle_out(out)
+    _bundle_out(out, force)
     if live:
         from replay.record.live import record_live
         iv = parse_duration_us(interval)
@@ -282,7 +291,7 @@ def record(
     if unknown:
         raise ReplayError(f"--clock-offset names {', '.join(unknown)}, which is not among the evidence files", 2)
     opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
-                         nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
+                         keep_quarantine_text=keep_quarantine_text, nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
                          rows_interval_s=rows_iv / 1e6, host=host, gpu_instance=gpu_instance)
     total = sum(p.stat().st_size for p in evidence if p.is_file())
     with _bytes_progress("[bold]record[/] {task.description}") as prog:
@@ -292,7 +301,7 @@ def record(
         try:
             reports, summary = do_record(list(evidence), out, opts)
         except KeyboardInterrupt:
-            err.print(f"[yellow]interrupted[/]: {escape(str(out))} is incomplete; run the same command again to record it")
+            err.print(f"[yellow]interrupted[/]: nothing written; {escape(str(out))} is as it was")
             raise typer.Exit(130) from None
     t = Table(title=escape(f"bundle {out}"))
     for c in ("file", "kind", "lines", "parsed", "quarantined", "time span"):
@@ -408,6 +417,7 @@ def run(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override an engine argument: key=value.")] = None,
     model: Annotated[Path | None, typer.Option(help="A real model directory (GPU hosts); default: the tiny local Llama.")] = None,
     model_config: Annotated[Path | None, typer.Option(help="Production's model config.json folder (and tokenizer): on a GPU host its architecture with dummy weights; on CPU the tiny model at its vocabulary.")] = None,
+    constraints: Annotated[Path | None, typer.Option(help="A pip constraints file (production's `pip freeze`): the engine env is resolved within it, an env of its own.")] = None,
     vocab: Annotated[int, typer.Option(help="Vocabulary of the tiny model (prompt_logprobs cost grows with it).")] = 131072,
     interval: Annotated[float, typer.Option(help="Sampling interval in seconds.")] = 0.25,
     kv_cache_gib: Annotated[float, typer.Option(help="KV cache size on the CPU engine (VLLM_CPU_KVCACHE_SPACE).")] = 1.0,
@@ -416,6 +426,7 @@ def run(
     torch_history: Annotated[bool, typer.Option(help="Record allocation history in the engine so the OOM snapshot shows stacks (slower).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (version env, engine arguments after translation, model, requests, window, notes) and start nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write the bundle into a folder that holds other files (they are kept).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as one JSON object.")] = False,
 ) -> None:
     """Replay a trace, or a recorded incident's own traffic, through a real vLLM server at recorded times,
@@ -432,8 +443,9 @@ def run(
     from replay.drive.runner import run as do_run
     if as_json and not dry_run:
         raise ReplayError("--json: only with --dry-run (a run prints its progress, and writes its bundle)", 2)
-    opts = RunOptions(vllm=vllm, out=_bundle_out(out), speed=speed, window=None, concurrency=concurrency,
+    opts = RunOptions(vllm=vllm, out=_bundle_out(out, force), speed=speed, window=None, concurrency=concurrency,
                       engine_args_file=engine_args, set_args=set_ or [], model=model, model_config=model_config,
+                      constraints=constraints,
                       vocab=vocab, seed=seed, interval_s=interval, kv_cache_gib=kv_cache_gib,
                       capacity_bytes=_capacity_bytes(capacity_gib),
                       emulate_capacity=emulate_capacity, torch_history=torch_history)
@@ -509,19 +521,25 @@ def versions_list() -> None:
     out_console.print(f"host: {dev}; environments under {envs.replay_home() / 'envs'}", markup=False)
     for s in inst:
         out_console.print(f"  installed  {s.name}", markup=False)
-    pool = envs.CUDA_RELEASES if dev == "cuda" else envs.CPU_RELEASES_LOCAL
+    pool = envs.cuda_releases() if dev == "cuda" else envs.CPU_RELEASES_LOCAL
     out_console.print("runnable here: " + ", ".join(pool), markup=False)
 
 
 @versions_app.command("install")
-def versions_install(versions: Annotated[list[str], typer.Argument(help="one or more: 0.32 0.31.0")]) -> None:
-    """Create the environment for each vLLM version given (reused by every later run)."""
+def versions_install(
+    versions: Annotated[list[str], typer.Argument(help="one or more: 0.32 0.31.0")],
+    constraints: Annotated[Path | None, typer.Option(help="A pip constraints file (production's `pip freeze`): the env is resolved within it, an env of its own.")] = None,
+) -> None:
+    """Create the environment for each vLLM version given (reused by every later run).
+
+    A CUDA build's dependencies are pinned as of the version's release day; the lock is kept in the
+    env as replay-lock.txt (see `replay versions doctor`)."""
     from replay.engine import envs
-    specs = [envs.resolve(v) for v in versions]  # refuse an impossible version before building any
+    specs = [envs.resolve(v, constraints=constraints) for v in versions]  # refuse an impossible version before building any
     for spec in specs:
         envs.adopt_existing(spec)
         with err.status(f"installing {spec.dist}=={spec.version}"):
-            envs.install(spec, log=lambda m: err.print(m, markup=False))
+            spec = envs.install(spec, log=lambda m: err.print(m, markup=False))
         err.print(f"[green]ready[/] {escape(str(spec.path))}")
 
 
@@ -537,19 +555,28 @@ def versions_remove(version: Annotated[str, typer.Argument(help="0.32 or 0.32.0"
 def versions_doctor(
     start: Annotated[bool, typer.Option(help="Also start each server once and check /health.")] = True,
 ) -> None:
-    """For each installed environment: vLLM, torch, device, and whether a server starts."""
+    """For each installed environment: vLLM, torch, transformers, its lock, device, and whether a server starts."""
     from replay.drive.runner import CPU_DEFAULT_ARGS
     from replay.engine import envs
     from replay.engine.args import known_args, to_argv
     from replay.engine.model import ensure_tiny_model
     from replay.engine.server import EngineServer
     t = Table()
-    for c in ("env", "vllm", "torch", "device", "server"):
+    for c in ("env", "vllm", "torch", "transformers", "lock", "device", "server"):
         t.add_column(c)
+    locks: list[str] = []
     for spec in envs.installed():
         info = envs.env_info(spec)
+        lk = envs.lock_info(spec)
+        if lk is None:
+            lock_cell = "none"
+        else:
+            lock_cell = (f"as of {lk['release_day']}" if lk.get("release_day") else str(lk["how"])) + f", {lk['packages']} pkgs"
+            locks.append(f"lock {spec.name}: {lk['path']}")
         status = "not checked"
-        if start:
+        if start and spec.device == "cuda" and not envs.device_present():
+            status = "no GPU here (replay versions check loads it without one)"
+        elif start:
             try:
                 m = ensure_tiny_model(spec)
                 argv = to_argv(CPU_DEFAULT_ARGS if spec.device == "cpu" else {}, known_args(spec), spec.version)
@@ -561,55 +588,138 @@ def versions_doctor(
                 status = "[green]starts[/]"
             except ReplayError as e:
                 status = f"[red]fails[/]: {escape(e.message.splitlines()[0])}"
-        t.add_row(escape(spec.name), escape(info.get("vllm") or "?"), escape(info.get("torch") or "?"), spec.device, status)
+        t.add_row(escape(spec.name), escape(info.get("vllm") or "?"), escape(info.get("torch") or "?"),
+                  escape(info.get("transformers") or "?"), escape(lock_cell), spec.device, status)
     out_console.print(t)
+    for line in locks:
+        out_console.print(line, markup=False)
+
+
+@versions_app.command("check")
+def versions_check(
+    version: Annotated[str, typer.Argument(help="0.6.3, or 0.6 for the newest 0.6.x")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="An engine argument to validate: key=value.")] = None,
+    engine_args: Annotated[Path | None, typer.Option(help='JSON file of engine arguments to validate: {"max_model_len": 8192}.')] = None,
+    constraints: Annotated[Path | None, typer.Option(help="A pip constraints file the env is resolved within (an env of its own).")] = None,
+    vocab: Annotated[int, typer.Option(help="Vocabulary of the tiny model.")] = 131072,
+    start: Annotated[bool | None, typer.Option("--start/--no-start", help="Also start the server once (default: only on a GPU host).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The result as one JSON object.")] = False,
+) -> None:
+    """Install VERSION's env if missing, then load that version's own config loader, tokenizer
+    (get_tokenizer), API server argument parser and model class on the tiny model and validate the
+    engine arguments, without a GPU (REPLAY_DEVICE=cuda checks the CUDA build on a CPU host). On a
+    GPU host the server is also started once.
+
+    Exit 0 when all load; 1 with the first failure in one line; 4 when the env cannot be installed."""
+    from replay.drive.runner import RunOptions, user_engine_args
+    from replay.engine import envs
+    from replay.engine.args import to_argv
+    from replay.engine.check import check, raise_on_failure
+    from replay.engine.model import ensure_tiny_model
+    spec = envs.resolve(version, constraints=constraints)
+    argv = to_argv(user_engine_args(RunOptions(vllm=version, engine_args_file=engine_args, set_args=set_ or [])),
+                   None, spec.version)
+    do_start = envs.device_present() if start is None else start
+    if do_start and spec.device == "cuda" and not envs.device_present():
+        raise ReplayError("--start: this host has no GPU to start the CUDA build on (the checks without one run with --no-start)", 2)
+    envs.adopt_existing(spec)
+    if not envs.is_installed(spec):
+        with err.status(f"installing {spec.dist}=={spec.version}"):
+            spec = envs.install(spec, log=lambda m: err.print(m, markup=False))
+    with err.status(f"building the tiny model for {spec.name}"):
+        model = ensure_tiny_model(spec, vocab)
+    with err.status(f"checking {spec.name}"):
+        res = check(spec, model, argv, start=do_start)
+    if as_json:
+        out_console.print_json(json.dumps(res.to_json()))
+    else:
+        for s in res.stages:
+            mark = "[green]ok[/]  " if s.ok else "[red]FAIL[/]" if s.ok is False else "[yellow]skip[/]"
+            why = "" if s.ok is not None else "needs a GPU, not counted: "
+            err.print(f"{mark} {s.name:<13} {s.seconds:6.2f} s  {why}{escape(s.detail)}", soft_wrap=True)
+        if res.ok:
+            err.print(f"[green]vLLM {escape(spec.version)} loads[/] ({spec.dist}, model {escape(str(model))}, "
+                      f"{res.seconds:.1f} s)", soft_wrap=True)
+    raise_on_failure(res, EXIT_CHECK_FAILED)
+
+
+_COMPARE_HELP = "Replay bundles of the same incident to set beside it (repeat --compare, or list them after one)."
+
+
+def _compared(compare: list[Path] | None, more: list[Path] | None) -> list[Path]:
+    """``--compare A B``: typer takes A as the option's and B as a further argument; both are compared."""
+    return [*(compare or []), *(more or [])]
+
+
+def _verdicts(bundle: Path, compare: list[Path]) -> list[Any]:
+    from replay.analysis.verdict import verdicts
+    from replay.bundle import read_bundle
+    return verdicts(read_bundle(bundle), [read_bundle(p) for p in compare]) if compare else []
 
 
 @app.command()
 def analyze(
     bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    more: Annotated[list[Path] | None, typer.Argument(help="More bundles to compare (after --compare).", show_default=False)] = None,
+    compare: Annotated[list[Path] | None, typer.Option(help=_COMPARE_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON.")] = False,
 ) -> None:
-    """Where reported and actual memory diverged: gap, onset, attribution, findings."""
+    """Where reported and actual memory diverged: gap, onset, attribution, findings; with --compare, whether
+    each replay reproduced production (OOM or divergence onset, at which request, on trace time)."""
     from replay.analysis.pipeline import analyze_bundle
+    from replay.analysis.verdict import verdict_lines
     from replay.bundle import read_bundle
     a = analyze_bundle(read_bundle(bundle))
-    if as_json:
-        print(json.dumps(a.summary(), indent=2, default=str))
-        return
+    vs = _verdicts(bundle, _compared(compare, more))
     s = a.summary()
+    if as_json:
+        print(json.dumps({**s, "verdicts": [v.to_json() for v in vs]} if vs else s, indent=2, default=str))
+        return
     def shown(v: object, unit: str) -> str:
         return "unknown" if v is None else f"{v} {unit}"
+    crash = s.get("crash") or {}
+    ended = (f", OOM {shown(s['oom_s'], 's')}" if s["oom_s"] is not None else
+             f", crash at {crash['s']} s ({crash['what']}; its cause not stated)" if crash else ", no crash")
     out_console.print(f"[bold]{escape(str(bundle))}[/]: peak actual {shown(s['peak_actual_gib'], 'GiB')}, accounted "
                       f"{shown(s['accounted_gib'], 'GiB')}, max gap {shown(s['max_gap_gib'], 'GiB')}, onset "
-                      f"{shown(s['onset_s'], 's')}, OOM {shown(s['oom_s'], 's')}")
+                      f"{shown(s['onset_s'], 's')}{escape(ended)}")
     for f in s["findings"]:
         out_console.print(f"- ({f['confidence']}) {f['title']}: {f['detail']}", markup=False)
+    for u in s.get("unjudged") or []:
+        out_console.print(f"- cannot judge {u['what']}: {u['why']}; would settle it: {u['settle']}", markup=False)
+    for line in verdict_lines(vs, evidence=True):
+        out_console.print(line, markup=False)
 
 
 @app.command()
 def report(
-    bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
-    compare: Annotated[list[Path] | None, typer.Option(help="Other bundles of the same incident to compare.")] = None,
+    bundle: Annotated[Path, typer.Argument(help="A bundle directory (production's, to set its replays beside it).")],
+    more: Annotated[list[Path] | None, typer.Argument(help="More bundles to compare (after --compare).", show_default=False)] = None,
+    compare: Annotated[list[Path] | None, typer.Option(help=_COMPARE_HELP)] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="HTML file (default reports/<bundle>.html).")] = None,
 ) -> None:
-    """Write a self-contained HTML report: memory timeline, divergence, requests, findings, evidence."""
+    """Write a self-contained HTML report: memory timeline, divergence, requests, findings, evidence; with
+    --compare, production and its replays on one trace-aligned timeline and a verdict for each replay."""
     from replay.report.html import write_report
     path = _file_out(out or Path("reports") / f"{bundle.name.removesuffix('.bundle')}.html", "report.html")
     with err.status("rendering report"):
-        size = write_report(bundle, compare or [], path)
+        size = write_report(bundle, _compared(compare, more), path)
     err.print(f"[green]wrote[/] {escape(str(path))} ({size / 1e6:.1f} MB)")
 
 
 @app.command()
 def postmortem(
     bundle: Annotated[Path, typer.Argument(help="A bundle directory.")],
+    more: Annotated[list[Path] | None, typer.Argument(help="More bundles to compare (after --compare).", show_default=False)] = None,
+    compare: Annotated[list[Path] | None, typer.Option(help=_COMPARE_HELP)] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Markdown file.")] = Path("postmortem.md"),
     report_link: Annotated[str | None, typer.Option(help="Link to the HTML report.")] = None,
 ) -> None:
-    """Draft a postmortem (Google SRE shape) prefilled with what the evidence shows."""
+    """Draft a postmortem (Google SRE shape) prefilled with what the evidence shows; with --compare, the
+    replays' verdict (reproduced at which version, at which request) in its summary."""
     from replay.report.postmortem import write_postmortem
-    write_postmortem(bundle, _file_out(out, "postmortem.md"), report_link)
+    extra = _compared(compare, more)
+    write_postmortem(bundle, _file_out(out, "postmortem.md"), report_link, extra or None)
     err.print(f"[green]wrote[/] {escape(str(out))}")
 
 
@@ -629,23 +739,45 @@ def check(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
+_terminated: list[int] = []  # (SIGTERM came: whatever exit the command took for it, the process exits 143)
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM (kill, systemd, Kubernetes) stops a command as Ctrl-C does, so that what it was writing is
+    cleaned up (the default ended the process where it stood, its spilled and half-written files left)."""
+    if not _terminated:
+        _terminated.append(signum)
+        raise Terminated()
+
+
 def main() -> None:
+    import signal
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app()
     except ReplayError as e:
         err.print(f"[red]error:[/] {escape(e.message)}")
         sys.exit(e.exit_code)
     except OSError as e:
-        if e.filename is None:  # (not about a path the user can act on: a bug's, or the system's)
+        full = write_error(e, "") if e.filename is None else None  # (a full disk, where no path was named)
+        if e.filename is None and full is None:  # (not about a path the user can act on: a bug's, or the system's)
             _internal(e)
-        err.print(f"[red]error:[/] {escape(os_error_message(e))}")
+        err.print(f"[red]error:[/] {escape(os_error_message(e) if full is None else WRITE_WHY[full.errno or 0])}")
         sys.exit(EXIT_IO)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
-        sys.exit(130)
-    except (SystemExit, GeneratorExit):
+        sys.exit(EXIT_TERMINATED if _terminated else 130)
+    except SystemExit as e:
+        if _terminated and e.code == 130:  # (the command's own 'interrupted', for SIGTERM)
+            sys.exit(EXIT_TERMINATED)
+        raise
+    except GeneratorExit:
         raise
     except BaseException as e:  # a bug, not bad input (a library's panic is a BaseException)
+        full = write_error(e, "")  # (a full disk inside a library that names no file: still no bug)
+        if full is not None:
+            err.print(f"[red]error:[/] {escape(WRITE_WHY[full.errno or 0])}")
+            sys.exit(EXIT_IO)
         _internal(e)
 
 
@@ -653,5 +785,7 @@ def _internal(e: BaseException) -> NoReturn:
     """Say so in one line (REPLAY_DEBUG=1 for the traceback)."""
     if os.environ.get("REPLAY_DEBUG"):
         raise e
-    err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(str(e))} (set REPLAY_DEBUG=1 for the traceback)")
+    what = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")  # (a library's message runs to lines)
+    what = what if len(what) <= 300 else what[:297] + "..."
+    err.print(f"[red]internal error:[/] {type(e).__name__}: {escape(printable(what))} (set REPLAY_DEBUG=1 for the traceback)")
     sys.exit(70)

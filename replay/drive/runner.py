@@ -38,6 +38,7 @@ from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError, re
 from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
+from replay.text import console as text_console
 from replay.trace.format import TraceHeader, read_trace
 from replay.trace.prompts import PROMPT_VOCAB, synth_prompt_ids
 from replay.units import fraction
@@ -63,6 +64,7 @@ class RunOptions:
     interval_s: float = 0.25
     kv_cache_gib: float = 1.0
     model_config: Path | None = None  # production's config.json (and tokenizer): its architecture, dummy weights
+    constraints: Path | None = None  # a pip constraints file the engine env is resolved within (production's pins)
     capacity_bytes: int | None = None
     install: bool = True
     output_policy: str = "observed"
@@ -241,7 +243,7 @@ def _choose_model(spec: envs.EnvSpec, opts: RunOptions, prod_model: str | None,
     notes.append(f"the replay runs the tiny local Llama (vocabulary {opts.vocab:,}), not {what}: its memory is "
                  "the tiny model's, its traffic production's" if spec.device == "cpu" else
                  f"the replay runs the tiny local Llama, not {what} (--model DIR or --model-config DIR for it)")
-    return str(tiny_model_dir(opts.vocab, opts.seed)), "tiny", opts.vocab, {}
+    return str(tiny_model_dir(opts.vocab, opts.seed, spec)), "tiny", opts.vocab, {}
 
 
 def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunPlan:
@@ -257,7 +259,7 @@ def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     if not reqs:
         raise ReplayError(f"{trace_path}: no requests to replay (check --window)", 2)
     user_args = user_engine_args(opts)  # (checked before an engine is installed for them)
-    spec = envs.resolve(opts.vllm)
+    spec = envs.resolve(opts.vllm, constraints=opts.constraints)
     envs.adopt_existing(spec)
     notes: list[str] = list(header.notes or [])
     prod = header.production or {}
@@ -314,7 +316,7 @@ def _keep_server_log(e: ReplayError, log: Path, out: Path) -> None:
 
 
 def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
-    console = console or Console(stderr=True)
+    console = console or text_console(stderr=True)
     p = plan(trace_path, opts, console)
     header, reqs, spec, engine_args = p.header, p.requests, p.spec, p.engine_args
     for n in p.notes:
@@ -323,7 +325,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
         if not opts.install:
             raise ReplayError(f"vLLM {spec.version} is not installed; run `replay versions install {spec.version}`", 4)
         with console.status(f"installing {spec.dist}=={spec.version} into {escape(str(spec.path))} (once)"):
-            envs.install(spec, log=lambda m: console.print(f"[dim]{escape(m)}[/]"))
+            spec = envs.install(spec, log=lambda m: console.print(f"[dim]{escape(m)}[/]"), constraints=opts.constraints)
     nvml = open_nvml() if spec.device == "cuda" else None
     emulation = _plan_emulation(nvml, header.production or {}, engine_args, opts, console)
     with console.status(f"reading vLLM {spec.version}'s argument list"):

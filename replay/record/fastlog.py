@@ -215,7 +215,7 @@ class LongLine:
 
     def note(self) -> str:
         most = f"{self.bound / 2**20:g} MiB" if self.bound >= 1 << 20 else f"{self.bound:,} bytes"
-        return f"a line of {self.n_bytes:,} bytes, longer than the {most} a log line may have: not parsed (its first bytes are kept)"
+        return f"a line of {self.n_bytes:,} bytes, longer than the {most} a log line may have: not parsed (its text is kept only with --keep-prompts or --keep-quarantine-text)"
 
 
 MAX_LINE_BYTES = 16 << 20  # a log's longest line: a longer one (a blob without line ends, say) is quarantined
