@@ -167,10 +167,11 @@ def impossible(metric: str, value: float, total: float | None = None) -> str | N
     is never negative nor more than the device's stated ``total`` (a MiB of rounding allowed), or where no
     total is stated, than MAX_DEVICE_BYTES; a KV cache's usage is a fraction 0-1, a utilisation 0-100 %, a
     count never negative. A NaN is no value (nvidia-smi's for a process whose memory it cannot see) and
-    passes; so does any metric not the bundle's own."""
+    passes, and so does an infinity (no measurement either: the bundle leaves both out, and says how many);
+    so does any metric not the bundle's own."""
     base = metric.split(":", 1)[0]
     kind = _BOUNDS.get(base)
-    if kind is None or math.isnan(value):
+    if kind is None or not math.isfinite(value):
         return None
     if kind == "memory":
         if value < 0:
@@ -204,7 +205,7 @@ def maybe_impossible(total: pl.Expr, metric: pl.Expr | None = None, value: pl.Ex
            .when(kind == "percent").then((v < 0) | (v > 100))
            .when(kind == "count").then(v < 0)
            .otherwise(False))
-    return (out & ~v.is_nan()).fill_null(False)
+    return (out & v.is_finite()).fill_null(False)
 
 
 def _host_key(source: pl.Expr) -> pl.Expr:
@@ -221,7 +222,7 @@ def _stated_totals(p: Parsed, frames: list[pl.DataFrame]) -> pl.DataFrame:
                      & pl.col("value").is_between(0, MAX_DEVICE_BYTES)).select(
         "gpu", host=_host_key(pl.col("source")), total="value") for f in frames]
     own = [(g, src, float(info["total_bytes"])) for g, info in p.gpus.items()
-           if isinstance(info.get("total_bytes"), (int, float)) and 0 <= info["total_bytes"] <= MAX_DEVICE_BYTES
+           if _a_gpu(g) and isinstance(info.get("total_bytes"), (int, float)) and 0 <= info["total_bytes"] <= MAX_DEVICE_BYTES
            for src in DEVICE_SOURCES]
     schema = {"gpu": pl.Int32, "host": pl.Utf8, "total": pl.Float64}
     return (pl.concat([*(f.cast(schema) for f in said), pl.DataFrame(own, schema=schema, orient="row")])  # type: ignore[arg-type]
