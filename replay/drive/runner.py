@@ -34,7 +34,13 @@ from replay.engine.ballast import Ballast, scaled_utilization
 from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model, tiny_model_dir
 from replay.engine.server import EngineServer
 from replay.engine.translate import translate
-from replay.errors import EXIT_INTERRUPTED, EXIT_OOM_REPRODUCED, ReplayError, refuse_options
+from replay.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OOM_REPRODUCED,
+    EXIT_TERMINATED,
+    ReplayError,
+    refuse_options,
+)
 from replay.nvml import NvmlReader, open_nvml
 from replay.record.recorder import STATS_SAMPLES
 from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
@@ -386,11 +392,14 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
             stop_driver()
 
     interrupted = False
+    stopped_by: list[int] = []  # the signal that stopped the replay: Ctrl-C's, or SIGTERM's (a stop asked of it)
     prev_handler = signal.getsignal(signal.SIGINT)
+    prev_term = signal.getsignal(signal.SIGTERM)
 
     def on_sigint(signum: int, frame: Any) -> None:
         nonlocal interrupted
         interrupted = True
+        stopped_by.append(signum)
         stop_driver()
 
     t_wall0 = time.time()
@@ -402,6 +411,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     try:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, on_sigint)
+            signal.signal(signal.SIGTERM, on_sigint)  # (a stop asked of the replay ends it as Ctrl-C does: a complete bundle)
         if emulation is not None:  # before the engine starts: vLLM measures free memory at startup
             with console.status(f"holding a {emulation['ballast_bytes'] / 2**30:.1f} GiB ballast on GPU 0"):
                 ballast = Ballast(spec.python, int(emulation["ballast_bytes"]), "cuda:0")
@@ -447,6 +457,8 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
 
             async def go() -> None:
                 loop_ref.append(asyncio.get_running_loop())
+                if interrupted or died.is_set():  # (stopped before the driver's loop ran: nothing to send)
+                    driver.stop()
                 await driver.run(items, t0=t_drive0_perf, on_tick=tick)
 
             try:
@@ -472,6 +484,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
             ballast.stop()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, prev_handler)
+            signal.signal(signal.SIGTERM, prev_term)
 
     # Requests
     for sched, rid, body in items:
@@ -516,7 +529,8 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
                       "rss_bytes": guard_hit[0] if guard_hit else None, "capacity_bytes": opts.capacity_bytes,
                       "log_tail": server.log_tail(30)})
     if outcome == "interrupted":
-        writer.event({"t_us": end_us, "kind": "interrupted", "source": "replay", "label": "Ctrl-C"})
+        term = signal.SIGTERM in stopped_by
+        writer.event({"t_us": end_us, "kind": "interrupted", "source": "replay", "label": "SIGTERM" if term else "Ctrl-C"})
     statuses = [o.status for o in driver.outcomes.values()]
     if driver.stats.waited_for_connection:
         console.print(f"[yellow]note:[/] {driver.stats.waited_for_connection} requests were sent late: this process may "
@@ -537,7 +551,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     })
     writer.close()
     code = {"completed": 0, "engine_died": EXIT_OOM_REPRODUCED, "capacity_guard": EXIT_OOM_REPRODUCED,
-            "interrupted": EXIT_INTERRUPTED}[outcome]
+            "interrupted": EXIT_TERMINATED if signal.SIGTERM in stopped_by else EXIT_INTERRUPTED}[outcome]
     return RunResult(out, code, outcome, driver.stats.sent, statuses.count("ok"), statuses.count("error"),
                      statuses.count("aborted"), sampler.peak_rss if sampler else None, baseline,
                      sampler.cpu_s if sampler else 0.0, engine_cpu, replay_cpu, _p99(driver.stats.lateness_us))

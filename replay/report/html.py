@@ -413,9 +413,14 @@ def render(analyses: list[Analysis]) -> str:
     )
 
 
+def part_size(path: Path) -> int:
+    return path.stat().st_size
+
+
 def write_report(bundle: Path, compare: list[Path], out: Path) -> int:
     analyses = [analyze_bundle(read_bundle(p)) for p in [bundle, *compare]]
     html = render(analyses)
     with written_in_place(out) as part:  # (the last report stays whole until this one is)
-        part.write_text(html, encoding="utf-8")
-    return len(html.encode())
+        # (a file name that is not UTF-8 reaches the text as surrogates: written as escapes, not a failure)
+        part.write_text(html, encoding="utf-8", errors="backslashreplace")
+    return part_size(out)

@@ -186,7 +186,7 @@ def render_postmortem(bundle: Path, report_link: str | None = None, compare: lis
 def write_postmortem(bundle: Path, out: Path, report_link: str | None, compare: list[Path] | None = None) -> None:
     text = render_postmortem(bundle, report_link, compare)
     with written_in_place(out) as part:  # (the last draft stays whole until this one is)
-        part.write_text(text, encoding="utf-8")
+        part.write_text(text, encoding="utf-8", errors="backslashreplace")  # (a non-UTF-8 file name: escaped)
 
 
 def _at_crash(events: list[dict[str, Any]], utc: Callable[[int | None], str], oom: bool) -> list[str]:

@@ -192,9 +192,11 @@ def test_unknown_engine_arg_is_refused_before_start(tmp_path: Path) -> None:
         assert r.returncode == 4 and "exists only as a CUDA build" in r.stderr
 
 
-def test_ctrl_c_leaves_a_valid_bundle_and_no_server(tmp_path: Path) -> None:
-    """GIVEN a replay in progress on the real engine WHEN it gets Ctrl-C (SIGINT) THEN it stops the
-    driver, marks unfinished requests aborted, writes a complete bundle, exits 130, and leaves no server."""
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_leaves_a_valid_bundle_and_no_server(sig: str, tmp_path: Path) -> None:
+    """GIVEN a replay in progress on the real engine WHEN it gets Ctrl-C (SIGINT), or is asked to stop
+    (SIGTERM, as a job runner does) THEN it stops the driver, marks unfinished requests aborted, writes
+    a complete bundle, exits 130 (143), and leaves no server."""
     import signal
 
     import httpx
@@ -221,18 +223,18 @@ def test_ctrl_c_leaves_a_valid_bundle_and_no_server(tmp_path: Path) -> None:
                 pass
             time.sleep(0.5)
         time.sleep(6)  # a few requests sent, the rest still scheduled
-        p.send_signal(signal.SIGINT)
+        p.send_signal(getattr(signal, sig))
         _, stderr = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130, stderr[-2000:]
+    assert p.returncode == (130 if sig == "SIGINT" else 143), stderr[-2000:]
     assert "Traceback" not in stderr
     b = read_bundle(out)
     assert b.meta.extra["outcome"] == "interrupted"
     st = b.requests["status"].to_list()
     assert len(st) == 43 and "ok" in st and "aborted" in st  # every request recorded, none dropped
-    assert any(e["kind"] == "interrupted" for e in b.events)
+    assert any(e["kind"] == "interrupted" and e["label"] == ("Ctrl-C" if sig == "SIGINT" else "SIGTERM") for e in b.events)
     assert b.samples.height > 0
     time.sleep(1)
     assert not _engine_procs()

@@ -187,3 +187,22 @@ def test_postmortem_markdown_renders_no_markup_from_the_evidence(tmp_path: Path)
     inputs = [ln for ln in pm.splitlines() if "<img src=x onerror" in ln and ln.startswith("- ")]
     assert inputs and re.match(r"- ```/\S+/vllm`` <img src=x onerror=alert\(1\)> <span .*x\.log``` \(vllm-log\)", inputs[0])
     # (the file name in a code span fenced by one backtick more than the run it holds)
+
+
+def test_a_file_name_that_is_not_utf8_is_written_escaped(tmp_path: Path) -> None:
+    """A log whose file name is not UTF-8 (a byte 0xff) reaches the report and the postmortem as a
+    surrogate: both are written, the name escaped (it was an internal error and a 0-byte file)."""
+    import os
+    import shutil
+
+    from replay.record.recorder import RecordOptions, record
+    from replay.report.html import write_report
+    from replay.report.postmortem import write_postmortem
+    from tests.conftest import DATA
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/v\xff.log"))
+    shutil.copyfile(DATA / "v017_v1_stats_kv_ramp.log", odd)
+    record([odd], tmp_path / "b", RecordOptions(year=2025))
+    assert write_report(tmp_path / "b", [], tmp_path / "r.html") > 0
+    write_postmortem(tmp_path / "b", tmp_path / "pm.md", None)
+    assert "\\udcff" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "\\udcff" in (tmp_path / "pm.md").read_text(encoding="utf-8")
