@@ -13,7 +13,7 @@ help:  ## list targets
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,cluster]'
 	touch $@
 
 venv: $(VENV)/.installed  ## create/update the virtualenv
@@ -48,6 +48,7 @@ bench: venv  ## performance benchmarks (print ratios; not timed tests)
 	$(PY) benchmarks/bench_import.py
 	$(PY) benchmarks/bench_record.py
 	$(PY) benchmarks/bench_driver.py
+	$(PY) benchmarks/bench_matrix.py
 
 clean:  ## remove the virtualenv and generated files (the engine cache stays)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

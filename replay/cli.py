@@ -750,6 +750,15 @@ def _on_sigterm(signum: int, _frame: object) -> None:
         raise Terminated()
 
 
+def _register_matrix() -> None:
+    from replay.matrix.commands import bisect_cmd, matrix_cmd
+    app.command("matrix")(matrix_cmd)
+    app.command("bisect")(bisect_cmd)
+
+
+_register_matrix()
+
+
 def main() -> None:
     import signal
     signal.signal(signal.SIGTERM, _on_sigterm)
