@@ -77,6 +77,11 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         server.start()
         assert server.proc is not None
+        # (a production server has served before the incident: its first requests' one-off allocations are
+        # behind it; these are in its log, and the incident's window below starts after them)
+        for i in range(3):
+            httpx.post(f"{server.url}/v1/completions", json={"model": str(model), "prompt": [1] * 300, "max_tokens": 32},
+                       headers={"x-request-id": f"warmup-{i}"}, timeout=600).raise_for_status()
         live = subprocess.Popen([sys.executable, "-m", "replay", "record", "--live", server.url, "--pid",
                                  str(server.proc.pid), "--interval", "250ms", "-o", str(d / "live.bundle")],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -95,6 +100,14 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d / "prod.bundle"
 
 
+def _incident(production: Path) -> str:
+    """The incident's window of the bundle's timeline: from its first request on (the warm-up's before it)."""
+    req = read_bundle(production).requests
+    first = req.filter(~req["id"].str.starts_with("cmpl-warmup"))["arrival_us"].min()
+    assert isinstance(first, int)
+    return f"{first}us:"
+
+
 def test_the_production_bundle_holds_its_configuration_and_traffic(production: Path) -> None:
     b = read_bundle(production)
     assert b.meta.vllm_version == "0.32.0"
@@ -102,7 +115,7 @@ def test_the_production_bundle_holds_its_configuration_and_traffic(production: P
     assert ea["max_model_len"] == 8192 and ea["enforce_eager"] is True and ea["max_logprobs"] == 20
     assert "port" not in ea  # (a server argument, not the engine's)
     req = b.requests
-    assert req.height == 15 and req["id"].str.starts_with("cmpl-").all()
+    assert req.height == 18 and req["id"].str.starts_with("cmpl-").all()  # (3 of them the warm-up's)
     assert req.filter(req["id"] == "cmpl-logprobs-0-0")["prompt_logprobs"].item() == 20
     assert b.samples.filter(b.samples["metric"] == "process_rss_bytes").height > 20
 
@@ -110,20 +123,22 @@ def test_the_production_bundle_holds_its_configuration_and_traffic(production: P
 def test_replay_of_the_bundle_reproduces_production(production: Path, tmp_path: Path) -> None:
     from replay.analysis.verdict import verdicts
     from replay.engine.envs import resolve
-    plan = _replay("run", str(production), "--vllm", "0.32", "--dry-run", "--json")
+    window = _incident(production)
+    plan = _replay("run", str(production), "--vllm", "0.32", "--dry-run", "--json", "--window", window)
     assert plan.returncode == 0, plan.stderr
     p = json.loads(plan.stdout)
     assert p["requests"] == 15 and p["engine_args"]["max_model_len"] == 8192 and p["engine_args"]["max_logprobs"] == 20
     runs = [tmp_path / "r-0.32.bundle"]
-    r = _replay("run", str(production), "--vllm", "0.32", "-o", str(runs[0]))
+    r = _replay("run", str(production), "--vllm", "0.32", "-o", str(runs[0]), "--window", window)
     assert r.returncode == 0, r.stderr[-3000:]
     if resolve(COMPARE).python.exists():
         runs.append(tmp_path / f"r-{COMPARE}.bundle")
-        r = _replay("run", str(production), "--vllm", COMPARE, "-o", str(runs[1]))
+        r = _replay("run", str(production), "--vllm", COMPARE, "-o", str(runs[1]), "--window", window)
         assert r.returncode == 0, r.stderr[-3000:]
     prod = read_bundle(production)
     reps = [read_bundle(x) for x in runs]
-    assert set(reps[0].requests["id"]) == set(prod.requests["id"])  # the production ids, replayed
+    incident = {i for i in prod.requests["id"].to_list() if not i.startswith("cmpl-warmup")}
+    assert set(reps[0].requests["id"]) == incident  # the production ids, replayed
     vs = verdicts(prod, reps)
     for v in vs:
         assert v.reproduced is True, v
