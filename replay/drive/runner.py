@@ -117,7 +117,7 @@ class RunResult:
     lateness_p99_us: float | None
 
 
-def _trace_link(header: TraceHeader) -> dict[str, Any] | None:
+def trace_link(header: TraceHeader) -> dict[str, Any] | None:
     """Which production bundle the trace came from and where its t=0 lies on production's timeline (a
     report of production beside this replay aligns them by it and by the request ids)."""
     prod = header.production or {}
@@ -351,7 +351,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     meta = BundleMeta(kind="replay", vllm_version=spec.version, engine=None, engine_args=engine_args,
                       model=str(model_dir),
                       gpus=[], inputs=[{"path": str(trace_path), "kind": "trace", "requests": len(reqs)}],
-                      extra={"device": spec.device, "notes": p.notes, "trace": _trace_link(header),
+                      extra={"device": spec.device, "notes": p.notes, "trace": trace_link(header),
                              "production_engine_args": header.engine_args, "model_kind": p.model_kind,
                              "speed": opts.speed, "seed": opts.seed, "window_us": opts.window,
                              "concurrency": opts.concurrency, "production": prod,

@@ -15,27 +15,16 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from replay.bundle import BundleMeta, BundleWriter, bundle_written
 from replay.drive.driver import Driver, request_body
-from replay.drive.runner import RunOptions, RunResult, user_engine_args
+from replay.drive.runner import RunOptions, RunResult, trace_link, user_engine_args
 from replay.drive.stub import StubServer
 from replay.errors import EXIT_OOM_REPRODUCED, ReplayError
-from replay.trace.format import TraceHeader, read_trace
+from replay.trace.format import read_trace
 from replay.trace.prompts import synth_prompt_ids
-
-
-def _trace_link(header: TraceHeader) -> dict[str, Any] | None:
-    """Which production bundle the trace came from, as ``replay run`` states it in its bundle."""
-    prod = header.production or {}
-    if header.source.get("format") != "replay-bundle":
-        return None
-    return {"bundle": prod.get("bundle"), "bundle_sha256": prod.get("bundle_sha256"),
-            "production_t0_utc": prod.get("t0_utc"), "window_us": prod.get("window_us"),
-            "offset_us": (header.time or {}).get("bundle_offset_us")}
 
 
 @dataclass(frozen=True)
@@ -63,7 +52,7 @@ class StubRun:
         meta = BundleMeta(kind="replay", vllm_version=opts.vllm, engine=None, engine_args=user_engine_args(opts),
                           model="stub", gpus=[],
                           inputs=[{"path": str(trace_path), "kind": "trace", "requests": len(reqs)}],
-                          extra={"device": "stub", "engine_stub": True, "trace": _trace_link(header),
+                          extra={"device": "stub", "engine_stub": True, "trace": trace_link(header),
                                  "speed": opts.speed, "seed": opts.seed, "window_us": opts.window,
                                  "production": header.production or {},
                                  "notes": ["the stub OpenAI server stood in for the engine (replay.drive.stub): "
