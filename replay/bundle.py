@@ -379,6 +379,12 @@ class BundleMeta:
     keep_prompts: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def t0_us(self) -> int | None:
+        """``t0_utc`` as epoch µs (None where the bundle has no time)."""
+        t0 = _iso_time(self.t0_utc)
+        return None if t0 is None else int(t0.timestamp() * 1_000_000)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "kind": self.kind, "t0_utc": self.t0_utc,
@@ -613,6 +619,19 @@ class Bundle:
 
     def events_of(self, *kinds: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("kind") in kinds]
+
+
+def bundle_sha256(path: Path) -> str:
+    """One digest of a bundle's content files, in a fixed order (a replay names the bundle it came from)."""
+    h = hashlib.sha256()
+    for name in ("bundle.json", "requests.parquet", "samples.parquet", "events.jsonl"):
+        p = path / name
+        h.update(name.encode() + b"\0")
+        if p.exists():
+            with p.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+    return h.hexdigest()
 
 
 def _iso_time(v: Any) -> datetime | None:

@@ -304,8 +304,7 @@ def identify_input(given: Path) -> MatrixInput:
     trace a bundle's requests make is not written yet (``write_trace``: once the folder is known to be
     this matrix's). A production bundle is the reference the runs' verdicts are judged against."""
     if is_bundle(given):
-        from replay.bundle import read_bundle
-        from replay.trace.from_bundle import bundle_sha256
+        from replay.bundle import bundle_sha256, read_bundle
         prod = given if read_bundle(given).meta.kind == "production" else None
         return MatrixInput(given, "bundle", bundle_sha256(given), Path(TRACE_NAME), prod)
     if not given.is_file():

@@ -4,7 +4,6 @@ what its log states land on one timeline."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -22,9 +21,9 @@ def parse_bundle(path: Path) -> ev.Parsed:
     """Its samples and events at their UTC times (epoch µs), its GPUs and notes; its request rows are
     the recording's own and are not merged (said in a note)."""
     b = read_bundle(path)
-    if b.meta.t0_utc is None:
+    t0 = b.meta.t0_us
+    if t0 is None:
         raise ReplayError(f"{path}: a bundle without t0_utc cannot be placed on the timeline")
-    t0 = int(datetime.fromisoformat(b.meta.t0_utc.replace("Z", "+00:00")).timestamp() * 1_000_000)
     p = ev.Parsed(kind="bundle")
     if b.samples.height:
         p.frames.append(b.samples.with_columns(pl.col("t_us") + t0))

@@ -26,6 +26,7 @@ from replay.bundle import (
     SAMPLES_SCHEMA,
     BundleMeta,
     BundleWriter,
+    bundle_sha256,
     bundle_written,
     device_source,
 )
@@ -50,7 +51,6 @@ from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
 from replay.record.request_ids import unify_bundle_requests
 from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
-from replay.trace.from_bundle import bundle_sha256
 from replay.units import GiB, fraction, is_uint
 from replay.versioning import version_key
 

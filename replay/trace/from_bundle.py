@@ -9,14 +9,13 @@ many and from where, field by field: the trace never invents silently.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 
-from replay.bundle import Bundle, read_bundle
+from replay.bundle import Bundle, bundle_sha256, read_bundle
 from replay.errors import EXIT_INPUT, ReplayError
 from replay.record.request_ids import unify_request_ids
 from replay.trace.format import TraceHeader, write_trace
@@ -53,28 +52,10 @@ class BundleTrace:
     crash_us: int | None
 
 
-def bundle_sha256(path: Path) -> str:
-    """One digest of a bundle's content files, in a fixed order (a replay names the bundle it came from)."""
-    h = hashlib.sha256()
-    for name in ("bundle.json", "requests.parquet", "samples.parquet", "events.jsonl"):
-        p = path / name
-        h.update(name.encode() + b"\0")
-        if p.exists():
-            with p.open("rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    h.update(chunk)
-    return h.hexdigest()
-
-
 def first_crash_us(b: Bundle) -> int | None:
     """When the engine first crashed (an OOM, its death, a fatal CUDA error, a kill), µs from t0."""
     times = [int(e["t_us"]) for e in b.events if e.get("kind") in CRASH_KINDS and e.get("t_us") is not None]
     return min(times) if times else None
-
-
-def _line_of(source: Any) -> int:
-    tail = str(source or "").rpartition(":")[2]
-    return int(tail) if tail.isdigit() else 0
 
 
 def _whole_seconds(arrivals: pl.Series, t0_us: int) -> bool:
@@ -87,12 +68,6 @@ def _spread(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         arrival_us=pl.col("arrival_us") + (pl.int_range(pl.len()).over("arrival_us") * SECOND_US
                                            // pl.len().over("arrival_us")))
-
-
-def _t0_us(b: Bundle) -> int:
-    from datetime import datetime
-    t0 = b.meta.t0_utc
-    return int(datetime.fromisoformat(t0.replace("Z", "+00:00")).timestamp() * SECOND_US) if t0 else 0
 
 
 def _mean_prompt_tokens(b: Bundle, lo_us: int, hi_us: int, n_requests: int) -> tuple[int, str] | None:
@@ -122,7 +97,7 @@ def _rows(b: Bundle) -> tuple[pl.DataFrame, list[str]]:
         notes.append(f"{unplaced} requests have no arrival in the evidence (in flight when it begins, only their end "
                      "logged): not replayed")
     df = df.filter(pl.col("arrival_us").is_not_null())
-    df = df.with_columns(_line=pl.col("source").map_elements(_line_of, return_dtype=pl.Int64)).sort(
+    df = df.with_columns(_line=pl.col("source").str.extract(r":(\d+)$", 1).cast(pl.Int64).fill_null(0)).sort(
         ["arrival_us", "_line"], maintain_order=True)
     return df, notes
 
@@ -142,7 +117,7 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
             raise ReplayError(f"--before-crash: {b.path} states no crash (no OOM, engine death or kill on its "
                               "timeline); cut it with --window START:END instead", 2)
         window_us = (crash - before_crash_us, crash + 1)
-    t0 = _t0_us(b)
+    t0 = b.meta.t0_us or 0
     fields = {k: FieldOrigin() for k in ("t_us", "input_tokens", "max_tokens", "output_tokens", "sampling", "status")}
     whole = _whole_seconds(df["arrival_us"], t0)
     if whole:

