@@ -132,7 +132,7 @@ def import_cmd(
 @app.command("export")
 def export_cmd(
     src: Annotated[Path, typer.Argument(help="A replay-trace/1 file, or a bundle directory with --perfetto.")],
-    fmt: Annotated[str | None, typer.Option("--format", "-f", help="Trace export format: vllm-bench, aiperf-mooncake.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="Trace export format: vllm-timed-trace (vLLM bench serve's timed_trace: arrival times kept), aiperf-mooncake (AIPerf's mooncake_trace: arrival times kept), vllm-bench (vLLM bench serve's custom dataset: prompts, no arrival times). hash_ids are synthesised per block where the trace has none, and said so.")] = None,
     out: Annotated[Path | None, typer.Option("-o", "--out", help="File to write.")] = None,
     perfetto: Annotated[Path | None, typer.Option("--perfetto", help="Write the bundle's timeline as Chrome trace events.")] = None,
     window: Annotated[str | None, typer.Option(help="With --perfetto: only the slice START:END of the timeline (from its t0), e.g. 10m:20m.")] = None,
@@ -154,10 +154,10 @@ def export_cmd(
         raise ReplayError("--window goes with --perfetto", 2)
     if fmt is None or out is None:
         raise ReplayError("give --format and -o for a trace export, or --perfetto FILE for a bundle", 2)
-    from replay.trace.exporters import export_notes, export_trace
-    n = export_trace(fmt, src, _file_out(out, f"trace.{fmt}.jsonl"))
-    err.print(f"[green]wrote[/] {escape(str(out))}: {n} requests")
-    for note in export_notes(fmt, src):
+    from replay.trace.exporters import export_trace
+    r = export_trace(fmt, src, _file_out(out, f"trace.{fmt}.jsonl"))
+    err.print(f"[green]wrote[/] {escape(str(out))}: {r.requests} requests")
+    for note in r.notes:
         err.print(f"[yellow]note:[/] {escape(note)}")
 
 

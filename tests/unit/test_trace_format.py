@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.errors import ReplayError
-from replay.trace.exporters import export_trace
 from replay.trace.format import TraceHeader, iter_requests, read_header, write_trace
 from replay.trace.synth import SynthSpec, synth
 
@@ -42,45 +41,6 @@ def test_synth_is_deterministic_and_respects_context(tmp_path: Path) -> None:
     share = sum(1 for r in a if r["sampling"].get("prompt_logprobs")) / len(a)
     assert 0.1 < share < 0.3
     assert [r["t_us"] for r in a] == sorted(r["t_us"] for r in a)
-
-
-def test_export_aiperf_and_vllm_bench(tmp_path: Path) -> None:
-    h = TraceHeader(source={}, time={})
-    p = tmp_path / "t.jsonl"
-    write_trace(p, h, [{"id": "a", "t_us": 1500, "input_tokens": 5, "output_tokens": 2, "prefix_blocks": [1, 2]},
-                       {"id": "b", "t_us": 2_000_000, "input_tokens": 7, "output_tokens": 3}])
-    assert export_trace("aiperf-mooncake", p, tmp_path / "m.jsonl") == 2
-    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    assert rows == [{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": [1, 2]},
-                    {"timestamp": 2000, "input_length": 7, "output_length": 3}]
-    export_trace("vllm-bench", p, tmp_path / "v.jsonl")
-    v = [json.loads(x) for x in (tmp_path / "v.jsonl").read_text().splitlines()]
-    assert len(v[1]["prompt"].split()) == 7 and v[1]["output_tokens"] == 3
-
-
-def test_export_leaves_out_an_unknown_output_and_names_the_block_size(tmp_path: Path) -> None:
-    # GIVEN a real content-hash trace of a batch job: 16-token blocks, output length unknown
-    src = Path(__file__).parents[1] / "data" / "servegen_offline_trace_c_head6.jsonl"
-    from replay.trace.exporters import export_notes
-    from replay.trace.importers import import_trace
-    t = tmp_path / "t.jsonl"
-    import_trace("servegen-offline", src, t)
-    export_trace("aiperf-mooncake", t, tmp_path / "m.jsonl")
-    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    # THEN no output length is made up (a 0 asked for no output at all), and the user is told the block size
-    assert rows and all("output_length" not in r and r["hash_ids"] for r in rows)
-    assert export_notes("aiperf-mooncake", t) == [
-        "hash_ids are blocks of 16 tokens: run aiperf with --isl-block-size 16 (its default is 512)"]
-    export_trace("vllm-bench", t, tmp_path / "v.jsonl")
-    assert all("output_tokens" not in json.loads(x) for x in (tmp_path / "v.jsonl").read_text().splitlines())
-    # a failed request's 0 falls back to its max_tokens, else is left out
-    p = tmp_path / "f.jsonl"
-    write_trace(p, TraceHeader(source={}, time={}), [{"id": "a", "t_us": 0, "input_tokens": 5, "output_tokens": 0,
-                                                      "max_tokens": 64}, {"id": "b", "t_us": 1, "input_tokens": 5,
-                                                                          "output_tokens": 0}])
-    export_trace("aiperf-mooncake", p, tmp_path / "f.out")
-    assert [json.loads(x).get("output_length") for x in (tmp_path / "f.out").read_text().splitlines()] == [64, None]
-    assert export_notes("aiperf-mooncake", p) == []
 
 
 def test_synth_streams_its_requests_into_the_trace(tmp_path: Path) -> None:
@@ -140,23 +100,3 @@ def test_every_spec_the_check_passes_gives_requests_a_server_can_take(
                for r in reqs)
     ts = [r["t_us"] for r in reqs]
     assert ts == sorted(ts) and ts[-1] < 2**63
-
-
-def test_export_gives_aiperf_a_text_prompt_as_text_input(tmp_path: Path) -> None:
-    """GIVEN ShareGPT conversations imported (prompts as text, lengths in tokens unknown) WHEN exported
-    for AIPerf THEN each prompt is its text_input (which AIPerf tokenises), not a null input_length it
-    refuses; a prompt of token ids is as long as its ids."""
-    from replay.trace.importers import import_trace
-    t = tmp_path / "t.jsonl"
-    import_trace("sharegpt", Path(__file__).parents[1] / "data" / "sharegpt_v3_layout.json", t)
-    export_trace("aiperf-mooncake", t, tmp_path / "m.jsonl")
-    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
-    prompts = [r["prompt"] for r in iter_requests(t)]
-    assert rows == [{"timestamp": 0, "text_input": p} for p in prompts] and len(rows) == 5
-    p = tmp_path / "n.jsonl"
-    write_trace(p, TraceHeader(source={}, time={}), [{"id": "q7", "t_us": 0, "input_tokens": None,
-                                                      "prompt_token_ids": [5, 6, 7]}])
-    export_trace("aiperf-mooncake", p, tmp_path / "x.jsonl")
-    assert json.loads((tmp_path / "x.jsonl").read_text()) == {"timestamp": 0, "input_length": 3}
-    export_trace("vllm-bench", p, tmp_path / "y.jsonl")
-    assert len(json.loads((tmp_path / "y.jsonl").read_text())["prompt"].split()) == 3  # (not a prompt of one)
