@@ -276,7 +276,7 @@ def record(
     off = (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
     if year is not None and not 1970 <= year <= 9999:
         raise ReplayError(f"--year {year}: expected a year from 1970 to 9999", 2)
-    from replay.record.evidence import parse_time
+    from replay.record.common import parse_time
     if at is not None and parse_time(at, off) is None:  # (unread, it was as if not given)
         raise ReplayError(f"--at {at!r}: expected a time such as 2025-06-01T10:00:00Z (ISO 8601; without a "
                           "zone, --tz applies)", 2)

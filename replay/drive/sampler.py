@@ -12,8 +12,8 @@ import httpx
 
 from replay.bundle import BundleWriter
 from replay.drive.probe import ProbeReader
+from replay.metrics import vllm_metric_values
 from replay.nvml import NvmlReader
-from replay.record.evidence import vllm_metric_values
 
 
 class Sampler:

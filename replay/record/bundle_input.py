@@ -10,21 +10,21 @@ import polars as pl
 
 from replay.bundle import read_bundle
 from replay.errors import ReplayError
-from replay.record import evidence as ev
+from replay.record import common
 
 
 def is_bundle(path: Path) -> bool:
     return path.is_dir() and (path / "bundle.json").exists()
 
 
-def parse_bundle(path: Path) -> ev.Parsed:
+def parse_bundle(path: Path) -> common.Parsed:
     """Its samples and events at their UTC times (epoch µs), its GPUs and notes; its request rows are
     the recording's own and are not merged (said in a note)."""
     b = read_bundle(path)
     t0 = b.meta.t0_us
     if t0 is None:
         raise ReplayError(f"{path}: a bundle without t0_utc cannot be placed on the timeline")
-    p = ev.Parsed(kind="bundle")
+    p = common.Parsed(kind="bundle")
     if b.samples.height:
         p.frames.append(b.samples.with_columns(pl.col("t_us") + t0))
     for e in b.events:

@@ -65,7 +65,10 @@ from replay.record.vllm_log import (
     SHIPPED_TEXT,
     SHIPPED_TIME,
     SLURM_LABEL,
+    STATS_V0,
+    STATS_V1,
     SYSLOG_BSD_PREFIX,
+    THROUGHPUT,
     WEB_HEAD,
     LogFact,
     LogParse,
@@ -77,7 +80,6 @@ from replay.record.vllm_log import (
 )
 
 _PROC = r"\((?P<proc>" + PROC_BODY + r")\) *"
-_NUM = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
 # the strict shape of a fast-lane line: single spaces, so that plain splitting finds its fields; the
 # call site in brackets ('[loggers.py:271] ', vLLM 0.8 on) or with only the closing one
 # ('metrics.py:351] ', vLLM 0.6 and 0.7)
@@ -86,11 +88,6 @@ _STRICT = (r"^(?:\(" + PROC_BODY + r"\) )?INFO \d\d-\d\d "
 ACCESS = r'^(?:' + _PROC + r')?(?:INFO|WARNING|ERROR):\s+[\d.:]+ - "[A-Z]+ [^"\s]* HTTP/[\d.]+" \d+(?: [A-Za-z ]*)?$'
 OPENS = (r'^(?:' + _PROC + r'|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s'
          r'|(?:INFO|WARNING|ERROR):\s+[\d.:]+ - ")')
-STATS_V0 = (r"Running: (?P<running>\d+) reqs, Swapped: (?P<swapped>\d+) reqs, Pending: (?P<waiting>\d+) reqs, "
-            r"GPU KV cache usage: (?P<kv>" + _NUM + r")%, CPU KV cache usage: (?P<cpu_kv>" + _NUM + ")%")
-STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:, Preemptions: (?P<pre>\d+))?.*?"
-            r"(?:GPU|CPU|XPU|\w+) KV cache usage: (?P<kv>" + _NUM + ")%")
-THROUGHPUT = r"Avg prompt throughput: (?P<ptps>" + _NUM + r") tokens/s, Avg generation throughput: (?P<gtps>" + _NUM + ")"
 # a second message glued onto the line (copy-paste): the reference parser splits those
 _GLUED = LEVEL_TIME
 # the same strict shape at any level: the lines that say nothing the reference parser would keep (and

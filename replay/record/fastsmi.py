@@ -21,11 +21,11 @@ from typing import Any
 import polars as pl
 
 from replay.bundle import SAMPLES_SCHEMA
-from replay.record import evidence as ev
+from replay.record import common, nvidia_smi
 
 _ODD_TEXT = r"[^\t\x20-\x7e]"  # (Python's line breaks and white space beyond these: the reference's)
 _TIME = r"^[1-9]\d{3}/\d\d/\d\d \d\d:\d\d:[0-5]\d\.\d{3}$"  # nvidia-smi's, '2026/07/03 22:11:09.763'
-_NUMBER = ev._NV_NUMBER.pattern  # (its \s is the same in Rust's regex on this lane's text: a tab or a space)
+_NUMBER = nvidia_smi.NV_NUMBER.pattern  # (its \s is the same in Rust's regex on this lane's text: a tab or a space)
 _INFO = (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"), ("hostname", "host"))
 FAST_FROM_CHARS = 1 << 20  # (a smaller file is read sooner row by row than the lane's fixed cost of some 30 ms)
 PIECE_CHARS = 8 << 20
@@ -34,11 +34,11 @@ _GPU_MAX = (1 << 31) - 1
 
 
 def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,
-                         at: str | None = None) -> ev.Parsed:
+                         at: str | None = None) -> common.Parsed:
     """``evidence.parse_nvidia_smi_csv``, vectorised where the file has the usual shape and is big
     enough to gain by it."""
     fast = _vectorised(path, text, tz_offset_s, columns) if len(text) >= FAST_FROM_CHARS else None
-    return fast if fast is not None else ev.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
+    return fast if fast is not None else nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
 
 
 def _pieces(text: str) -> Iterator[pl.DataFrame]:
@@ -62,7 +62,7 @@ class _Lane:
         self.path, self.tz_offset_s, self.columns = path, tz_offset_s, columns
         self.header: list[str] | None = None
         self.at: dict[str, int] = {}
-        self.p = ev.Parsed(kind="nvidia-smi")
+        self.p = common.Parsed(kind="nvidia-smi")
         self.frames: list[pl.DataFrame] = []
         self.said: dict[int, dict[str, tuple[int, Any]]] = {}  # GPU -> key -> (line, value): the latest stands
         self.firsts: dict[int, int] = {}  # GPU -> its first row's line (the order of ``gpus``)
@@ -72,7 +72,7 @@ class _Lane:
     def _take(self, header: list[str]) -> bool:
         """Read the rows by ``header``; whether it is this lane's (a timestamp and an index, not apps)."""
         self.header = header
-        self.at = {n: i for i, n in enumerate(ev._named(header)[0])}  # (a name given twice: its last cell, as the reference's dict)
+        self.at = {n: i for i, n in enumerate(nvidia_smi.named_columns(header)[0])}  # (a name given twice: its last cell, as the reference's dict)
         return "timestamp" in self.at and "index" in self.at and "pid" not in self.at
 
     def piece(self, df: pl.DataFrame) -> bool:
@@ -81,8 +81,8 @@ class _Lane:
             return False
         first_two = pl.col("raw").str.splitn(",", 3)
         head = pl.any_horizontal(*(first_two.struct.field(f).str.strip_chars().str.starts_with(w).fill_null(False)
-                                   for f in ("field_0", "field_1") for w in ev.NVSMI_HEADER_WORDS),
-                                 pl.col("raw").str.contains(r"[.\[]") & pl.col("raw").str.contains(ev.NVSMI_FIELDS_LINE.pattern))
+                                   for f in ("field_0", "field_1") for w in nvidia_smi.NVSMI_HEADER_WORDS),
+                                 pl.col("raw").str.contains(r"[.\[]") & pl.col("raw").str.contains(nvidia_smi.NVSMI_FIELDS_LINE.pattern))
         df = df.with_columns(blank=pl.col("raw").str.contains(r"^[\t ]*$"),
                              dated=pl.col("raw").str.contains(r"\d{4}/\d\d/\d\d"))
         heads = df.filter(~pl.col("dated") & ~pl.col("blank")).filter(head)  # (the header test on the few undated)
@@ -91,11 +91,11 @@ class _Lane:
         self.p.parsed += df.height - rows.height
         if self.header is None:
             if rows.height and (not heads.height or rows["line"][0] < heads["line"][0]):
-                if self.columns is None or not self._take(ev.csv_cells(self.columns)):
+                if self.columns is None or not self._take(nvidia_smi.csv_cells(self.columns)):
                     return False  # (rows without a header: the reference quarantines them and says how to read them)
-            elif heads.height and not self._take(ev.csv_cells(heads["raw"][0])):
+            elif heads.height and not self._take(nvidia_smi.csv_cells(heads["raw"][0])):
                 return False
-        if any(ev.csv_cells(h) != self.header for h in heads["raw"].unique()):
+        if any(nvidia_smi.csv_cells(h) != self.header for h in heads["raw"].unique()):
             return False  # (headers that differ)
         if not rows.height:
             return True
@@ -104,7 +104,7 @@ class _Lane:
 
     def _rows(self, rows: pl.DataFrame, header: list[str]) -> bool:
         at = self.at
-        metrics = [(k, m) for k, m in ev.NVSMI_GPU_FIELDS.items() if k in at]
+        metrics = [(k, m) for k, m in nvidia_smi.NVSMI_GPU_FIELDS.items() if k in at]
         info = [k for k, _ in _INFO if k in at]
         # each cell this lane reads, once, as a column of its own ('c:' and its name), on the rows of the
         # header's count of fields
@@ -119,20 +119,20 @@ class _Lane:
         for k, _ in metrics:
             c = pl.col(f"c:{k}")
             number = c.str.extract_groups(_NUMBER)
-            unit = number.struct.field("2").fill_null(ev._nv_default_unit(header[at[k]]))
-            scale = unit.replace_strict(list(ev._NV_SCALE), list(ev._NV_SCALE.values()), default=1, return_dtype=pl.Float64)
+            unit = number.struct.field("2").fill_null(nvidia_smi.nv_default_unit(header[at[k]]))
+            scale = unit.replace_strict(list(nvidia_smi.NV_SCALE), list(nvidia_smi.NV_SCALE.values()), default=1, return_dtype=pl.Float64)
             exprs[k] = number.struct.field("1").cast(pl.Float64, strict=False) * scale
-            exprs[f"{k}?"] = c.is_in([*ev.NV_UNKNOWN, "-", ""]) | (c.str.starts_with("[") & c.str.ends_with("]"))
-        exprs |= {k: pl.when(~pl.col(f"c:{k}").is_in(list(ev.NV_UNKNOWN))).then(pl.col(f"c:{k}")) for k in info}
+            exprs[f"{k}?"] = c.is_in([*nvidia_smi.NV_UNKNOWN, "-", ""]) | (c.str.starts_with("[") & c.str.ends_with("]"))
+        exprs |= {k: pl.when(~pl.col(f"c:{k}").is_in(list(nvidia_smi.NV_UNKNOWN))).then(pl.col(f"c:{k}")) for k in info}
         rows = rows.with_columns(**exprs)
         if rows.filter(pl.col("whole") & (pl.col("gpu").is_null() | (pl.col("gpu") > _GPU_MAX))).height:
             return False  # (GPUs told apart by bus id, which the reference numbers in bus order over the whole file)
         ok = pl.col("whole") & pl.col("t_us").is_not_null()
-        # (a row with a value no GPU can have, ``ev.impossible``'s, is the reference's to quarantine; a row's
+        # (a row with a value no GPU can have, ``common.impossible``'s, is the reference's to quarantine; a row's
         # memory is bounded by its own total)
         total = pl.when(~pl.col("memory.total?")).then(pl.col("memory.total")) if "memory.total" in at else pl.lit(None, pl.Float64)
         for k, m in metrics:
-            possible = ~ev.maybe_impossible(total, pl.lit(m), pl.col(k))
+            possible = ~common.maybe_impossible(total, pl.lit(m), pl.col(k))
             ok = ok & (pl.col(f"{k}?") | (pl.col(k).is_finite() & possible).fill_null(False))
         rows = rows.with_columns(fast=ok.fill_null(False))
         slow = rows.filter(~pl.col("fast")).select("line", "raw")
@@ -173,19 +173,19 @@ class _Lane:
         its columns."""
         listed: list[tuple[int, int | None, int | None, str, str, float]] = []
         for line, ln in slow.iter_rows():
-            one = ev._nvidia_smi_rows(self.path, ln, self.tz_offset_s, ", ".join(header))
+            one = nvidia_smi.nvidia_smi_rows(self.path, ln, self.tz_offset_s, ", ".join(header))
             self.p.parsed += one.parsed
             self.p.naive_local_times |= one.naive_local_times
             self.p.quarantine += [(line, reason, text) for _, reason, text in one.quarantine]
             listed += [(line, *s) for s in one.samples]
-            if any(n.startswith(f"{self.path.name}: {ev.NO_MEMORY}") for n in one.notes):
+            if any(n.startswith(f"{self.path.name}: {nvidia_smi.NO_MEMORY}") for n in one.notes):
                 self.unstated |= set(one.gpus)
             for g, info in one.gpus.items():
                 self.firsts[g] = min(self.firsts.get(g, line), line)
                 self._say(g, {key: (line, v) for key, v in info.items() if key != "index"})
         return pl.DataFrame(listed, schema={"line": pl.UInt32, **SAMPLES_SCHEMA}, orient="row")
 
-    def parsed(self) -> ev.Parsed | None:
+    def parsed(self) -> common.Parsed | None:
         if self.header is None:
             return None
         p = self.p
@@ -195,13 +195,13 @@ class _Lane:
                                         if key in self.said[g]}}
         if self.unstated:
             used = p.frames[0].filter(pl.col("metric") == "device_used_bytes")["gpu"].unique().to_list()
-            ev._no_memory(p, self.path, set(p.gpus) - set(used))
+            nvidia_smi.note_no_memory(p, self.path, set(p.gpus) - set(used))
         if not self.rows and self.columns is None:  # (as the reference says of a header without rows)
-            p.notes.append(ev.header_only_note(self.path, False))
+            p.notes.append(nvidia_smi.header_only_note(self.path, False))
         return p
 
 
-def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) -> ev.Parsed | None:
+def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) -> common.Parsed | None:
     """The file as the reference reads it, or None where its shape is not this lane's."""
     if "\r" in text:  # (Windows' line ends, each CR before an LF, cut the same lines; any other CR is a line end)
         if text.count("\r") != text.count("\r\n"):
@@ -209,4 +209,4 @@ def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) ->
         text = text.replace("\r\n", "\n")
     lane = _Lane(path, tz_offset_s, columns)
     p = lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None
-    return None if p is None else ev.set_aside_impossible_values(p, path)  # (as the reference's result has been)
+    return None if p is None else common.set_aside_impossible_values(p, path)  # (as the reference's result has been)

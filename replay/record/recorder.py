@@ -44,8 +44,19 @@ from replay.filehash import (
     text_bom,
 )
 from replay.parallel import background_removal, ordered_map
-from replay.record import access_log, engine_config, fastlog, fastsmi
-from replay.record import evidence as ev
+from replay.record import (
+    access_log,
+    common,
+    dcgm,
+    engine_config,
+    fastlog,
+    fastsmi,
+    gpustat,
+    k8s,
+    kernel,
+    nvidia_smi,
+    prometheus,
+)
 from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
@@ -615,7 +626,7 @@ def _scrape_named_at(kind: str | None, path: Path, head: str, opts: RecordOption
     server's /metrics reads the same scrape after scrape."""
     if kind != "prometheus-text" or opts.at:
         return None
-    t, how = ev.scrape_time(path, head, None, opts.tz_offset_s)
+    t, how = common.scrape_time(path, head, None, opts.tz_offset_s)
     return t if how == "file name" else None
 
 
@@ -642,7 +653,7 @@ def _batches(frames: list[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)
 
 
-def _set_aside_impossible_times(r: ev.Parsed) -> None:
+def _set_aside_impossible_times(r: common.Parsed) -> None:
     """Samples and events dated before 1970 or after 2200 (a corrupt or mistyped timestamp: seconds
     written as milliseconds twice over, a stray 1e20) go to quarantine with their time: one of them
     would move the bundle's start by centuries, or past what a 64-bit time can hold."""
@@ -682,7 +693,7 @@ def detect_kind(text: str) -> str | None:
     s = head.lstrip()
     if s.startswith("{") and ('"resultType"' in head or re.match(r'\{\s*"status"\s*:\s*"error"', s) and '"errorType"' in head):
         return "prometheus-query-range"  # (or the API's answer to a query it refused)
-    if ev.VM_EXPORT_LINE.match(s.split("\n", 1)[0]):
+    if prometheus.VM_EXPORT_LINE.match(s.split("\n", 1)[0]):
         return "victoriametrics-export"
     if export_kind(head):
         return "log-export"  # (a vLLM log as a logging service or tool exports it)
@@ -694,20 +705,20 @@ def detect_kind(text: str) -> str | None:
             "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
             or "involvedObject" in head or "regarding" in head or re.search(r'(?m)^kind:\s*Pod\s*$|"kind"\s*:\s*"Pod"', head)):
         return "k8s"
-    if ev.EVENTS_TABLE_HEADER.match(s) or ev.PODS_TABLE_HEADER.match(s):
+    if k8s.EVENTS_TABLE_HEADER.match(s) or k8s.PODS_TABLE_HEADER.match(s):
         return "k8s-table"
     if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:") or (
-            ev.DESCRIBE_TERMINATED.match(s) and "Exit Code:" in head):
+            k8s.DESCRIBE_TERMINATED.match(s) and "Exit Code:" in head):
         return "k8s-describe"  # (or a container's terminated state pasted alone)
     if re.match(r"#Entity\s+\w", s):
         return "dcgmi-dmon"
     fields = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("#")][:50]
-    matched = sum(1 for ln in fields if ev.DCGM_COUNTER_LINE.match(ln.strip()))
+    matched = sum(1 for ln in fields if dcgm.DCGM_COUNTER_LINE.match(ln.strip()))
     if matched >= 3 and matched >= 0.8 * len(fields):
         return "dcgm-counters"  # (dcgm-exporter's -f file: which fields it exports; a stray line is quarantined)
     if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
         return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
-    if ev.kernel_log_head(head):
+    if kernel.kernel_log_head(head):
         return "kernel-log"
     if re.search(r"^\[\d+\] .*\|.*\d+ / \d+ MB", ANSI.sub("", head), re.M) or (
             '"query_time"' in head and '"gpus"' in head and '"memory.used"' in head):
@@ -874,43 +885,43 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tu
             continue
         text = _read_text(path)
         if kind == "prometheus-text":
-            result = ev.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics,
+            result = prometheus.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics,
                                           host=opts.host, instance=opts.gpu_instance)
         elif kind == "prometheus-query-range":
-            result = ev.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host,
+            result = prometheus.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host,
                                           instance=opts.gpu_instance)
         elif kind == "victoriametrics-export":
-            result = ev.parse_vm_export(path, text, want=opts.metrics, host=opts.host, instance=opts.gpu_instance)
+            result = prometheus.parse_vm_export(path, text, want=opts.metrics, host=opts.host, instance=opts.gpu_instance)
         elif kind == "grafana-csv":
-            result = ev.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance)
+            result = prometheus.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance)
         elif kind == "grafana-json":
-            result = ev.parse_grafana_frames(path, _json(path, text), opts.host, opts.gpu_instance)
+            result = prometheus.parse_grafana_frames(path, _json(path, text), opts.host, opts.gpu_instance)
         elif kind == "nvidia-smi":
             result = fastsmi.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
         elif kind == "nvidia-smi-table":
-            result = ev.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
+            result = nvidia_smi.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
         elif kind == "nvidia-smi-q":
-            result = (ev.parse_nvidia_smi_xml if "<nvidia_smi_log" in text[:20000] else ev.parse_nvidia_smi_q)(
+            result = (nvidia_smi.parse_nvidia_smi_xml if "<nvidia_smi_log" in text[:20000] else nvidia_smi.parse_nvidia_smi_q)(
                 path, text, opts.tz_offset_s, opts.at)
         elif kind == "kernel-log":
-            result = ev.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
+            result = kernel.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
         elif kind == "nvidia-smi-dmon":
-            result = ev.parse_dmon(path, text, opts.tz_offset_s)
+            result = nvidia_smi.parse_dmon(path, text, opts.tz_offset_s)
         elif kind == "gpustat":
-            result = ev.parse_gpustat(path, text, opts.tz_offset_s)
+            result = gpustat.parse_gpustat(path, text, opts.tz_offset_s)
         elif kind == "dcgm-counters":
-            result = ev.parse_dcgm_counters(path, text)
+            result = dcgm.parse_dcgm_counters(path, text)
         elif kind == "dcgmi-dmon":
-            result = ev.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
+            result = dcgm.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
         elif kind == "k8s":
-            result = ev.parse_k8s(path, text)
+            result = k8s.parse_k8s(path, text)
         elif kind == "k8s-table":
-            result = ev.parse_kubectl_table(path, text, opts.at, opts.tz_offset_s)
+            result = k8s.parse_kubectl_table(path, text, opts.at, opts.tz_offset_s)
         else:  # k8s-describe (a kind outside KINDS was set aside above)
-            result = ev.parse_describe(path, text, opts.at, opts.tz_offset_s)
-        if isinstance(result, ev.Parsed):
+            result = k8s.parse_describe(path, text, opts.at, opts.tz_offset_s)
+        if isinstance(result, common.Parsed):
             _set_aside_impossible_times(result)
-            result.notes += ev.renamed_note(path, result.vllm_names)
+            result.notes += common.renamed_note(path, result.vllm_names)
             rep.kind = result.kind
             rep.notes += result.notes
         parsed_items.append((path, kind, result, rep))
@@ -928,9 +939,9 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tu
                 break
     logged = any(isinstance(r, tuple) for _, _, r, _ in parsed_items)
     if year is None and logged:  # (only log lines need a year)
-        dated = [t for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed)
+        dated = [t for _, _, r, _ in parsed_items if isinstance(r, common.Parsed)
                  if (t := _t_span(r.frame().filter(pl.col("t_us") != 0))[0]) is not None]
-        dated += [e["t"] for _, _, r, _ in parsed_items if isinstance(r, ev.Parsed) for e in r.events if e.get("t")]
+        dated += [e["t"] for _, _, r, _ in parsed_items if isinstance(r, common.Parsed) for e in r.events if e.get("t")]
         if dated:
             year = datetime.fromtimestamp(min(dated) / 1e6, tz=timezone.utc).year
             year_note = f"log year {year} taken from another dated source in the bundle"
@@ -1057,7 +1068,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tu
                 rep.t_first_us, rep.t_last_us = min(times), max(times)
             continue
         else:
-            assert isinstance(r, ev.Parsed)
+            assert isinstance(r, common.Parsed)
             frame = r.frame()
             elsewhere = _another_machine(gpus, r.gpus)
             if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)

@@ -122,7 +122,8 @@ LEVEL_TIME = r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
 GLUE = re.compile(r"(?<=\S)(?=(?:" + ESC_OPEN + r"[0-9;]*m)?(?:(?:\(" + PROC_BODY + r"\)|\[" + PROC_BODY + r"\])\s*(?:" + ESC_OPEN
                   + r"[0-9;]*m)?\s*)?"
                   + LEVEL_TIME + ")")
-_NUM = r"([0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?)"
+NUMBER = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"  # ('1,234.5' as vLLM formats it)
+_NUM = "(" + NUMBER + ")"
 
 
 def _f(s: str) -> float:
@@ -196,13 +197,20 @@ R_PROFILE_ERR = re.compile(r"Error in memory profiling\. Initial free memory " +
 R_INSUFF_KV = re.compile(r"(?:To serve at least one request with the models's max seq len|is larger than the available KV cache memory|KV cache is needed, which is larger than the available KV cache memory)")
 
 # --- runtime ----------------------------------------------------------------------------------
-R_STATS_V0 = re.compile(
-    r"Running: (\d+) reqs, Swapped: (\d+) reqs, Pending: (\d+) reqs, GPU KV cache usage: " + _NUM + r"%, CPU KV cache usage: " + _NUM + "%")
-R_STATS_V1 = re.compile(
-    r"Running: (\d+) reqs, Waiting: (\d+) reqs(?:, Preemptions: (\d+))?.*?(?:GPU|CPU|XPU|\w+) KV cache usage: " + _NUM + "%")
+# The periodic stats line, with named groups: read here a line at a time, and as columns by the fast
+# lane (``fastlog``), which takes the same patterns (polars' regex reads the same syntax). The numbers
+# of the groups are those of their order.
+STATS_V0 = (r"Running: (?P<running>\d+) reqs, Swapped: (?P<swapped>\d+) reqs, Pending: (?P<waiting>\d+) reqs, "
+            r"GPU KV cache usage: (?P<kv>" + NUMBER + r")%, CPU KV cache usage: (?P<cpu_kv>" + NUMBER + ")%")
+STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:, Preemptions: (?P<pre>\d+))?.*?"
+            r"(?:GPU|CPU|XPU|\w+) KV cache usage: (?P<kv>" + NUMBER + ")%")
+THROUGHPUT = (r"Avg prompt throughput: (?P<ptps>" + NUMBER + r") tokens/s, Avg generation throughput: (?P<gtps>"
+              + NUMBER + ")")
+R_STATS_V0 = re.compile(STATS_V0)
+R_STATS_V1 = re.compile(STATS_V1)
 # which engine a V1 stats line speaks for, with data parallelism ('Engine 001:', '2 Engines Aggregated:')
 R_DP = re.compile(r"^(Engine \d+|\d+ Engines Aggregated):")
-R_THROUGHPUT = re.compile(r"Avg prompt throughput: " + _NUM + r" tokens/s, Avg generation throughput: " + _NUM)
+R_THROUGHPUT = re.compile(THROUGHPUT)
 R_PREEMPT = re.compile(r"Sequence group (\S+) is preempted by PreemptionMode\.(\w+).*?total_num_cumulative_preemption=(\d+)")
 R_ADDED = re.compile(r"Added request (\S+?)\.?$")
 R_RECEIVED = re.compile(r"Received request (\S+?):")

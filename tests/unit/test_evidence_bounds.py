@@ -15,8 +15,7 @@ import pytest
 
 from replay.errors import ReplayError
 from replay.filehash import nul_run, read_past_nul_run, utf8_chunks
-from replay.record import evidence as ev
-from replay.record import fastsmi
+from replay.record import common, fastsmi, nvidia_smi, prometheus
 from replay.record.recorder import RecordOptions, record
 from replay.trace.importers import import_trace
 from tests.conftest import DATA
@@ -52,7 +51,7 @@ def test_impossible_scrape_values_are_quarantined_with_their_lines(tmp_path: Pat
     text, at = _hostile_scrape()
     f = tmp_path / "scrape.prom"
     f.write_text(text)
-    p = ev.parse_exposition(f, text, at=AT)
+    p = prometheus.parse_exposition(f, text, at=AT)
     why = {line: reason for line, reason, _ in p.quarantine}
     assert sorted(why) == sorted(at.values())
     assert "negative memory" in why[at["-1"]] and "more memory than any device holds" in why[at["1e30"]]
@@ -81,7 +80,7 @@ def test_memory_beyond_the_gpus_stated_total_is_impossible(tmp_path: Path) -> No
     other = labels.replace('gpu="0"', 'gpu="1"')
     text = "\n".join([f"DCGM_FI_DEV_FB_TOTAL{labels} 81920", f"DCGM_FI_DEV_FB_USED{labels} 92160",
                       f"DCGM_FI_DEV_FB_USED{other} 92160"]) + "\n"
-    p = ev.parse_exposition(tmp_path / "s.prom", text, at=AT)
+    p = prometheus.parse_exposition(tmp_path / "s.prom", text, at=AT)
     assert [(q[0], q[1]) for q in p.quarantine] == [
         (2, "impossible value: more memory than the GPU's stated total of 81920 MiB (device_used_bytes = 92160 MiB)")]
     assert sorted(p.frame().select("gpu", "metric").rows()) == [(0, "device_total_bytes"), (1, "device_used_bytes")]
@@ -91,12 +90,12 @@ def test_conflicting_series_of_one_gpu_at_one_time_are_noted() -> None:
     """The real MPS scrape repeats one device value under two pods: one fact, no conflict. Changed so the
     pods disagree, the two values at one time are noted, both kept."""
     text = MPS.read_text()
-    p = ev.parse_exposition(MPS, text, at=AT)
+    p = prometheus.parse_exposition(MPS, text, at=AT)
     assert not [n for n in p.notes if "different values" in n] and p.frame().height == 1
     lines = text.splitlines()
     k = max(i for i, ln in enumerate(lines) if ln.startswith("DCGM_FI_DEV_FB_USED"))
     lines[k] = lines[k].rsplit(" ", 1)[0] + " 20000"
-    p = ev.parse_exposition(MPS, "\n".join(lines) + "\n", at=AT)
+    p = prometheus.parse_exposition(MPS, "\n".join(lines) + "\n", at=AT)
     clash = [n for n in p.notes if "different values" in n]
     assert len(clash) == 1 and "15866 MiB and 20000 MiB" in clash[0] and "GPU 0" in clash[0]
     assert sorted(p.frame()["value"].to_list()) == [15866 * MiB, 20000 * MiB]
@@ -118,7 +117,7 @@ def test_nvidia_smi_rows_with_impossible_values_are_quarantined_by_either_lane(l
     text = "\n".join([header, *rows]) + "\n"
     f = tmp_path / "smi.csv"
     if lane == "reference":
-        p = ev.parse_nvidia_smi_csv(f, text)
+        p = nvidia_smi.parse_nvidia_smi_csv(f, text)
     else:
         got = fastsmi._vectorised(f, text, 0, None)
         assert got is not None
@@ -131,7 +130,7 @@ def test_nvidia_smi_rows_with_impossible_values_are_quarantined_by_either_lane(l
     df = p.frame()
     assert df["t_us"].n_unique() == 397 and df["value"].max() == 143771 * MiB
     if lane == "vectorised":
-        ref = ev.parse_nvidia_smi_csv(f, text)
+        ref = nvidia_smi.parse_nvidia_smi_csv(f, text)
         assert p.quarantine == ref.quarantine and df.rows() == ref.frame().rows()
 
 
@@ -143,22 +142,22 @@ def test_the_python_and_polars_bounds_agree() -> None:
     totals = [None, 80 * 1024 * MiB]
     cases = [(m, v, t) for m in metrics for v in values for t in totals]
     df = pl.DataFrame(cases, schema={"metric": pl.Utf8, "value": pl.Float64, "total": pl.Float64}, orient="row")
-    vector = df.select(ev.maybe_impossible(pl.col("total")))[:, 0].to_list()
-    scalar = [ev.impossible(m, v, t) is not None for m, v, t in cases]
+    vector = df.select(common.maybe_impossible(pl.col("total")))[:, 0].to_list()
+    scalar = [common.impossible(m, v, t) is not None for m, v, t in cases]
     assert vector == scalar
     assert sum(scalar) > 40 and not any(s for (m, _, _), s in zip(cases, scalar, strict=True) if m.startswith("node_"))
-    assert ev.impossible("process_used_bytes:7", float("nan")) is None  # (nvidia-smi's unknown: no value, not damage)
+    assert common.impossible("process_used_bytes:7", float("nan")) is None  # (nvidia-smi's unknown: no value, not damage)
 
 
 def test_a_header_only_nvidia_smi_csv_is_said(tmp_path: Path) -> None:
     header = H200.read_text().splitlines()[0]
-    p = ev.parse_nvidia_smi_csv(tmp_path / "smi.csv", header + "\n")
+    p = nvidia_smi.parse_nvidia_smi_csv(tmp_path / "smi.csv", header + "\n")
     assert p.frame().height == 0 and [n for n in p.notes if "header and no rows" in n]
     lane = fastsmi._vectorised(tmp_path / "smi.csv", header + "\n\n", 0, None)
     assert lane is not None and [n for n in lane.notes if "header and no rows" in n]
-    apps = ev.parse_nvidia_smi_csv(tmp_path / "apps.csv", "pid, process_name, used_gpu_memory [MiB]\n")
+    apps = nvidia_smi.parse_nvidia_smi_csv(tmp_path / "apps.csv", "pid, process_name, used_gpu_memory [MiB]\n")
     assert [n for n in apps.notes if "no process held GPU memory" in n]
-    one = ev.parse_nvidia_smi_csv(tmp_path / "smi.csv", "\n".join(H200.read_text().splitlines()[:2]) + "\n")
+    one = nvidia_smi.parse_nvidia_smi_csv(tmp_path / "smi.csv", "\n".join(H200.read_text().splitlines()[:2]) + "\n")
     assert not [n for n in one.notes if "no rows" in n]
 
 

@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
-from replay.record import evidence as ev
-from replay.record import fastsmi
+from replay.record import common, fastsmi, nvidia_smi
 from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA
 
@@ -37,11 +36,11 @@ def pieces_of(chars: int) -> Iterator[None]:
         fastsmi.PIECE_CHARS = was
 
 
-def both(text: str, tz_offset_s: int = 0, columns: str | None = None) -> ev.Parsed | None:
+def both(text: str, tz_offset_s: int = 0, columns: str | None = None) -> common.Parsed | None:
     """The lane's reading of ``text``, checked equal to the reference's in every part; None where the
     lane declined the file."""
     path = Path("smi.csv")
-    ref = ev.parse_nvidia_smi_csv(path, text, tz_offset_s, columns)
+    ref = nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns)
     lane = fastsmi._vectorised(path, text, tz_offset_s, columns)
     if lane is None:
         return None
@@ -72,7 +71,7 @@ def test_the_real_h200_capture_takes_the_lane_and_reads_as_the_reference() -> No
     assert got["device_total_bytes"] == int(cell["memory.total [MiB]"].split()[0]) * MiB
     assert got["util_gpu_pct"] == float(cell["utilization.gpu [%]"].split()[0])
     assert lane.gpus[0]["name"] == cell["name"] and lane.gpus[0]["pci_bus_id"] == cell["pci.bus_id"]
-    assert lane.frame()["t_us"].unique().to_list() == [ev.parse_time(cell["timestamp"], 7200)]
+    assert lane.frame()["t_us"].unique().to_list() == [common.parse_time(cell["timestamp"], 7200)]
 
 
 def polled_day(polls: int, gpus: int = 4) -> tuple[str, dict[int, str]]:
@@ -190,7 +189,7 @@ def test_generated_logs_read_alike_by_both_lanes(log: tuple[str, str | None, lis
     with pieces_of(piece_chars):
         lane = both(text, tz_offset_s, columns)
     # (a header line that opens with other fields is a row to the reference, whose index is 'index')
-    known = any(h.startswith(ev.NVSMI_HEADER_WORDS) for h in header[:2]) or ", ".join(header) not in text.splitlines()
+    known = any(h.startswith(nvidia_smi.NVSMI_HEADER_WORDS) for h in header[:2]) or ", ".join(header) not in text.splitlines()
     if known and text.strip():
         assert lane is not None
 
@@ -215,7 +214,7 @@ def test_files_of_other_shapes_go_to_the_reference_whole(text: str, columns: str
     big = text * 30000  # (past FAST_FROM_CHARS: the lane is tried first)
     assert len(big) >= fastsmi.FAST_FROM_CHARS
     got = fastsmi.parse_nvidia_smi_csv(Path("smi.csv"), big)
-    want = ev.parse_nvidia_smi_csv(Path("smi.csv"), big)
+    want = nvidia_smi.parse_nvidia_smi_csv(Path("smi.csv"), big)
     assert got.frame().rows() == want.frame().rows() and got.quarantine == want.quarantine and got.gpus == want.gpus
 
 
@@ -229,10 +228,10 @@ def test_a_gpu_without_memory_of_its_own_is_noted_alike_by_both_lanes() -> None:
         rows += [f"{t}, 0, NVIDIA GB10, [N/A], [N/A], {k % 100} %", f"{t}, 1, NVIDIA H200, 143771 MiB, {k} MiB, 5 %"]
     lane = both("\n".join(rows) + "\n")
     assert lane is not None
-    assert [n for n in lane.notes if ev.NO_MEMORY in n] == [
-        f"smi.csv: {ev.NO_MEMORY} 0 (NVIDIA GB10): " + lane.notes[0].split("(NVIDIA GB10): ", 1)[1]]
+    assert [n for n in lane.notes if nvidia_smi.NO_MEMORY in n] == [
+        f"smi.csv: {nvidia_smi.NO_MEMORY} 0 (NVIDIA GB10): " + lane.notes[0].split("(NVIDIA GB10): ", 1)[1]]
     garbled = "\n".join([rows[0], rows[2], rows[1].replace("[N/A], [N/A]", "12x, 7y")]) + "\n"
-    assert not [n for n in ev.parse_nvidia_smi_csv(Path("smi.csv"), garbled, 0, None).notes if ev.NO_MEMORY in n]
+    assert not [n for n in nvidia_smi.parse_nvidia_smi_csv(Path("smi.csv"), garbled, 0, None).notes if nvidia_smi.NO_MEMORY in n]
 
 
 def test_windows_line_ends_read_as_the_reference_reads_them() -> None:

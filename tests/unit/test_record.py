@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from replay.bundle import Bundle, read_bundle
 from replay.errors import ReplayError
 from replay.record import fastlog
-from replay.record.evidence import parse_exposition
 from replay.record.inspect import inspect_bundle
+from replay.record.prometheus import parse_exposition
 from replay.record.recorder import RecordOptions, record
 from replay.record.vllm_log import parse_log
 from replay.versioning import version_key
@@ -1770,7 +1770,7 @@ def test_ray_folded_lines_keep_their_facts_and_say_how_many(tmp_path: Path) -> N
 def test_live_metric_scan_equals_the_full_exposition_parser(rel: str) -> None:
     """The sampler's cheap line scan gives exactly the vLLM samples of the full parser, on a real scrape
     (and on the V0 excerpt kept in tests/data), with vLLM's names and as a collector renamed them."""
-    from replay.record.evidence import vllm_metric_values
+    from replay.metrics import vllm_metric_values
     for path in (shared(rel), DATA / "vllm_v0_metrics_excerpt.prom"):
         for text in (path.read_text(), re.sub(r"(?m)^(# (?:HELP|TYPE) )?vllm:", r"\1vllm_", path.read_text())):
             full = parse_exposition(path, text, at="2025-01-01T00:00:00Z")

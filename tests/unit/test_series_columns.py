@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
-from replay.record import evidence as ev
+from replay.record import common, dcgm, prometheus
 from replay.record.recorder import RecordOptions, _set_aside_impossible_times, record
 
 _POINTS = st.one_of(
@@ -35,14 +35,14 @@ def test_an_exported_series_reads_alike_as_columns_and_point_by_point(points: li
     of the point-by-point reading (a series of another shape is read point by point)."""
     got = []
     for at_once in (1, 1 << 62):
-        p = ev.Parsed(kind="x")
-        was, ev.SERIES_AT_ONCE = ev.SERIES_AT_ONCE, at_once
+        p = common.Parsed(kind="x")
+        was, prometheus.SERIES_AT_ONCE = prometheus.SERIES_AT_ONCE, at_once
         try:
-            ev._series_points(p, "series 0", name, {"gpu": "1", "Hostname": "node-1"}, "", points, us_per_unit,
+            prometheus._series_points(p, "series 0", name, {"gpu": "1", "Hostname": "node-1"}, "", points, us_per_unit,
                               others=True, gaps=gaps)
         finally:
-            ev.SERIES_AT_ONCE = was
-        ev.dcgm_hosts(p, Path("qr.json"), None)
+            prometheus.SERIES_AT_ONCE = was
+        dcgm.dcgm_hosts(p, Path("qr.json"), None)
         _set_aside_impossible_times(p)  # (as the recorder does: a time past 64 bits is quarantined)
         got.append((repr(p.frame().rows()), p.quarantine, p.notes, p.gpus))
     assert got[0] == got[1]
@@ -70,7 +70,7 @@ def test_a_cluster_wide_export_records_alike_by_either_route(host: str | None, t
     f.write_text(json.dumps(cluster_export()))
     got = []
     for name, at_once in (("columns", 1), ("points", 1 << 62)):
-        monkeypatch.setattr(ev, "SERIES_AT_ONCE", at_once)
+        monkeypatch.setattr(prometheus, "SERIES_AT_ONCE", at_once)
         record([f], tmp_path / name, RecordOptions(host=host))
         b = read_bundle(tmp_path / name)
         got.append((sorted(b.samples.rows(), key=repr), b.meta.gpus, b.meta.notes))
