@@ -17,11 +17,13 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from replay.engine.envs import EnvSpec, installed_version, replay_home
+from replay.engine.envs import VISION, EnvSpec, installed_version, replay_home
 from replay.errors import EXIT_ENGINE, ReplayError
 
 DEFAULT_VOCAB = 131072
 DEFAULT_SEED = 0
+VL_MIN_PIXELS = 56 * 56  # (4 tokens)
+VL_MAX_PIXELS = 1792 * 1792  # (4096 tokens: half the tiny models' 8192 positions)
 
 
 def transformers_tag(spec: EnvSpec) -> str | None:
@@ -37,12 +39,13 @@ def tiny_model_dir(vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED,
     """The tiny model's folder. With ``spec``: the one that env reads, named by its transformers
     version (``tiny-llama-v131072-s0-tf4.45``) once the env or its lock says which; without,
     or before that is known, the name without it."""
-    base = f"tiny-llama-v{vocab}-s{seed}"
+    base = f"tiny-qwen2-vl-v{vocab}-s{seed}" if spec is not None and spec.variant == VISION else f"tiny-llama-v{vocab}-s{seed}"
     tag = transformers_tag(spec) if spec is not None else None
     return replay_home() / "models" / (f"{base}-{tag}" if tag else base)
 
 
 def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED) -> Path:
+    """The tiny model that env serves (a Qwen2-VL in a vision env, else a Llama), built once."""
     out = tiny_model_dir(vocab, seed, spec)
     if transformers_tag(spec) is None:
         raise ReplayError(f"cannot build the tiny model: no transformers in {spec.path} "
@@ -54,9 +57,11 @@ def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEF
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (out / "replay_model.json").exists():
             return out
-        script = resources.files("replay.engine.scripts") / "build_tiny_model.py"
+        vl = spec.variant == VISION
+        script = resources.files("replay.engine.scripts") / ("build_tiny_vl_model.py" if vl else "build_tiny_model.py")
+        pixels = ["--min-pixels", str(VL_MIN_PIXELS), "--max-pixels", str(VL_MAX_PIXELS)] if vl else []
         p = subprocess.run([str(spec.python), str(script), str(out), "--vocab", str(vocab),
-                            "--seed", str(seed)], capture_output=True, text=True, check=False)
+                            "--seed", str(seed), *pixels], capture_output=True, text=True, check=False)
         if p.returncode != 0:
             tail = "\n".join(p.stderr.strip().splitlines()[-5:])
             raise ReplayError(f"could not build the tiny model in {out}:\n{tail}", EXIT_ENGINE)

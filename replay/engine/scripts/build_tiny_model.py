@@ -10,9 +10,33 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def train_tokenizer(vocab: int, extra_special: tuple[str, ...] = ()) -> Any:  # (a PreTrainedTokenizerFast)
+    """A byte-level BPE trained in a second on words such as ``w123`` (the words synthesised prompts
+    are made of), with ``<unk> <s> </s>`` and ``extra_special`` as special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    words = [f"w{i}" for i in range(4000)]
+    corpus = [" ".join(words[j:j + 40]) for j in range(0, len(words), 7)] + [
+        "The quick brown fox jumps over the lazy dog.",
+        "Memory ran out although the engine said there was room.",
+    ]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=min(vocab, 8000), special_tokens=["<unk>", "<s>", "</s>", *extra_special],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer)
+    more = {"additional_special_tokens": list(extra_special)} if extra_special else {}
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", **more)
 
 
 def main() -> int:
@@ -26,25 +50,10 @@ def main() -> int:
     import tokenizers
     import torch
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(a.seed)
-    words = [f"w{i}" for i in range(4000)]
-    corpus = [" ".join(words[j:j + 40]) for j in range(0, len(words), 7)] + [
-        "The quick brown fox jumps over the lazy dog.",
-        "Memory ran out although the engine said there was room.",
-    ]
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=min(a.vocab, 8000), special_tokens=["<unk>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>")
+    fast = train_tokenizer(a.vocab)
     fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     cfg = LlamaConfig(
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
