@@ -5,6 +5,11 @@ so timing error does not grow with the number of outstanding requests (unlike on
 per request). Bodies are serialised ahead, while the scheduler would otherwise sleep, and sent
 through the lightweight client in ``replay.drive.http``. Responses are streamed to record time to
 first token and finish; errors and aborts are recorded per request, never dropped.
+
+A request with multimodal items goes to ``/v1/chat/completions`` as one user message: its images, made
+when its body is serialised (``replay.drive.images``), then its prompt as text. The server's count of
+its prompt tokens, which includes the image tokens, is recorded; a request the server refuses (more
+images than ``limit_mm_per_prompt``, a type the model cannot take) is recorded with the server's words.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from replay.drive import images
 from replay.drive.http import HttpClient, HttpError, RawHttpClient
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+MM_KEY = "_mm"  # (in a body: the request's multimodal items and their seed, made into content parts when sent)
 
 
 @dataclass
@@ -81,7 +91,7 @@ class Driver:
         self.outcomes: dict[str, Outcome] = {}
         self._stop = asyncio.Event()
         self.t0: float = 0.0
-        self._ready: dict[int, bytes] = {}
+        self._ready: dict[int, tuple[str, bytes]] = {}
 
     def now_us(self) -> int:
         return int((time.perf_counter() - self.t0) * 1_000_000)
@@ -89,12 +99,14 @@ class Driver:
     def stop(self) -> None:
         self._stop.set()
 
-    def _payload(self, body: dict[str, Any]) -> bytes:
+    def _payload(self, body: dict[str, Any]) -> tuple[str, bytes]:
+        """The path a body goes to and its bytes."""
         stream = body.get("prompt_logprobs") is None  # vLLM refuses prompt_logprobs with stream=True
         # (a streamed reply ends with a chunk of its usage, so that a prompt sent as text has its length
         # in tokens as the server's tokenizer counted it; 'stream' stays last: ``_one`` reads it there)
         usage = {"stream_options": {"include_usage": True}} if stream else {}
-        return json.dumps({**body, "model": self.model, **usage, "stream": stream}, separators=(",", ":")).encode()
+        path, body = (CHAT, chat_body(body)) if MM_KEY in body else (COMPLETIONS, body)
+        return path, json.dumps({**body, "model": self.model, **usage, "stream": stream}, separators=(",", ":")).encode()
 
     def _prepare(self, items: list[tuple[int, str, dict[str, Any]]], i: int, deadline_us: int) -> None:
         """Serialise upcoming bodies while the scheduler would otherwise sleep (not at send time)."""
@@ -136,8 +148,8 @@ class Driver:
                     sched, rid, body = items[i]
                     oc = Outcome(rid, int(sched / self.speed))
                     self.outcomes[rid] = oc
-                    payload = self._ready.pop(i, None) or self._payload(body)
-                    t = asyncio.create_task(self._one(oc, payload, sem))
+                    path, payload = self._ready.pop(i) if i in self._ready else self._payload(body)
+                    t = asyncio.create_task(self._one(oc, path, payload, sem))
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
                     i += 1
@@ -162,7 +174,7 @@ class Driver:
                 oc.status, oc.error = "aborted", oc.error or "in flight when the replay stopped"
         return self.outcomes
 
-    async def _one(self, oc: Outcome, payload: bytes, sem: asyncio.Semaphore | None) -> None:
+    async def _one(self, oc: Outcome, path: str, payload: bytes, sem: asyncio.Semaphore | None) -> None:
         if sem:
             if sem.locked() and not self.concurrency:
                 self.stats.waited_for_connection += 1
@@ -187,17 +199,18 @@ class Driver:
                     return
             if oc.first_token_us is None:
                 oc.first_token_us = self.now_us()
-            n_out += 1
+            if b'"delta":{"role"' not in data:  # (a chat reply's first chunk names the role: no token)
+                n_out += 1
 
         streamed = payload.endswith(b'"stream":true}')
         try:
             oc.sent_us = self.now_us()
             self.stats.sent += 1
             self.stats.lateness_us.append(oc.sent_us - oc.scheduled_us)
-            status, text = await self.client.post("/v1/completions", payload, on_data if streamed else None)
+            status, text = await self.client.post(path, payload, on_data if streamed else None)
             oc.finish_us = self.now_us()
             if status != 200:
-                oc.status, oc.error = "error", f"HTTP {status}: {text[:300].decode(errors='replace')}"
+                oc.status, oc.error = "error", f"HTTP {status}: {server_error(text)}"
                 self.stats.failed += 1
                 return
             if streamed:
@@ -228,8 +241,36 @@ _COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 
 
+def server_error(text: bytes) -> str:
+    """The server's own message from an error body (OpenAI's ``{"error": {"message": ..}}``, or vLLM's
+    older ``{"message": ..}``), else the body's start; 300 characters at most."""
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        obj = None
+    err = obj.get("error", obj) if isinstance(obj, dict) else None
+    msg = err.get("message") if isinstance(err, dict) else None
+    return (msg if isinstance(msg, str) else text[:300].decode(errors="replace"))[:300]
+
+
+def chat_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A body with multimodal items -> a chat completions body: one user message of the items as content
+    parts (images made now, from the items' sizes and the request's seed) and the prompt as text (token
+    ids as the words ``w<id>``, which the tiny models' tokenizers hold one token each)."""
+    out = {k: v for k, v in body.items() if k not in (MM_KEY, "prompt", "logprobs", "best_of")}
+    mm = body[MM_KEY]
+    prompt = body.get("prompt")
+    text = " ".join(f"w{t}" for t in prompt) if isinstance(prompt, list) else str(prompt or "")
+    parts = images.content_parts(mm["items"], mm["seed"])
+    out["messages"] = [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
+    if isinstance(body.get("logprobs"), int):  # (chat's logprobs are a flag and a count)
+        out.update(logprobs=True, top_logprobs=body["logprobs"])
+    return out
+
+
 def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_policy: str = "observed") -> dict[str, Any]:
-    """Trace request -> completions body that reproduces its memory-relevant shape."""
+    """Trace request -> completions body that reproduces its memory-relevant shape (a request with
+    multimodal items carries them, and is sent as a chat completion with its images)."""
     s = r.get("sampling") or {}
     n_out = r.get("output_tokens")
     if n_out is None or output_policy == "max_tokens":
@@ -240,4 +281,6 @@ def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_poli
     for k in ("top_p", "n", "best_of", "logprobs", "prompt_logprobs", "min_tokens", "stop"):
         if s.get(k) is not None:
             body[k] = s[k]
+    if r.get("mm"):
+        body[MM_KEY] = {"items": r["mm"], "seed": str(r["id"])}
     return body

@@ -1,0 +1,98 @@
+"""Images for a trace's multimodal items: deterministic PNGs at the recorded sizes, as data URLs.
+
+A trace keeps what an image costs, not the image: its width and height (``synth``), or the tokens it
+took (ServeGen), or only that there was one (Azure's image counts). Each image is made from the
+item's size and a seed that names the request and the item, so a replay sends the same bytes every
+time, and no two requests send the same image (vLLM caches processed items by their content: the
+same image in every request would reach the encoder once). The pixels are a seeded tile repeated
+along each row, which zlib packs small, so a 1024 x 768 image is some 0.3 MB of data URL.
+Stdlib only: ``replay`` needs neither PIL nor numpy to send images.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import random
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal, TypeGuard
+
+PIXELS_PER_TOKEN = 28 * 28  # Qwen2-VL and its kin: 14-pixel patches, 2 x 2 merged into one token
+DEFAULT_SIDE = 448  # an image item of no recorded size (Azure's counts): 448 x 448
+TILE = 64  # pixels of the seeded tile repeated along each row
+
+
+@dataclass(frozen=True)
+class ImageSize:
+    width: int
+    height: int
+    source: Literal["recorded", "tokens", "default"]  # where the size came from
+
+
+def image_size(item: dict[str, Any]) -> ImageSize:
+    """One image of an ``mm`` item: its recorded width and height; else a square of the item's tokens
+    per image (``tokens`` / ``count``) at 28 x 28 pixels a token; else 448 x 448."""
+    w, h = item.get("width"), item.get("height")
+    if _positive_int(w) and _positive_int(h):
+        return ImageSize(int(w), int(h), "recorded")
+    tokens, count = item.get("tokens"), item.get("count", 1)
+    if _positive_int(tokens) and _positive_int(count):
+        side = max(28, round(math.sqrt(int(tokens) / int(count) * PIXELS_PER_TOKEN)))
+        return ImageSize(side, side, "tokens")
+    return ImageSize(DEFAULT_SIDE, DEFAULT_SIDE, "default")
+
+
+def _positive_int(x: object) -> TypeGuard[int]:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+def png(width: int, height: int, seed: str) -> bytes:
+    """An RGB PNG of ``width`` x ``height`` whose pixels follow from ``seed``."""
+    rng = random.Random(hashlib.blake2b(seed.encode(), digest_size=8).digest())
+    tile = [rng.randbytes(TILE * 3) for _ in range(TILE)]
+    reps = -(-width // TILE)
+    rows = [b"\x00" + (tile[y % TILE] * reps)[:width * 3] for y in range(height)]
+    raw = b"".join(rows)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    head = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+
+
+def data_url(width: int, height: int, seed: str) -> str:
+    return "data:image/png;base64," + base64.b64encode(png(width, height, seed)).decode()
+
+
+def content_parts(mm: list[dict[str, Any]], seed: str) -> list[dict[str, Any]]:
+    """A request's ``mm`` items as OpenAI chat content parts: each image (``count`` of an item) as a PNG
+    data URL; an item of another type as a part of that type, for the server to take or refuse by its
+    own words (the replay makes no media but images)."""
+    parts: list[dict[str, Any]] = []
+    for i, item in enumerate(mm):
+        kind = str(item.get("type", "image"))
+        count = item.get("count", 1)
+        n = int(count) if _positive_int(count) else 1
+        if kind != "image":
+            parts += [{"type": kind} for _ in range(n)]
+            continue
+        size = image_size(item)
+        parts += [{"type": "image_url", "image_url": {"url": data_url(size.width, size.height, f"{seed}:{i}:{k}")}}
+                  for k in range(n)]
+    return parts
+
+
+def images_per_request(mm: list[dict[str, Any]] | None) -> int:
+    """How many images a request's items hold."""
+    return sum(int(m.get("count", 1)) if _positive_int(m.get("count", 1)) else 1
+               for m in mm or [] if m.get("type", "image") == "image")
+
+
+def limit_mm_per_prompt(requests: list[dict[str, Any]]) -> dict[str, int]:
+    """vLLM's ``limit_mm_per_prompt`` the trace needs: the most images any request holds ({} for none)."""
+    most = max((images_per_request(r.get("mm")) for r in requests), default=0)
+    return {"image": most} if most else {}
