@@ -26,12 +26,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from replay.bundle import BundleMeta, BundleWriter, bundle_written
 from replay.drive.driver import Driver, request_body
+from replay.drive.images import limit_mm_per_prompt
 from replay.drive.probe import ProbeReader, probe_env
 from replay.drive.sampler import Sampler
 from replay.engine import args as eargs
 from replay.engine import envs
 from replay.engine.ballast import Ballast, scaled_utilization
-from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model, tiny_model_dir
+from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model, takes_images, tiny_model_dir
 from replay.engine.server import EngineServer
 from replay.engine.translate import translate
 from replay.errors import (
@@ -275,6 +276,8 @@ def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     notes += tr.notes()
     model, kind, vocab, model_args = _choose_model(spec, opts, prod.get("model"), notes)
     engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
+    if takes_images(model, spec) and limit_mm_per_prompt(reqs):  # (production's own limit, in tr.args, wins)
+        engine_args["limit_mm_per_prompt"] = limit_mm_per_prompt(reqs)
     engine_args.update(tr.args)
     if spec.device == "cpu":  # (what the CPU engine needs: production's GPU settings do not apply to it)
         for k in CPU_FIXED_ARGS:

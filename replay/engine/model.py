@@ -12,6 +12,7 @@ No hub download anywhere.
 from __future__ import annotations
 
 import fcntl
+import json
 import re
 import subprocess
 from importlib import resources
@@ -66,3 +67,13 @@ def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEF
             tail = "\n".join(p.stderr.strip().splitlines()[-5:])
             raise ReplayError(f"could not build the tiny model in {out}:\n{tail}", EXIT_ENGINE)
     return out
+
+
+def takes_images(model: str | Path, spec: EnvSpec) -> bool:
+    """Whether the served model takes images: its config.json has a vision tower; a model not built yet
+    (the tiny one), whether its env is a vision env."""
+    cfg = Path(model) / "config.json"
+    try:
+        return "vision_config" in json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError):
+        return spec.variant == VISION
