@@ -9,6 +9,11 @@ nothing before the cutoff: it gets a cutoff of its own, the day after its oldest
 as uv's hint names it, and the lock's header says so. A user's constraints file (production's
 ``pip freeze``) narrows the resolution further.
 
+Resolving every release of the catalogue this way (``tests/slow/test_locks_every_release.py``)
+found three more kinds of trouble, kept below as data: a pin whose version is gone from PyPI (an
+override to the next release of that package, :data:`OVERRIDES`), a package republished later
+(:data:`PACKAGE_CUTOFFS`), and releases without a wheel for a platform (:data:`NO_WHEEL`).
+
 The lock text is cached under ``<replay home>/locks`` and copied into the environment built from
 it (``ENV/replay-lock.txt``).
 """
@@ -24,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +49,37 @@ DIST_GRACE_DAYS = 30
 PYPI = "https://pypi.org/pypi"
 # The cutoff of a package the user's constraints pin to one version (any upload of it counts).
 PINNED_CUTOFF = "2200-01-01T00:00:00Z"
+
+
+
+@dataclass(frozen=True)
+class Override:
+    """A pinned dependency a release cannot have as released, and what its lock takes instead."""
+
+    package: str
+    pinned: str  # the version the release asks for
+    version: str  # the version the lock takes
+    cutoff: str  # that package counts if uploaded before this (its replacement is newer)
+    why: str
+
+
+_XGRAMMAR = Override("xgrammar", "0.1.16", "0.1.17", "2025-03-26T00:00:00Z",
+                     "0.1.16 is no longer on PyPI; 0.1.17 (2025-03-25) is what 0.8.3 pins")
+_FLASHINFER = Override("flashinfer-python", "0.7.3", "0.7.4", "2026-11-12T00:00:00Z",
+                       "0.7.3 is not on PyPI; 0.7.4 (2026-11-11) is the next, before the release")
+# Resolution results of every release of the catalogue (0.6.0-0.34.0, python 3.11, x86_64-manylinux_2_28,
+# as of each release day; 2026-12-02): all resolve but those named here, which resolve with these.
+OVERRIDES: dict[str, tuple[Override, ...]] = {
+    "0.8.0": (_XGRAMMAR,), "0.8.1": (_XGRAMMAR,), "0.8.2": (_XGRAMMAR,), "0.34.0": (_FLASHINFER,)}
+# pyairports (via outlines) was republished on 2025-09-25 with no file older: the release's cutoff
+# leaves none of it; uv's hint names the day, and these releases are known to need it.
+PACKAGE_CUTOFFS: dict[str, dict[str, str]] = {
+    v: {"pyairports": "2025-09-26T00:00:00Z"}
+    for v in ("0.6.0", "0.6.1", "0.6.1.post1", "0.6.1.post2", "0.6.2", "0.6.3", "0.6.3.post1", "0.6.4",
+              "0.6.4.post1")}
+# Releases PyPI holds no wheel of for a machine: nothing to resolve there.
+NO_WHEEL: dict[str, dict[str, str]] = {
+    "x86_64": dict.fromkeys(("0.15.0", "0.15.1"), "PyPI holds only its aarch64 wheels")}
 
 _HINT = re.compile(r"`(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)` was filtered by `exclude-newer`.*?"
                    r"published at (?P<at>\d{4}-\d\d-\d\dT[\d:.]+Z)", re.S)
@@ -154,12 +191,17 @@ class Lock:
     package_cutoffs: dict[str, str] = field(default_factory=dict)
     constraints_sha: str = ""
     seconds: float = 0.0  # resolution time (0 when read from the cache)
+    overrides: list[Override] = field(default_factory=list)
 
     def text(self) -> str:
         head = [f"# {LOCK_FORMAT}: {self.requirement} as of its release day {self.release_day}",
                 f"# packages uploaded before {self.cutoff}; python {self.python}, {self.platform}"]
+        overridden = {normalise(o.package) for o in self.overrides}
         for name, at in sorted(self.package_cutoffs.items()):
-            head.append(f"# {name}: uploaded before {at} (nothing of it is older than the cutoff)")
+            if name not in overridden:
+                head.append(f"# {name}: uploaded before {at} (nothing of it is older than the cutoff)")
+        for o in self.overrides:
+            head.append(f"# {o.package}=={o.version} instead of =={o.pinned}, uploaded before {o.cutoff}: {o.why}")
         if self.constraints_sha:
             head.append(f"# constraints: sha256 {self.constraints_sha}")
         return "\n".join(head) + "\n" + self.body
@@ -172,6 +214,7 @@ class Lock:
         if not m or not m2:
             raise ValueError("not a replay lock")
         cutoffs = {}
+        overrides = []
         sha = ""
         body_from = 2
         for i, ln in enumerate(lines[2:], start=2):
@@ -184,9 +227,13 @@ class Lock:
             s = re.match(r"# constraints: sha256 (\S+)", ln)
             if s:
                 sha = s.group(1)
+            o = re.match(r"# (\S+)==(\S+) instead of ==(\S+), uploaded before (\S+): (.*)", ln)
+            if o:
+                overrides.append(Override(o.group(1), o.group(3), o.group(2), o.group(4), o.group(5)))
+                cutoffs[normalise(o.group(1))] = o.group(4)
         body = "\n".join(lines[body_from:]) + "\n"
         return cls(m.group(1), m.group(2), m2.group(1), m2.group(2), m2.group(3), pins_of(body), body,
-                   cutoffs, sha)
+                   cutoffs, sha, overrides=overrides)
 
 
 def pins_of(text: str) -> dict[str, str]:
@@ -248,7 +295,15 @@ def resolve(dist: str, version: str, cache_dir: Path, *, constraints: Path | Non
 def compile_lock(dist: str, version: str, day: str, cutoff: str, python: str, plat: str,
                  constraints: Path | None = None, constraints_sha: str = "") -> Lock:
     requirement = f"{dist}=={version}"
-    cutoffs: dict[str, str] = {}
+    known = dist == "vllm" and constraints is None
+    machine = plat.split("-", 1)[0]
+    if known and version in NO_WHEEL.get(machine, {}):
+        raise ReplayError(f"could not resolve {requirement} for {plat} (no wheel): "
+                          f"{NO_WHEEL[machine][version]}", EXIT_ENGINE)
+    cutoffs: dict[str, str] = dict(PACKAGE_CUTOFFS.get(version, {})) if known else {}
+    overrides = OVERRIDES.get(version, ()) if dist == "vllm" else ()
+    for o in overrides:
+        cutoffs[normalise(o.package)] = o.cutoff
     grace = (dt.date.fromisoformat(day) + dt.timedelta(days=DIST_GRACE_DAYS)).isoformat() + "T00:00:00Z"
     req_text = "\n".join([requirement, *EXTRA_REQUIREMENTS]) + "\n"
     for _ in range(8):
@@ -257,6 +312,8 @@ def compile_lock(dist: str, version: str, day: str, cutoff: str, python: str, pl
                "--exclude-newer-package", f"{dist}={grace}", "--no-header", "--quiet"]
         for name, at in sorted(cutoffs.items()):
             cmd += ["--exclude-newer-package", f"{name}={at}"]
+        if overrides:
+            cmd += ["--override", str(_overrides_file(overrides))]
         if constraints is not None:
             cmd += ["--constraints", str(constraints)]
             # production's own pins may be newer than the release day: the pin decides for them
@@ -268,8 +325,9 @@ def compile_lock(dist: str, version: str, day: str, cutoff: str, python: str, pl
             p = _uv(cmd, req_text)  # not all in uv's cache yet
         if p.returncode == 0:
             body = re.sub(r"(?m)^(\s*#.*)-c \S+", r"\1-c constraints", p.stdout)  # not this host's path
+            body = re.sub(r"(?m)^(\s*#.*)--override \S+", r"\1--override overrides", body)
             return Lock(requirement, day, cutoff, python, plat, pins_of(body), body, cutoffs,
-                        constraints_sha)
+                        constraints_sha, overrides=list(overrides))
         m = _HINT.search(p.stderr)
         if m and normalise(m.group("name")) not in cutoffs:
             cutoffs[normalise(m.group("name"))] = _day_after(m.group("at"))
@@ -278,6 +336,17 @@ def compile_lock(dist: str, version: str, day: str, cutoff: str, python: str, pl
     tail = " ".join(ln.strip() for ln in p.stderr.strip().splitlines()[-6:])
     what = "PyPI could not be reached" if _NETWORK.search(p.stderr) else "no resolution"
     raise ReplayError(f"could not resolve {requirement} as of {day} ({what}): {tail}", EXIT_ENGINE)
+
+
+def _overrides_file(overrides: tuple[Override, ...]) -> Path:
+    """The overrides as a requirements file uv reads (named by its content, kept for reuse)."""
+    text = "".join(f"{o.package}=={o.version}\n" for o in overrides)
+    path = Path(tempfile.gettempdir()) / f"replay-overrides-{hashlib.sha256(text.encode()).hexdigest()[:12]}.txt"
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_name(path.name + f".{os.getpid()}.part")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
 
 
 def _uv(cmd: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
