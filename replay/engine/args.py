@@ -1,15 +1,23 @@
 """Engine arguments: validated against the chosen vLLM version's own argument list before start.
 
-The list comes from that version's ``--help`` (cached in its env), so an argument the version
-does not have is refused with the nearest real one named, instead of a server that dies later.
+The list comes from that version's own API server parser, run in its env by
+``scripts/check_engine.py --options`` (cached in the env), so an argument the version does not
+have is refused with the nearest real one named, instead of a server that dies later. A CUDA build
+on a host without a GPU stops at device inference when its parser is built (0.6.4 on: ``Failed to
+infer device type``); the script puts in the same device-less CUDA platform ``versions check``
+uses. Where even that cannot run (a release that resolves its platform at import), the list is
+the catalogue's for that release (read from its sources; no ``--no-…`` negations).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import re
+import os
 import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from replay.engine.envs import EnvSpec
@@ -21,26 +29,56 @@ NEVER_EXISTED = {
     "enable-memory-budget": "vLLM's memory budget is --gpu-memory-utilization (or --kv-cache-memory-bytes)",
     "memory-budget-pct": "use --gpu-memory-utilization (a fraction of total GPU memory, e.g. 0.85)",
 }
+MIN_OPTIONS = 20  # fewer than this from a parser is no argument list
 
 
 def known_args(spec: EnvSpec) -> list[str]:
+    """The long options (kebab-case, no dashes) the version's API server accepts."""
     cache = spec.path / "replay-args.json"
     if cache.exists():
         cached: list[str] = json.loads(cache.read_text())
         return cached
-    opts: set[str] = set()
-    for flag in ("--help=all", "--help"):
-        p = subprocess.run([str(spec.python), "-m", "vllm.entrypoints.openai.api_server", flag],
-                           capture_output=True, text=True, check=False, timeout=300)
-        opts = set(re.findall(r"(?<![\w-])--([a-z0-9][a-z0-9-]+)", p.stdout))
-        if p.returncode == 0 and len(opts) > 20:
-            break
-    if len(opts) < 20:
-        raise ReplayError(f"could not read the argument list of vLLM {spec.version} "
-                          f"({spec.python} -m vllm.entrypoints.openai.api_server --help failed)")
-    out = sorted(opts)
-    cache.write_text(json.dumps(out))
-    return out
+    opts, why = parser_options(spec)
+    if opts is not None:
+        cache.write_text(json.dumps(opts))
+        return opts
+    fallback = catalogue_args(spec.version)
+    if fallback is None:
+        raise ReplayError(f"could not read the argument list of vLLM {spec.version} ({spec.python} "
+                          f"scripts/check_engine.py --options: {why}), and the catalogue has no "
+                          f"release {spec.version}")
+    return fallback
+
+
+def parser_options(spec: EnvSpec, timeout_s: float = 600.0) -> tuple[list[str] | None, str]:
+    """The option strings of the version's own parser, run in its env, or None and why not."""
+    script = resources.files("replay.engine.scripts") / "check_engine.py"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1"}
+    with tempfile.TemporaryDirectory(prefix="replay-args-") as tmp:
+        out = Path(tmp) / "options.json"
+        try:
+            p = subprocess.run([str(spec.python), str(script), "--options", str(out), "--dist", spec.dist],
+                               capture_output=True, text=True, check=False, timeout=timeout_s, env=env, cwd=tmp)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, " ".join(str(e).split())[:300]
+        if p.returncode != 0 or not out.exists():
+            tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
+            return None, tail[0][:300]
+        opts = sorted({o.lstrip("-") for o in json.loads(out.read_text())} - {"help"})
+    if len(opts) < MIN_OPTIONS:
+        return None, f"the parser has {len(opts)} options"
+    return opts, ""
+
+
+def catalogue_args(version: str) -> list[str] | None:
+    """The argument names (kebab-case) the catalogue read from the release's sources, or None."""
+    from replay.engine.catalogue import load
+    cat = load()
+    r = cat.resolve(version)
+    if r is None:
+        return None
+    return sorted(n.replace("_", "-") for n in cat.releases[r].known)
 
 
 def normalise(key: str) -> str:

@@ -79,3 +79,24 @@ def test_versions_check_v1_release_cuda_build_on_cpu(home: Path) -> None:
     assert "transformers 4.56" in stages["import"]["detail"] and res["model"].endswith("-tf4.56")
     lock = (home / "envs" / "vllm-0.10.2" / "replay-lock.txt").read_text()
     assert "\ntorch==2.8.0\n" in lock and "\ntransformers==4.56.1\n" in lock
+
+
+def test_argument_list_of_a_v1_cuda_build_on_cpu(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.10.2's API server --help stops at 'Failed to infer device type' on a host without a GPU; its
+    own parser, built on the device-less CUDA stand-in, gives the argument list that `run` validates
+    engine arguments against."""
+    from replay.engine import envs
+    from replay.engine.args import known_args, to_argv
+    from replay.errors import ReplayError
+    monkeypatch.setenv("REPLAY_HOME", str(home))
+    monkeypatch.setenv("REPLAY_DEVICE", "cuda")
+    spec = envs.resolve("0.10.2", "cuda")
+    if not envs.is_installed(spec):
+        envs.install(spec, log=lambda m: None)
+    (spec.path / "replay-args.json").unlink(missing_ok=True)
+    opts = known_args(spec)
+    assert {"max-model-len", "gpu-memory-utilization", "max-num-seqs", "no-enable-prefix-caching"} <= set(opts)
+    assert json.loads((spec.path / "replay-args.json").read_text()) == opts  # cached in the env
+    assert to_argv({"max_model_len": 2048}, opts, spec.version) == ["--max-model-len", "2048"]
+    with pytest.raises(ReplayError, match="nearest real argument: --max-model-len"):
+        to_argv({"max_model_lenn": 2048}, opts, spec.version)

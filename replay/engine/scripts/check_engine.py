@@ -9,6 +9,10 @@ server's argument parser), model_class (the model registry's class for the archi
 (the engine arguments through that parser into AsyncEngineArgs), engine_config (the engine's
 config built from them; on a CUDA build without a GPU a failure there is reported, not counted).
 
+With ``--options FILE`` instead of a model it writes the API server parser's option strings (a
+JSON list) to FILE (vLLM logs to stdout), the argument list ``replay`` validates engine arguments against; a CUDA build on a host
+without a GPU gets the same device-less platform first, as its ``--help`` stops at device inference.
+
 Only the standard library at module level: the pieces are looked up where each vLLM release
 keeps them.
 """
@@ -147,13 +151,44 @@ def no_device() -> Any:
         cls._enum = cuda
 
 
+def api_parser() -> Any:
+    """The version's own API server argument parser, as its ``vllm serve`` builds it."""
+    parser_cls = first([("vllm.utils.argparse_utils", "FlexibleArgumentParser"),
+                        ("vllm.utils", "FlexibleArgumentParser")])
+    make = first([("vllm.entrypoints.openai.cli_args", "make_arg_parser"),
+                  ("vllm.entrypoints.launchers.cli_args", "make_arg_parser")])
+    return make(parser_cls(description="vLLM OpenAI-compatible API server"))
+
+
+def list_options(dist: str, out: str) -> int:
+    """Write the parser's long option strings as a JSON list; exit 1 with the failure on stderr."""
+    try:
+        import torch
+        import vllm  # noqa: F401
+        if dist == "vllm" and not torch.cuda.is_available():
+            install_deviceless_cuda()
+        with contextlib.redirect_stdout(io.StringIO()):
+            parser = api_parser()
+    except BaseException as e:  # noqa: BLE001 - reported in one line
+        print(one_line(e), file=sys.stderr)
+        return 1
+    with open(out, "w") as fh:
+        json.dump(sorted(o for o in parser._option_string_actions if o.startswith("--")), fh)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("model")
+    ap.add_argument("model", nargs="?")
     ap.add_argument("--dist", default="vllm")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
     ap.add_argument("--argv", default="[]", help="the engine arguments, a JSON list of strings")
+    ap.add_argument("--options", metavar="FILE", help="write the API server's option strings to FILE")
     a = ap.parse_args()
+    if a.options:
+        return list_options(a.dist, a.options)
+    if a.model is None or a.out is None:
+        ap.error("MODEL and --out are needed (or --options)")
     argv = [str(x) for x in json.loads(a.argv)]
     ck = Checker(a.out)
     st: dict[str, Any] = {}
@@ -193,11 +228,7 @@ def main() -> int:
         return f"{type(tok).__name__}, {len(tok)} tokens, {len(ids)} ids for the probe sentence"
 
     def do_parser() -> str:
-        parser_cls = first([("vllm.utils.argparse_utils", "FlexibleArgumentParser"),
-                            ("vllm.utils", "FlexibleArgumentParser")])
-        make = first([("vllm.entrypoints.openai.cli_args", "make_arg_parser"),
-                      ("vllm.entrypoints.launchers.cli_args", "make_arg_parser")])
-        parser = make(parser_cls(description="vLLM OpenAI-compatible API server"))
+        parser = api_parser()
         st["parser"] = parser
         with contextlib.redirect_stdout(io.StringIO()) as buf, contextlib.suppress(SystemExit):
             parser.parse_args(["--help"])
