@@ -4,14 +4,16 @@ A trace keeps what an image costs, not the image: its width and height (``synth`
 took (ServeGen), or only that there was one (Azure's image counts). Each image is made from the
 item's size and a seed that names the request and the item, so a replay sends the same bytes every
 time, and no two requests send the same image (vLLM caches processed items by their content: the
-same image in every request would reach the encoder once). The pixels are a seeded tile repeated
-along each row, which zlib packs small, so a 1024 x 768 image is some 0.3 MB of data URL.
+same image in every request would reach the encoder once). The pixels are a tile repeated along
+each row, which zlib packs small (a 1024 x 768 image is some 0.2 MB of data URL); all rows but the
+last are the same for every image of a size and compressed once, the last is the request's own.
 Stdlib only: ``replay`` needs neither PIL nor numpy to send images.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import math
 import random
@@ -50,18 +52,35 @@ def _positive_int(x: object) -> TypeGuard[int]:
 
 
 def png(width: int, height: int, seed: str) -> bytes:
-    """An RGB PNG of ``width`` x ``height`` whose pixels follow from ``seed``."""
-    rng = random.Random(hashlib.blake2b(seed.encode(), digest_size=8).digest())
+    """An RGB PNG of ``width`` x ``height``: every row but the last a tile seeded by the size, compressed
+    once per size; the last row from ``seed``, compressed on its own after them (a deflate stream may
+    go on from a full flush), so an image costs one row's compression, not its whole."""
+    body, adler = _body(width, height)
+    last = b"\x00" + random.Random(_seed_bytes(seed)).randbytes(width * 3)
+    tail = zlib.compressobj(6, zlib.DEFLATED, -15)
+    idat = b"\x78\x9c" + body + tail.compress(last) + tail.flush() + struct.pack(">I", zlib.adler32(last, adler))
+    head = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", head) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+
+
+@functools.lru_cache(maxsize=16)
+def _body(width: int, height: int) -> tuple[bytes, int]:
+    """The first ``height - 1`` rows of every image of that size, as raw deflate ending in a full flush,
+    and their Adler-32 (the zlib checksum, carried on over the last row)."""
+    rng = random.Random(_seed_bytes(f"{width}x{height}"))
     tile = [rng.randbytes(TILE * 3) for _ in range(TILE)]
     reps = -(-width // TILE)
-    rows = [b"\x00" + (tile[y % TILE] * reps)[:width * 3] for y in range(height)]
-    raw = b"".join(rows)
+    raw = b"".join(b"\x00" + (tile[y % TILE] * reps)[:width * 3] for y in range(height - 1))
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return c.compress(raw) + c.flush(zlib.Z_FULL_FLUSH), zlib.adler32(raw)
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    head = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+def _seed_bytes(seed: str) -> bytes:
+    return hashlib.blake2b(seed.encode(), digest_size=8).digest()
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
 def data_url(width: int, height: int, seed: str) -> str:
