@@ -121,6 +121,7 @@ def validate_request(obj: Any, path: Path, line: int) -> dict[str, Any]:
     kind = obj.get("output_kind", "observed")
     if kind not in OUTPUT_KINDS:
         raise ReplayError(f"{loc}: output_kind {kind!r} is not one of {', '.join(OUTPUT_KINDS)}")
+    _check_mm(obj.get("mm"), loc)
     if "id" not in obj:  # defaults, as in docs/trace-format.md
         src_row = obj.get("src_row")
         obj["id"] = f"r{src_row}" if isinstance(src_row, int) else f"{path.name}#{line}"
@@ -128,6 +129,27 @@ def validate_request(obj: Any, path: Path, line: int) -> dict[str, Any]:
     obj.setdefault("status", "ok")
     obj.setdefault("max_tokens", None)
     return obj
+
+
+MM_COUNTS = ("count", "width", "height", "tokens")  # (integers an mm item may carry; null where unknown)
+
+
+def _check_mm(mm: Any, loc: str) -> None:
+    """``mm``: null, or a list of items, each an object with a ``type`` (a string) and, where known,
+    its ``count`` (at least 1), ``width``, ``height`` and ``tokens`` (integers >= 0)."""
+    if mm is None:
+        return
+    if not isinstance(mm, list):
+        raise ReplayError(f"{loc}: mm must be null or a list of items such as "
+                          f'{{"type": "image", "count": 1, "width": 1024, "height": 768}}, got {mm!r:.80}')
+    for i, item in enumerate(mm):
+        if not isinstance(item, dict) or not isinstance(item.get("type", "image"), str):
+            raise ReplayError(f"{loc}: mm[{i}] must be an object with a type (such as \"image\"), got {item!r:.80}")
+        for k in MM_COUNTS:
+            v = item.get(k)
+            least = 1 if k == "count" else 0
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+                raise ReplayError(f"{loc}: mm[{i}].{k} must be null or an integer >= {least}, got {v!r:.80}")
 
 
 def iter_requests(path: Path) -> Iterator[dict[str, Any]]:

@@ -122,3 +122,23 @@ def test_driver_sends_images_as_chat_and_records_the_servers_counts_and_refusals
     # AND the refused request carries the server's own message
     assert out["many"].status == "error"
     assert out["many"].error == "HTTP 400: At most 2 image(s) may be provided in one prompt."
+
+
+@pytest.mark.parametrize("mm,says", [
+    ('"image"', "mm must be null or a list of items"),
+    ('[3]', "mm[0] must be an object with a type"),
+    ('[{"type": 7}]', "mm[0] must be an object with a type"),
+    ('[{"type": "image", "count": 0}]', "mm[0].count must be null or an integer >= 1, got 0"),
+    ('[{"type": "image"}, {"type": "image", "width": -5}]', "mm[1].width must be null or an integer >= 0, got -5"),
+    ('[{"type": "image", "tokens": 1.5}]', "mm[0].tokens must be null or an integer >= 0, got 1.5"),
+])
+def test_trace_with_a_bad_mm_item_is_refused_at_its_line(mm: str, says: str, tmp_path: Any) -> None:
+    from replay.errors import ReplayError
+    from replay.trace.format import read_trace
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"kind": "header", "schema": "replay-trace/1", "source": {}, "time": {}}\n'
+                 '{"t_us": 0, "input_tokens": 4, "mm": [{"type": "image", "width": 8, "height": 8, "tokens": null}]}\n'
+                 f'{{"t_us": 1, "input_tokens": 4, "mm": {mm}}}\n')
+    with pytest.raises(ReplayError) as e:
+        read_trace(t)
+    assert e.value.message.startswith(f"{t}:3: ") and says in e.value.message
