@@ -168,7 +168,8 @@ def _notes(fmt: ExportFormat, out: Path, n: int, block_tokens: int, own_blocks: 
             notes.append(f"hash_ids are blocks of {block_tokens} tokens: run aiperf with --isl-block-size "
                          f"{block_tokens} (its default is {AIPERF_BLOCK_TOKENS})")
         notes.append(f"replay with: aiperf profile --input-file {out} --custom-dataset-type mooncake_trace "
-                     "--fixed-schedule; vLLM bench reads it too, with --dataset-name timed_trace "
+                     "--fixed-schedule --extra-inputs ignore_eos:true (each output as long as the trace's); "
+                     "vLLM bench reads it too, with --dataset-name timed_trace "
                      f"--timed-trace-sec-multiplier 0.001 --timed-trace-chunk-hash-size {block_tokens}")
     return notes
 
