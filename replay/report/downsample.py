@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import polars as pl
 
+MAX_POINTS = 4000  # a series alone in its figure
+FIGURE_POINTS = 150_000  # a figure's points in all, shared by its series: a fleet's 64 GPUs, each drawn
+# as its actual memory, the gap and vLLM's line, keep the report at ~10 MB (plotly.js is 4.6 MB of it)
+MIN_POINTS = 200  # the fewest a series gets (its extremes need only two)
 
-def minmax(df: pl.DataFrame, x: str, y: str, max_points: int = 4000, keep: list[int] | None = None) -> pl.DataFrame:
+
+def points_each(n_series: int) -> int:
+    """The points each of ``n_series`` series gets from the figure's FIGURE_POINTS."""
+    return max(MIN_POINTS, min(MAX_POINTS, FIGURE_POINTS // max(1, n_series)))
+
+
+def minmax(df: pl.DataFrame, x: str, y: str, max_points: int = MAX_POINTS, keep: list[int] | None = None) -> pl.DataFrame:
     if df.height <= max_points:
         return df
     lo, hi = int(df[x].min()), int(df[x].max())  # type: ignore[arg-type]

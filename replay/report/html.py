@@ -34,7 +34,7 @@ from replay.analysis.verdict import (
 )
 from replay.atomic import written_in_place
 from replay.bundle import read_bundle
-from replay.report.downsample import minmax
+from replay.report.downsample import minmax, points_each
 from replay.report.escape import plotly_safe
 from replay.units import GiB
 
@@ -68,8 +68,9 @@ def timeline_figure(a: Analysis) -> go.Figure:
     parts = stacked_parts(a.acc)
     part_colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c"]
     multi = len(b.meta.gpus) > 1
+    each = points_each(_timeline_series(a))  # (the figure's points, shared: a fleet has hundreds of series)
     for gpu, part in a.gap.partition_by("gpu", as_dict=True, maintain_order=True).items() if a.gap.height else []:
-        d = minmax(part, "t_us", "actual_bytes", keep=keep)
+        d = minmax(part, "t_us", "actual_bytes", max_points=each, keep=keep)
         xs = (d["t_us"] / 1e6).to_list()
         suffix = f" GPU {gpu[0]}" if multi else ""
         # vLLM's accounting, stacked part by part (the parts it logged at startup)
@@ -80,7 +81,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
                           row=1, col=1)
         if a.acc.accounted_bytes is not None:
             acc = a.acc.accounted_bytes / GiB
-            fig.add_trace(go.Scatter(x=xs, y=[acc] * len(xs), name="accounted by vLLM" + (" (estimated)" if a.acc.estimated else ""),
+            fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[acc] * 2, name="accounted by vLLM" + (" (estimated)" if a.acc.estimated else ""),
                                      mode="lines", line={"color": "#1f77b4", "dash": "dash" if a.acc.estimated else "solid"}), row=1, col=1)
             fig.add_trace(go.Scatter(x=xs, y=[max(v, acc) for v in (d["actual_bytes"] / GiB).to_list()], name="gap (unaccounted)",
                                      mode="lines", line={"width": 0}, fill="tonexty", fillcolor="rgba(214,39,40,0.25)",
@@ -94,7 +95,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
             src = f"{lp['source'][0]}:{lp['layer'][0]}"
             if a.actual_source and a.actual_source.split(":")[0] == lp["source"][0] and layer[0] in ("device used", "engine process tree (RSS)"):
                 continue  # already drawn as "actual"
-            ld = minmax(lp.sort("t_us"), "t_us", "value_bytes", keep=keep)
+            ld = minmax(lp.sort("t_us"), "t_us", "value_bytes", max_points=each, keep=keep)
             fig.add_trace(go.Scatter(x=(ld["t_us"] / 1e6).to_list(), y=(ld["value_bytes"] / GiB).to_list(),
                                      name=f"measured: {layer[0]}{suffix}", mode="lines",
                                      line={"dash": ["dot", "dashdot", "longdash", "dash"][j % 4], "width": 1.5},
@@ -102,7 +103,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
     # device memory of several machines, none of them chosen as the bundle's: each drawn, none called actual
     for j, ((series,), mp) in enumerate(a.machines.partition_by("series", as_dict=True, maintain_order=True).items()
                                         if a.machines_total else []):
-        md = minmax(mp, "t_us", "value_bytes", keep=keep)
+        md = minmax(mp, "t_us", "value_bytes", max_points=each, keep=keep)
         fig.add_trace(go.Scatter(x=(md["t_us"] / 1e6).to_list(), y=(md["value_bytes"] / GiB).to_list(),
                                  name=f"device used, {series}", mode="lines", legendgroup="machines",
                                  line={"width": 1.5, "dash": ["solid", "dot", "dash", "dashdot"][j % 4]},
@@ -117,7 +118,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
     names = [n for n, _ in parts]
     if kvu.height and "KV pool" in names:
         below = sum(v for _, v in parts[:names.index("KV pool")])  # the KV band starts here in the stack
-        d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes")
+        d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes", max_points=each)
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=((d["kv_used_bytes"] + below) / GiB).to_list(),
                                  name="KV in use (inside the pool)", mode="lines", line={"color": "#08306b", "dash": "dot"}),
                       row=1, col=1)
@@ -125,7 +126,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         if level is not None and level != a.acc.accounted_bytes:
             fig.add_hline(y=level / GiB, line_dash="dot", line_color=color, annotation_text=line_name, row=1, col=1)
     for kv_src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height else []:
-        d = minmax(part, "t_us", "kv_usage_ratio")
+        d = minmax(part.sort("t_us"), "t_us", "kv_usage_ratio", max_points=each)
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["kv_usage_ratio"] * 100).to_list(),
                                  name=f"KV usage % ({kv_src[0]})", mode="lines"), row=2, col=1)
     s = b.samples
@@ -133,7 +134,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         d = s.filter(pl.col("metric") == metric)
         if d.height:
             src = d["source"][0]
-            d = minmax(d.filter(pl.col("source") == src).sort("t_us"), "t_us", "value")
+            d = minmax(d.filter(pl.col("source") == src).sort("t_us"), "t_us", "value", max_points=each)
             fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=d["value"].to_list(), name=metric.replace("_", " "),
                                      mode="lines", line={"shape": "hv", "color": color}), row=3, col=1)
     lanes = {"startup": 0, "preemption": 1, "crash / OOM": 2, "start": 3, "restart": 4, "k8s": 5}
@@ -175,6 +176,16 @@ def timeline_figure(a: Analysis) -> go.Figure:
     fig.update_layout(height=900, hovermode="x unified", legend={"orientation": "h", "y": -0.08},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white")
     return plotly_safe(fig)
+
+
+def _timeline_series(a: Analysis) -> int:
+    """How many downsampled series the timeline draws (a GPU's actual memory counts twice where the gap
+    to vLLM's accounting is drawn under it)."""
+    gpus = a.gap["gpu"].n_unique() if a.gap.height else 0
+    layers = a.layers.select("gpu", "layer").unique().height if a.layers.height else 0
+    machines = a.machines["series"].n_unique() if a.machines_total else 0
+    kv = a.kv["source"].n_unique() + 1 if a.kv.height else 0
+    return gpus * (2 if a.acc.accounted_bytes is not None else 1) + layers + machines + kv + 2
 
 
 def swimlane_figure(a: Analysis) -> go.Figure | None:
@@ -260,6 +271,7 @@ def compare_figure(analyses: list[Analysis], clock: TraceClock | None = None, al
                  and (max(other) * 8 < main_peak or max(other) > 8 * main_peak))
     lane: list[str] = []
     span: list[float] = []  # (the trace times of memory, crashes and onsets: the view opens on them, not on starts)
+    each = points_each(sum(2 + (a.kv["source"].n_unique() if a.kv.height else 0) for a in analyses))
     for i, (a, al) in enumerate(zip(analyses, aligns)):
         color = RUN_COLORS[i % len(RUN_COLORS)]
         first = first_arrival(a.bundle) if al.offset_us is None else None
@@ -268,7 +280,8 @@ def compare_figure(analyses: list[Analysis], clock: TraceClock | None = None, al
         right = split and i > 0
         if a.gap.height:
             per_t = a.gap.group_by("t_us").agg(pl.col("actual_bytes").max()).sort("t_us")  # (the fullest GPU)
-            d = minmax(per_t, "t_us", "actual_bytes")
+            keep = [x for x in (a.div.onset_us, a.div.max_gap_us, a.oom_us) if x is not None]
+            d = minmax(per_t, "t_us", "actual_bytes", max_points=each, keep=keep)
             xs = _trace_x(d["t_us"], al, clock, first)
             span += [xs[0], xs[-1]]
             fig.add_trace(go.Scatter(x=xs, y=(d["actual_bytes"] / GiB).to_list(), mode="lines", legendgroup=name,
@@ -280,12 +293,12 @@ def compare_figure(analyses: list[Analysis], clock: TraceClock | None = None, al
                                          line={"color": color, "dash": "dash", "width": 1.5}), row=1, col=1, secondary_y=right)
         kvu = a.kv.filter(pl.col("kv_used_bytes").is_not_null()) if a.kv.height else a.kv
         if kvu.height:
-            d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes")
+            d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes", max_points=each)
             fig.add_trace(go.Scatter(x=_trace_x(d["t_us"], al, clock, first), y=(d["kv_used_bytes"] / GiB).to_list(),
                                      mode="lines", legendgroup=name, name=f"{name}: KV in use (vLLM)",
                                      line={"color": color, "dash": "dot", "width": 1}), row=1, col=1, secondary_y=right)
         for src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height else []:
-            d = minmax(part.sort("t_us"), "t_us", "kv_usage_ratio")
+            d = minmax(part.sort("t_us"), "t_us", "kv_usage_ratio", max_points=each)
             fig.add_trace(go.Scatter(x=_trace_x(d["t_us"], al, clock, first), y=(d["kv_usage_ratio"] * 100).to_list(),
                                      mode="lines", legendgroup=name, showlegend=False, name=f"{name}: KV usage % ({src[0]})",
                                      line={"color": color, "width": 1}), row=2, col=1)
