@@ -145,8 +145,10 @@ def _rows(fmt: ExportFormat, src: Path, block_tokens: int, seed: int, c: _Counts
 def _notes(fmt: ExportFormat, out: Path, n: int, block_tokens: int, own_blocks: bool, c: _Counts) -> list[str]:
     """What the user must know, and tell the other tool, for the export to mean what the trace means."""
     if fmt == "vllm-bench":
-        return ["the custom dataset has no arrival times: vLLM bench sends at its --request-rate; "
-                "--format vllm-timed-trace keeps the trace's timing"]
+        return [f"replay with: vllm bench serve --backend vllm --dataset-name custom --dataset-path {out} "
+                f"--num-prompts {n} --custom-output-len -1 --ignore-eos --skip-chat-template --disable-shuffle "
+                "(the custom dataset has no arrival times: vLLM bench sends at its --request-rate; "
+                "--format vllm-timed-trace keeps the trace's timing)"]
     counted = [
         (c.synthesised, f"hash_ids synthesised for {c.synthesised} of {n} requests (the trace has no prefix blocks "
                         f"for them): one fresh id per {block_tokens}-token block, no prefix shared between requests"),

@@ -160,15 +160,15 @@ def test_vllm_bench_answers_every_request_of_the_custom_export(server: Server, t
     """The custom dataset (no times) reads its JSONL with pandas, of vLLM's `bench` extra, which the
     engine env lacks: added beside it for this run only."""
     from replay.engine.lock import uv_bin
-    _, err = _export(trace, "vllm-bench", tmp_path / "c.jsonl")
-    assert "no arrival times" in err
+    args, err = _export(trace, "vllm-bench", tmp_path / "c.jsonl")
+    assert "no arrival times" in err and args[:3] == ["vllm", "bench", "serve"]
     extra = tmp_path / "bench-extra"
     _run([uv_bin(), "pip", "install", "--quiet", "--no-deps", "--python", str(server.python), "--target", str(extra),
           "pandas", "python-dateutil", "tzdata"], 300)
-    res = _bench(server, ["bench", "serve", "--backend", "vllm", "--dataset-name", "custom", "--dataset-path",
-                          str(tmp_path / "c.jsonl"), "--custom-output-len", "-1", "--skip-chat-template",
-                          "--num-prompts", str(N)], tmp_path / "bench.json", {"PYTHONPATH": str(extra)})
+    res = _bench(server, args[1:], tmp_path / "bench.json", {"PYTHONPATH": str(extra)})
     assert res["completed"] == N and res["failed"] == 0, res.get("errors")
+    # each output as long as the trace's (the prompts are text: as long as the server's tokenizer makes them)
+    assert res["output_lens"] == [r["output_tokens"] for r in iter_requests(trace)]
 
 
 @pytest.fixture(scope="module")

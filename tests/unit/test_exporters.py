@@ -54,8 +54,8 @@ def test_export_aiperf_and_vllm_bench(tmp_path: Path) -> None:
     r = export_trace("vllm-bench", p, tmp_path / "v.jsonl")
     v = _rows(tmp_path / "v.jsonl")
     assert len(v[1]["prompt"].split()) == 7 and v[1]["output_tokens"] == 3
-    assert r.notes == ["the custom dataset has no arrival times: vLLM bench sends at its --request-rate; "
-                       "--format vllm-timed-trace keeps the trace's timing"]
+    assert len(r.notes) == 1 and "--dataset-name custom" in r.notes[0] and "--custom-output-len -1" in r.notes[0]
+    assert "(the custom dataset has no arrival times: vLLM bench sends at its --request-rate" in r.notes[0]
 
 
 def test_a_synthetic_trace_goes_to_vllm_timed_trace_with_its_times_and_a_whole_prompt(tmp_path: Path) -> None:
