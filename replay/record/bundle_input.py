@@ -5,12 +5,14 @@ what its log states land on one timeline."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
 from replay.bundle import read_bundle
 from replay.errors import ReplayError
 from replay.record import common
+from replay.record.events import EventKind
 
 
 def is_bundle(path: Path) -> bool:
@@ -30,7 +32,8 @@ def parse_bundle(path: Path) -> common.Parsed:
     for e in b.events:
         data = {k: v for k, v in e.items() if k not in ("t_us", "kind", "source", "rank")}
         t = e.get("t_us")
-        p.events.append({"t": None if t is None else int(t) + t0, "kind": e.get("kind"), "data": data, "line": None})
+        p.events.append({"t": None if t is None else int(t) + t0, "kind": cast("EventKind", e.get("kind")),
+                         "data": data, "line": None})  # (a kind of the version that wrote it)
     p.gpus = {int(g["index"]): dict(g) for g in b.meta.gpus if isinstance(g, dict) and g.get("index") is not None}
     p.lines = p.parsed = b.samples.height + len(b.events)
     what = f"a live recording of {b.meta.extra['live_url']}" if b.meta.extra.get("live_url") else f"a {b.meta.kind} bundle"

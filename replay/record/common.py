@@ -6,6 +6,7 @@ aside values no device can have, and the reading of times.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Callable
@@ -17,6 +18,9 @@ from typing import Any, ParamSpec
 import polars as pl
 
 from replay.bundle import DEVICE_SOURCES, SAMPLES_SCHEMA
+from replay.errors import ReplayError
+from replay.record.events import ParsedEvent
+from replay.record.options import RecordOptions
 from replay.units import MAX_GPU_INDEX, MiB
 
 P = ParamSpec("P")
@@ -44,7 +48,7 @@ class Parsed:
     kind: str
     samples: list[tuple[int | None, int | None, str, str, float]] = field(default_factory=list)
     frames: list[pl.DataFrame] = field(default_factory=list)  # samples as frames of SAMPLES_SCHEMA (epoch µs)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[ParsedEvent] = field(default_factory=list)
     quarantine: list[tuple[int | None, str, str]] = field(default_factory=list)
     lines: int = 0
     parsed: int = 0
@@ -332,3 +336,16 @@ def as_obj(x: Any) -> dict[str, Any]:
 def as_list(x: Any) -> list[Any]:
     """``x`` where it is a list, else an empty one (as ``as_obj`` for objects)."""
     return x if isinstance(x, list) else []
+
+
+# --- what the registry reads of each family -------------------------------------------------------
+Sniffer = Callable[[str], "str | None"]  # the start of a file (20,000 characters) -> the kind it is, else None
+Parser = Callable[[Path, str, RecordOptions], Parsed]  # a file of a kind the family reads, whole -> what it states
+
+
+def json_value(path: Path, text: str) -> Any:
+    """A JSON file's value, or an error naming its line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None

@@ -10,7 +10,8 @@ from pathlib import Path
 import polars as pl
 
 from replay.bundle import SAMPLES_SCHEMA, mig_source
-from replay.record.common import Parsed, checks_values, parse_time
+from replay.record.common import Parsed, Parser, checks_values, parse_time
+from replay.record.options import RecordOptions
 from replay.units import MiB, is_uint
 
 DCGM_METRICS: dict[str, tuple[str, float]] = {
@@ -258,3 +259,26 @@ def parse_dcgmi_dmon(path: Path, text: str, at: str | None = None, interval_s: f
         p.notes.append(f"{path.name}: dcgmi dmon rows carry no time: placed from --at every {interval_s:g} s "
                        "(dcgmi's -d; give --interval if it ran with another)")
     return p
+
+
+# --- as the registry reads them ---------------------------------------------------------------------
+def sniff_dmon(head: str) -> str | None:
+    return "dcgmi-dmon" if re.match(r"#Entity\s+\w", head.lstrip()) else None
+
+
+def sniff_counters(head: str) -> str | None:
+    """dcgm-exporter's -f file: which fields it exports (a stray line is quarantined)."""
+    fields = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("#")][:50]
+    matched = sum(1 for ln in fields if DCGM_COUNTER_LINE.match(ln.strip()))
+    return "dcgm-counters" if matched >= 3 and matched >= 0.8 * len(fields) else None
+
+
+def _counters(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_dcgm_counters(path, text)
+
+
+def _dmon(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
+
+
+PARSERS: dict[str, Parser] = {"dcgmi-dmon": _dmon, "dcgm-counters": _counters}

@@ -6,7 +6,7 @@ day took 10 s and half a gigabyte before the recorder had written a sample. This
 rows as polars columns: the usual shape (one header, perhaps repeated, naming a timestamp and an
 index column; nvidia-smi's time format; numbers with or without units, or nvidia-smi's words for
 none) becomes a frame of samples in one pass. A row it cannot vouch for (another shape of time, a
-cell that is no number, another count of fields) is read by ``evidence.parse_nvidia_smi_csv``'s own
+cell that is no number, another count of fields) is read by ``nvidia_smi.parse_nvidia_smi_csv``'s own
 row reader, which stays the reference for what a row means, and a file of any other shape (no
 header, headers that differ, compute-apps rows, GPUs told apart by bus id, text outside printable
 ASCII but for Windows' line ends) goes to it whole. Tests check that both give the same.
@@ -22,6 +22,7 @@ import polars as pl
 
 from replay.bundle import SAMPLES_SCHEMA
 from replay.record import common, nvidia_smi
+from replay.record.options import RecordOptions
 
 _ODD_TEXT = r"[^\t\x20-\x7e]"  # (Python's line breaks and white space beyond these: the reference's)
 _TIME = r"^[1-9]\d{3}/\d\d/\d\d \d\d:\d\d:[0-5]\d\.\d{3}$"  # nvidia-smi's, '2026/07/03 22:11:09.763'
@@ -35,7 +36,7 @@ _GPU_MAX = (1 << 31) - 1
 
 def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,
                          at: str | None = None) -> common.Parsed:
-    """``evidence.parse_nvidia_smi_csv``, vectorised where the file has the usual shape and is big
+    """``nvidia_smi.parse_nvidia_smi_csv``, vectorised where the file has the usual shape and is big
     enough to gain by it."""
     fast = _vectorised(path, text, tz_offset_s, columns) if len(text) >= FAST_FROM_CHARS else None
     return fast if fast is not None else nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
@@ -210,3 +211,10 @@ def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) ->
     lane = _Lane(path, tz_offset_s, columns)
     p = lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None
     return None if p is None else common.set_aside_impossible_values(p, path)  # (as the reference's result has been)
+
+
+def _parse(path: Path, text: str, opts: RecordOptions) -> common.Parsed:
+    return parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
+
+
+PARSERS: dict[str, common.Parser] = {"nvidia-smi": _parse}  # (nvidia-smi's query CSV, as the registry reads it)

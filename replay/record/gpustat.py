@@ -8,7 +8,8 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from replay.record.common import Parsed, as_list, as_obj, checks_values, parse_time, utc_us
+from replay.record.common import Parsed, Parser, as_list, as_obj, checks_values, parse_time, utc_us
+from replay.record.options import RecordOptions
 from replay.record.vllm_log import ANSI
 from replay.units import MiB, is_uint
 
@@ -105,3 +106,19 @@ def _gpustat_json(text: str, tz_offset_s: int, p: Parsed) -> Parsed:
                 pid, mem = as_obj(pr).get("pid"), as_obj(pr).get("gpu_memory_usage")
                 if is_uint(str(pid)) and isinstance(mem, (int, float)) and not isinstance(mem, bool):
                     p.samples.append((t, gi, "nvml", f"process_used_bytes:{pid}", float(mem * MiB)))
+
+
+# --- as the registry reads it -----------------------------------------------------------------------
+def sniff(head: str) -> str | None:
+    """Printed (its colours taken off) or --json."""
+    if re.search(r"^\[\d+\] .*\|.*\d+ / \d+ MB", ANSI.sub("", head), re.M) or (
+            '"query_time"' in head and '"gpus"' in head and '"memory.used"' in head):
+        return "gpustat"
+    return None
+
+
+def _parse(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_gpustat(path, text, opts.tz_offset_s)
+
+
+PARSERS: dict[str, Parser] = {"gpustat": _parse}

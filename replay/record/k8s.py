@@ -10,8 +10,10 @@ from typing import Any
 
 import yaml
 
-from replay.record.common import Parsed, as_list, as_obj, parse_time
+from replay.record.common import Parsed, Parser, as_list, as_obj, parse_time
+from replay.record.events import EventKind, ParsedEvent
 from replay.record.kernel import K_OOM, host_oom
+from replay.record.options import RecordOptions
 from replay.units import is_uint
 
 # --- Kubernetes ----------------------------------------------------------------------------------
@@ -23,7 +25,7 @@ SIGKILL_MEANING = ("the container was killed with SIGKILL (exit 137) and Kuberne
                    "kernel log ('Out of memory: Killed process') tells which. A CUDA OOM exits on its own, not with 137")
 
 
-def terminated_kind(reason: Any, exit_code: Any) -> tuple[str, str | None]:
+def terminated_kind(reason: Any, exit_code: Any) -> tuple[EventKind, str | None]:
     """The event of a terminated container: a host OOM kill where Kubernetes says OOMKilled (whatever
     the exit code), a SIGKILL of unstated cause for exit 137 under another reason ('Error'), else a
     plain termination."""
@@ -91,7 +93,7 @@ def _is_event(o: Any) -> bool:
         isinstance(o.get("involvedObject"), dict) or isinstance(o.get("regarding"), dict)))
 
 
-def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
+def _k8s_event(ev: dict[str, Any]) -> ParsedEvent:
     """A core/v1 Event, or an events.k8s.io/v1 one ('note', 'regarding', 'series'), as a bundle event."""
     t = None
     for k in ("lastTimestamp", "eventTime", "deprecatedLastTimestamp", "firstTimestamp"):
@@ -110,7 +112,7 @@ def _k8s_event(ev: dict[str, Any]) -> dict[str, Any]:
                                "object": f"{inv.get('kind')}/{inv.get('name')}", "count": count})
 
 
-def _k8s_fact(t: int | None, line: int | None, data: dict[str, Any]) -> dict[str, Any]:
+def _k8s_fact(t: int | None, line: int | None, data: dict[str, Any]) -> ParsedEvent:
     """A Kubernetes event as a bundle event: a k8s_event, except node-problem-detector's OOMKilling,
     which reports the kernel's OOM kill on the node and is the kernel log's fact (a host OOM kill,
     with its pid, process and memory), its event fields kept beside."""
@@ -317,8 +319,10 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
 
     def close_last() -> None:
         nonlocal last
-        kind, meaning = terminated_kind(last.get("reason"), last.get("exit_code")) if last is not None else ("", None)
-        if last is not None and meaning is not None:
+        if last is None:
+            return
+        kind, meaning = terminated_kind(last.get("reason"), last.get("exit_code"))
+        if meaning is not None:
             p.events.append({"t": last.get("t"), "kind": kind, "line": last["line"], "data": {
                 "container": container, "reason": last.get("reason"), "exit_code": last.get("exit_code"),
                 "meaning": meaning}})
@@ -370,3 +374,44 @@ def parse_describe(path: Path, text: str, at: str | None = None, tz_offset_s: in
     elif any("age" in e["data"] for e in p.events):
         p.notes.append(f"{path.name}: event times are --at minus their ages (to the second kubectl rounds to)")
     return p
+
+
+# --- as the registry reads them ---------------------------------------------------------------------
+_POD = re.compile(r'(?m)^kind:\s*Pod\s*$|"kind"\s*:\s*"Pod"')
+
+
+def sniff_objects(head: str) -> str | None:
+    """Events and pods as YAML or JSON (a pod's status alone, too)."""
+    if head.lstrip().startswith(("{", "[", "---", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
+            "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
+            or "involvedObject" in head or "regarding" in head or _POD.search(head)):
+        return "k8s"
+    return None
+
+
+def sniff_table(head: str) -> str | None:
+    s = head.lstrip()
+    return "k8s-table" if EVENTS_TABLE_HEADER.match(s) or PODS_TABLE_HEADER.match(s) else None
+
+
+def sniff_describe(head: str) -> str | None:
+    """`kubectl describe`, or a container's terminated state pasted alone."""
+    if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:") or (
+            DESCRIBE_TERMINATED.match(head.lstrip()) and "Exit Code:" in head):
+        return "k8s-describe"
+    return None
+
+
+def _objects(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_k8s(path, text)
+
+
+def _table(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_kubectl_table(path, text, opts.at, opts.tz_offset_s)
+
+
+def _describe(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_describe(path, text, opts.at, opts.tz_offset_s)
+
+
+PARSERS: dict[str, Parser] = {"k8s": _objects, "k8s-describe": _describe, "k8s-table": _table}

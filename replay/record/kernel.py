@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from replay.record.common import Parsed, parse_time, utc_us
+from replay.record.common import Parsed, Parser, parse_time, utc_us
+from replay.record.options import RecordOptions
 from replay.units import is_uint
 
 # --- kernel log: dmesg -T, dmesg, journalctl -k -----------------------------------------------------
@@ -100,3 +101,15 @@ def parse_kernel_log(path: Path, text: str, tz_offset_s: int = 0, year: int | No
     if bsd and year is None:
         p.notes.append(f"{path.name}: journalctl's short form has no year: the current year was assumed (--year sets it)")
     return p
+
+
+# --- as the registry reads it -----------------------------------------------------------------------
+def sniff(head: str) -> str | None:
+    return "kernel-log" if kernel_log_head(head) else None
+
+
+def _parse(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
+
+
+PARSERS: dict[str, Parser] = {"kernel-log": _parse}

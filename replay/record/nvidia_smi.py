@@ -11,8 +11,9 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from replay.bundle import mig_source
-from replay.record.common import Parsed, checks_values, impossible, parse_time, scrape_time
+from replay.record.common import Parsed, Parser, checks_values, impossible, parse_time, scrape_time
 from replay.record.dcgm import instance_order
+from replay.record.options import RecordOptions
 from replay.units import MiB, is_uint
 
 # --- nvidia-smi ----------------------------------------------------------------------------------
@@ -516,3 +517,48 @@ def parse_dmon(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
         p.quarantine.append((None, f"{len(p.samples)} dmon values without time", ""))
         p.samples = []
     return p
+
+
+# --- as the registry reads them ---------------------------------------------------------------------
+def sniff_dmon(head: str) -> str | None:
+    """dmon or pmon, with -o DT or without."""
+    if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
+        return "nvidia-smi-dmon"
+    return None
+
+
+def sniff_table(head: str) -> str | None:
+    if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
+        return "nvidia-smi-table"
+    return None
+
+
+def sniff_q(head: str) -> str | None:
+    """-q, as text or as XML with -x."""
+    return "nvidia-smi-q" if re.search(r"^\s*FB Memory Usage\s*$", head, re.M) or "<nvidia_smi_log" in head else None
+
+
+def sniff_csv(head: str) -> str | None:
+    """The query CSV, by its header (a headerless one is known from --nvsmi-columns)."""
+    first = head.splitlines()[0] if head else ""
+    if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
+            ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
+        return "nvidia-smi"
+    return None
+
+
+def _table(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
+
+
+def _q(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    parse = parse_nvidia_smi_xml if "<nvidia_smi_log" in text[:20000] else parse_nvidia_smi_q
+    return parse(path, text, opts.tz_offset_s, opts.at)
+
+
+def _dmon(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_dmon(path, text, opts.tz_offset_s)
+
+
+PARSERS: dict[str, Parser] = {"nvidia-smi-table": _table, "nvidia-smi-q": _q, "nvidia-smi-dmon": _dmon}
+# (its query CSV is read through its fast lane: ``fastsmi.PARSERS``)

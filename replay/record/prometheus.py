@@ -23,15 +23,18 @@ from replay.metrics import CACHE_CONFIG, NEVER_EXISTED_METRICS, VLLM_METRICS, vl
 from replay.record.common import (
     SCRAPED_AT,
     Parsed,
+    Parser,
     a_gpu,
     as_list,
     as_obj,
     checks_values,
     impossible,
+    json_value,
     parse_time,
     scrape_time,
 )
 from replay.record.dcgm import DCGM_METRICS, dcgm_gpu, dcgm_hosts
+from replay.record.options import RecordOptions
 from replay.units import parse_size_bytes
 
 # a sample line: name, labels, value, a timestamp (ms in the text format, seconds in OpenMetrics) and an
@@ -595,3 +598,73 @@ def _grafana_value(cell: str, scale: float) -> float | None:
         return num * _SI[unit.upper()] * scale
     size = parse_size_bytes(f"{num} {unit}")
     return None if size is None else float(size)
+
+
+# --- as the registry reads them ---------------------------------------------------------------------
+def sniff_query_range(head: str) -> str | None:
+    """query_range's JSON (or the API's answer to a query it refused)."""
+    s = head.lstrip()
+    if s.startswith("{") and ('"resultType"' in head or re.match(r'\{\s*"status"\s*:\s*"error"', s) and '"errorType"' in head):
+        return "prometheus-query-range"
+    return None
+
+
+def sniff_vm_export(head: str) -> str | None:
+    return "victoriametrics-export" if VM_EXPORT_LINE.match(head.lstrip().split("\n", 1)[0]) else None
+
+
+def sniff_grafana_json(head: str) -> str | None:
+    """A Grafana panel's data frames."""
+    s = head.lstrip()
+    if s.startswith(("{", "[")) and re.search(r'"fields"\s*:', head) and re.search(r'"type"\s*:\s*"time"', head):
+        return "grafana-json"
+    return None
+
+
+def sniff_tsdb_dump(head: str) -> str | None:
+    """`promtool tsdb dump`: the name among the labels."""
+    return "prometheus-text" if re.match(r'\{[^\n]*\b__name__\s*=\s*"', head.lstrip()) else None
+
+
+def sniff_grafana_csv(head: str) -> str | None:
+    """Series joined by time, or series as rows."""
+    first = head.splitlines()[0] if head else ""
+    if (first.lower().lstrip('"').startswith("time") or re.match(r'"?series"?[;,\t]"?time"?[;,\t]"?value"?\s*$', first, re.I)) \
+            and ("," in first or ";" in first or "\t" in first):
+        return "grafana-csv"
+    return None
+
+
+def sniff_text(head: str) -> str | None:
+    """A scrape (a grep of /metrics has no TYPE lines)."""
+    first = head.splitlines()[0] if head else ""
+    if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in first \
+            or re.search(r"^vllm[:_.]\w+(?:\{[^}]*\})? \S+$", head, re.M):
+        return "prometheus-text"
+    return None
+
+
+def _text(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics, host=opts.host,
+                            instance=opts.gpu_instance)
+
+
+def _query_range(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_query_range(path, json_value(path, text), want=opts.metrics, host=opts.host, instance=opts.gpu_instance)
+
+
+def _vm_export(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_vm_export(path, text, want=opts.metrics, host=opts.host, instance=opts.gpu_instance)
+
+
+def _grafana_csv(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance)
+
+
+def _grafana_json(path: Path, text: str, opts: RecordOptions) -> Parsed:
+    return parse_grafana_frames(path, json_value(path, text), opts.host, opts.gpu_instance)
+
+
+PARSERS: dict[str, Parser] = {"prometheus-text": _text, "prometheus-query-range": _query_range,
+                              "victoriametrics-export": _vm_export, "grafana-csv": _grafana_csv,
+                              "grafana-json": _grafana_json}

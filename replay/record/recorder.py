@@ -8,9 +8,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-import json
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,27 +45,21 @@ from replay.parallel import background_removal, ordered_map
 from replay.record import (
     access_log,
     common,
-    dcgm,
     engine_config,
     fastlog,
-    fastsmi,
-    gpustat,
-    k8s,
-    kernel,
-    nvidia_smi,
-    prometheus,
 )
 from replay.record.bundle_input import is_bundle, parse_bundle
+from replay.record.events import GatheredEvent
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
+from replay.record.options import RecordOptions as RecordOptions
+from replay.record.registry import KINDS as KINDS
+from replay.record.registry import PARSERS, STREAMED
+from replay.record.registry import detect_kind as detect_kind
 from replay.record.request_ids import unify_bundle_requests
-from replay.record.vllm_log import ANSI, LogParse, fact_time_us, physical_lines
+from replay.record.vllm_log import LogFact, LogParse, fact_time_us, parse_log, physical_lines
 from replay.units import GiB, fraction, is_uint
 from replay.versioning import version_key
-
-KINDS = ("vllm-log", "prometheus-text", "prometheus-query-range", "victoriametrics-export", "grafana-csv", "grafana-json", "nvidia-smi",
-         "nvidia-smi-table", "nvidia-smi-q", "nvidia-smi-dmon", "dcgmi-dmon", "k8s", "k8s-describe", "k8s-table",
-         "kernel-log", "log-export", "gpustat", "dcgm-counters")
 
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
@@ -288,6 +280,50 @@ class _LogFacts:
     access: list[access_log.AccessLine] | None = None  # its uvicorn access lines, where it states no request
 
 
+def stats_samples(data: dict[str, Any]) -> Iterator[tuple[str, float]]:
+    """The samples (metric, value) one stats line states (a fact of kind 'stats', as ``vllm_log`` reads it)."""
+    for key, metric, scale in STATS_SAMPLES:
+        if data.get(key) is not None:
+            yield metric, data[key] * scale
+
+
+def log_event(f: LogFact, t: int | None, name: str) -> GatheredEvent:
+    """A fact of the log ``name`` as an event at ``t`` (epoch µs; None where it has no time), stated at
+    'name:line' (and an OOM its rank stated again, at each place)."""
+    data = dict(f.data)
+    if "restated_lines" in data:  # (the same OOM stated again by its rank: one OOM, stated where)
+        data["restated_at"] = [f"{name}:{n}" for n in data.pop("restated_lines")]
+    return {"t": t, "kind": f.kind, "data": data, "source": f"{name}:{f.line}", "rank": f.rank}
+
+
+def bundle_event(e: GatheredEvent, t0: int | None) -> dict[str, Any]:
+    """An event as ``events.jsonl`` holds it: at µs since ``t0``, its fields beside its kind."""
+    t = e["t"]
+    t_us = t - t0 if (t is not None and t0 is not None) else None
+    return {"t_us": t_us, "kind": e["kind"], "source": e["source"], "rank": e.get("rank"), **e["data"]}
+
+
+def write_log_facts(w: BundleWriter, log: Path, year: int, t0_us: int,
+                    kind_of: Callable[[str, int | None], str] | None = None) -> LogParse:
+    """The facts of one small vLLM log (a replay's server log), read whole by the reference parser,
+    into ``w`` at µs since ``t0_us``: its stats lines as 'vllm-log' samples, every other fact as an
+    event (its kind as ``kind_of`` names it, given the kind and the time, where given). Returns what
+    the log states of itself (version, engine)."""
+    lp = parse_log(physical_lines(log.read_bytes().decode("utf-8", errors="replace")))
+    for f in lp.facts:
+        t = fact_time_us(f.ts, year)
+        if f.kind == "stats" and t is not None:
+            for metric, value in stats_samples(f.data):
+                w.sample(t - t0_us, None, "vllm-log", metric, value)
+        if f.kind == "stats":
+            continue
+        e = bundle_event(log_event(f, t, log.name), t0_us)
+        if kind_of is not None:
+            e["kind"] = kind_of(e["kind"], e["t_us"])
+        w.event(e)
+    return lp
+
+
 def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
     """A log's stats facts -> samples, streamed, less those already read from an earlier log; returns
     how many had no time."""
@@ -415,7 +451,7 @@ def _an_argument(s: engine_config.ArgSetting) -> bool:
     return s.name in engine_config.ENGINE_ARGS and plain
 
 
-def _keep_config(meta: BundleMeta, configs: list[engine_config.EngineConfig], events: list[dict[str, Any]]) -> None:
+def _keep_config(meta: BundleMeta, configs: list[engine_config.EngineConfig], events: list[GatheredEvent]) -> None:
     """Production's configuration into bundle.json: the engine's and the server's arguments under vLLM's
     names (typed), where each is stated, the environment, the model; two sources that disagree, in the
     notes. A scrape's vllm:cache_config_info labels count among them."""
@@ -676,96 +712,6 @@ def _set_aside_impossible_times(r: common.Parsed) -> None:
     r.events = [e for e in r.events if not bad(e.get("t"))]
 
 
-def _json(path: Path, text: str) -> Any:
-    """A JSON file's value, or an error naming its line."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ReplayError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-
-
-# a line as vLLM's logger writes it, at any level: '(process) LEVEL MM-DD HH:MM:SS [file.py:N] '
-_VLLM_LINE = re.compile(fastlog.STRICT_ANY, re.M)
-
-
-def detect_kind(text: str) -> str | None:
-    head = text[:20000].replace("\u00a0", " ")  # (a copy from a web page: no-break spaces for its spaces)
-    s = head.lstrip()
-    if s.startswith("{") and ('"resultType"' in head or re.match(r'\{\s*"status"\s*:\s*"error"', s) and '"errorType"' in head):
-        return "prometheus-query-range"  # (or the API's answer to a query it refused)
-    if prometheus.VM_EXPORT_LINE.match(s.split("\n", 1)[0]):
-        return "victoriametrics-export"
-    if export_kind(head):
-        return "log-export"  # (a vLLM log as a logging service or tool exports it)
-    if s.startswith(("{", "[")) and re.search(r'"fields"\s*:', head) and re.search(r'"type"\s*:\s*"time"', head):
-        return "grafana-json"  # (a panel's data frames)
-    if re.match(r'\{[^\n]*\b__name__\s*=\s*"', s):
-        return "prometheus-text"  # (`promtool tsdb dump`: the name among the labels)
-    if s.startswith(("{", "[", "---", "apiVersion", "kind:", "status:", "lastState:", "items:", "metadata:")) and (
-            "containerStatuses" in head or "lastState" in head or '"Event"' in head or "kind: Event" in head
-            or "involvedObject" in head or "regarding" in head or re.search(r'(?m)^kind:\s*Pod\s*$|"kind"\s*:\s*"Pod"', head)):
-        return "k8s"
-    if k8s.EVENTS_TABLE_HEADER.match(s) or k8s.PODS_TABLE_HEADER.match(s):
-        return "k8s-table"
-    if "Events:" in head and ("Reason" in head and "Message" in head) or head.startswith("Name:") or (
-            k8s.DESCRIBE_TERMINATED.match(s) and "Exit Code:" in head):
-        return "k8s-describe"  # (or a container's terminated state pasted alone)
-    if re.match(r"#Entity\s+\w", s):
-        return "dcgmi-dmon"
-    fields = [ln for ln in head.splitlines()[:200] if ln.strip() and not ln.lstrip().startswith("#")][:50]
-    matched = sum(1 for ln in fields if dcgm.DCGM_COUNTER_LINE.match(ln.strip()))
-    if matched >= 3 and matched >= 0.8 * len(fields):
-        return "dcgm-counters"  # (dcgm-exporter's -f file: which fields it exports; a stray line is quarantined)
-    if re.search(r"^#\s*(?:date\s+time\s+)?gpu\b", head, re.M | re.I) and re.search(r"^#.*\bidx\b", head, re.M | re.I):
-        return "nvidia-smi-dmon"  # (dmon or pmon, with -o DT or without)
-    if kernel.kernel_log_head(head):
-        return "kernel-log"
-    if re.search(r"^\[\d+\] .*\|.*\d+ / \d+ MB", ANSI.sub("", head), re.M) or (
-            '"query_time"' in head and '"gpus"' in head and '"memory.used"' in head):
-        return "gpustat"  # (printed, its colours taken off, or --json)
-    if "Memory-Usage" in head and "|" in head or re.search(r"^\|.*\d+MiB\s*/\s*\d+MiB\s*\|", head, re.M):
-        return "nvidia-smi-table"
-    if re.search(r"^\s*FB Memory Usage\s*$", head, re.M) or "<nvidia_smi_log" in head:
-        return "nvidia-smi-q"  # (as text, or as XML with -x)
-    first = head.splitlines()[0] if head else ""
-    if ("memory.used" in first or "memory.total" in first or "used_gpu_memory" in first or
-            ("NVIDIA" in first or "Tesla" in first) and " MiB" in first):
-        return "nvidia-smi"
-    if (first.lower().lstrip('"').startswith("time") or re.match(r'"?series"?[;,\t]"?time"?[;,\t]"?value"?\s*$', first, re.I)) \
-            and ("," in first or ";" in first or "\t" in first):
-        return "grafana-csv"  # (series joined by time, or series as rows)
-    if any(x in head for x in ("# TYPE ", "# HELP ")) or ("DCGM_FI_" in head and "{" in head) or "vllm:" in first \
-            or re.search(r"^vllm[:_.]\w+(?:\{[^}]*\})? \S+$", head, re.M):  # (a grep of /metrics has no TYPE lines)
-        return "prometheus-text"
-    if any(k in head for k in ("INFO ", "WARNING ", "ERROR ", "vllm", "KV cache", "CUDA out of memory",
-                               "GPU blocks", "Memory profiling", "preempted", "model weights take",
-                               "OutOfMemoryError", "(raylet)", "memory usage threshold")) \
-            or _VLLM_LINE.search(head):  # (an excerpt of a DEBUG-level log may hold nothing else)
-        return "vllm-log"
-    return None
-
-
-@dataclass
-class RecordOptions:
-    year: int | None = None
-    tz_offset_s: int = 0
-    at: str | None = None
-    as_kind: dict[str, str] = field(default_factory=dict)
-    keep_prompts: bool = False
-    keep_quarantine_text: bool = False  # the text of lines quarantined (a request line's prompt, say); with keep_prompts too
-    nvsmi_columns: str | None = None
-    rows_interval_s: float = 1.0  # how far apart rows without times were taken (dcgmi dmon's -d)
-    host: str | None = None  # the node vLLM ran on, where GPU evidence covers several
-    gpu_instance: str | None = None  # the MIG instance vLLM ran in (DCGM's GPU_I_ID, or GPU:GPU_I_ID)
-    metrics: list[str] = field(default_factory=list)
-    clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
-    progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
-    stage: Callable[[str], None] | None = None  # told what the recorder does once the evidence is read
-
-    def clock_offset_us(self, path: Path) -> int:
-        return self.clock_offsets_us.get(str(path), self.clock_offsets_us.get(path.name, 0))
-
-
 def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[FileReport], dict[str, Any]]:
     """Record ``paths`` into the bundle ``out``; see the module docstring. The bundle is written beside
     ``out`` and swapped in whole once complete: interrupted or failed, it leaves ``out`` as it was and
@@ -777,401 +723,498 @@ def record(paths: list[Path], out: Path, opts: RecordOptions) -> tuple[list[File
 def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tuple[list[FileReport], dict[str, Any]]:
     if not paths:
         raise ReplayError("no evidence files given", 2)
-    parsed_items: list[tuple[Path, str, Any, FileReport]] = []
-    seen_hashes: dict[str, str] = {}
-    scrape_times: dict[str, set[int | None]] = {}  # the times in the names of scrapes of the same bytes
-    notes: list[str] = []
     spill_root = into / ".spill"
-    fingerprints: dict[tuple[int, str], list[Path]] = {}
-    paths, from_folder = _expand(paths, out)
-    access_found: dict[Path, list[access_log.AccessLine]] = {}  # a log's access lines, where it states no request
-    launches: list[engine_config.EngineConfig] = []  # the launch configurations among the files
-    configs: list[engine_config.EngineConfig] = []  # what the logs state (what the server parsed: it comes first)
-    for path in paths:
-        if is_bundle(path):
-            bundled = parse_bundle(path)
-            rep = FileReport(str(path), "bundle", sha256=bundle_sha256(path), notes=list(bundled.notes))
-            rep.lines, rep.parsed = bundled.lines, bundled.parsed
-            parsed_items.append((path, "bundle", bundled, rep))
-            continue
-        try:
-            head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
-        except ReplayError as e:
-            if path not in from_folder:
-                raise
-            rep = FileReport(str(path), "skipped",  # (not hashed: a core dump or weights file can be gigabytes)
-                             notes=[f"skipped: {e.message.removeprefix(f'{path}: ')}"])
-            parsed_items.append((path, "skipped", None, rep))
-            continue
-        kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head) \
-            or _fits_columns(head, opts.nvsmi_columns)
-        forced = str(path) in opts.as_kind or "*" in opts.as_kind
-        launch = None if forced else engine_config.sniff(head)
-        if launch is not None:  # (a command, compose file or manifest that starts vLLM; a pod's status is evidence too)
-            cfg, why = _launch_config(path, launch)
-            if cfg is not None:
-                launches.append(cfg)
-            if kind not in ("k8s", "k8s-describe"):
-                rep = FileReport(str(path), "launch-config" if cfg is not None else "unknown", sha256=file_sha256(path))
-                rep.lines = rep.parsed = sum(1 for _ in _text_lines(path))
-                rep.notes.append(why)
-                parsed_items.append((path, rep.kind, None, rep))
-                if opts.progress is not None:
-                    opts.progress(size)
-                continue
-        fp = _fingerprint(path, size)
-        alike = fingerprints.setdefault(fp, [])
-        # a log with no look-alike is hashed while it is parsed (one read); anything else now
-        hash_later = kind in ("vllm-log", "log-export") and not alike and size > (1 << 16)
-        alike.append(path)
-        sha = "" if hash_later else file_sha256(path)
-        rep = FileReport(str(path), kind or "unknown", sha256=sha)
-        if (nuls := nul_run(path)):
-            rep.notes.append(nul_run_note(path.name, nuls))
-        named = _scrape_named_at(kind, path, head, opts) if sha in seen_hashes else None
-        if named is not None and named not in scrape_times.setdefault(
-                sha, {_scrape_named_at(kind, Path(seen_hashes[sha]), head, opts)}):
-            scrape_times[sha].add(named)
-            rep.notes.append(f"the same bytes as {Path(seen_hashes[sha]).name}, but its name dates it at another time: "
-                             "a scrape of its own")
-        elif sha and sha in seen_hashes:
-            rep.kind = "duplicate"
-            rep.notes.append(f"identical to {seen_hashes[sha]}; counted once")
-            parsed_items.append((path, "duplicate", None, rep))
-            if opts.progress is not None:
-                opts.progress(size)
-            continue
-        if sha:
-            seen_hashes[sha] = str(path)
-        if not head.strip() and size < (1 << 16):
-            rep.kind = "empty"
-            rep.notes.append("empty file")
-            parsed_items.append((path, "empty", None, rep))
-            if opts.progress is not None:
-                opts.progress(size)
-            continue
-        result: Any
-        if opts.stage is not None:
-            opts.stage(f"reading {path.name}")
-        if kind in ("vllm-log", "log-export"):
-            hasher = hashlib.sha256() if hash_later else None
-            spill, log_path, progress, conv = spill_root / str(len(parsed_items)), path, opts.progress, None
-            if kind == "log-export":  # its entries as log lines, then its facts at the export's lines
-                which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
-                spill.mkdir(parents=True, exist_ok=True)
-                log_path, progress = spill / "export.log", None
-                conv = convert(path, which, log_path, opts.progress, hasher)  # (the export is hashed as it is read)
-                rep.notes += conv.notes(path.name, which)
-            result = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts, progress=progress,
-                                    hasher=hasher if conv is None else None, request_repeats=False)
-            if not _states_requests(result[1]):  # (its access lines stand in for them: read while it is at hand)
-                access_found[path] = access_log.scan(_text_lines(log_path), None if conv is None else conv.lines)
-            if conv is not None:
-                renumber(result[0], result[1], conv)
-                if result[0].container_year is None and conv.year is not None:
-                    result[0].container_year = conv.year  # (the export's own dates, which have no zone)
-            if hasher is not None:
-                rep.sha256 = hasher.hexdigest()
-                seen_hashes[rep.sha256] = str(path)
-            parsed_items.append((path, kind, result, rep))
-            continue
-        if kind not in KINDS:  # streamed into quarantine when the bundle is written, never held whole
-            rep.kind = "unknown"
-            rep.lines = sum(1 for _ in _text_lines(path))
-            rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
-            parsed_items.append((path, "unknown", None, rep))
-            if opts.progress is not None:
-                opts.progress(size)
-            continue
-        text = _read_text(path)
-        if kind == "prometheus-text":
-            result = prometheus.parse_exposition(path, text, at=opts.at, tz_offset_s=opts.tz_offset_s, want=opts.metrics,
-                                          host=opts.host, instance=opts.gpu_instance)
-        elif kind == "prometheus-query-range":
-            result = prometheus.parse_query_range(path, _json(path, text), want=opts.metrics, host=opts.host,
-                                          instance=opts.gpu_instance)
-        elif kind == "victoriametrics-export":
-            result = prometheus.parse_vm_export(path, text, want=opts.metrics, host=opts.host, instance=opts.gpu_instance)
-        elif kind == "grafana-csv":
-            result = prometheus.parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance)
-        elif kind == "grafana-json":
-            result = prometheus.parse_grafana_frames(path, _json(path, text), opts.host, opts.gpu_instance)
-        elif kind == "nvidia-smi":
-            result = fastsmi.parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
-        elif kind == "nvidia-smi-table":
-            result = nvidia_smi.parse_nvidia_smi_table(path, text, opts.tz_offset_s, opts.at)
-        elif kind == "nvidia-smi-q":
-            result = (nvidia_smi.parse_nvidia_smi_xml if "<nvidia_smi_log" in text[:20000] else nvidia_smi.parse_nvidia_smi_q)(
-                path, text, opts.tz_offset_s, opts.at)
-        elif kind == "kernel-log":
-            result = kernel.parse_kernel_log(path, text, opts.tz_offset_s, opts.year)
-        elif kind == "nvidia-smi-dmon":
-            result = nvidia_smi.parse_dmon(path, text, opts.tz_offset_s)
-        elif kind == "gpustat":
-            result = gpustat.parse_gpustat(path, text, opts.tz_offset_s)
-        elif kind == "dcgm-counters":
-            result = dcgm.parse_dcgm_counters(path, text)
-        elif kind == "dcgmi-dmon":
-            result = dcgm.parse_dcgmi_dmon(path, text, opts.at, opts.rows_interval_s, opts.tz_offset_s)
-        elif kind == "k8s":
-            result = k8s.parse_k8s(path, text)
-        elif kind == "k8s-table":
-            result = k8s.parse_kubectl_table(path, text, opts.at, opts.tz_offset_s)
-        else:  # k8s-describe (a kind outside KINDS was set aside above)
-            result = k8s.parse_describe(path, text, opts.at, opts.tz_offset_s)
-        if isinstance(result, common.Parsed):
-            _set_aside_impossible_times(result)
-            result.notes += common.renamed_note(path, result.vllm_names)
-            rep.kind = result.kind
-            rep.notes += result.notes
-        parsed_items.append((path, kind, result, rep))
-        if opts.progress is not None:  # (read whole: done at once)
-            opts.progress(size)
+    files, launches = _read_files(paths, out, opts, spill_root)
+    year, year_note = _log_year(files, opts)
+    g = _Gathered(year=year, notes=[year_note] if any(f.log is not None for f in files) else [])
+    for f in files:
+        _gather(g, f, opts)
+    apart = far_apart([(Path(f.report.path).name, f.report.t_first_us, f.report.t_last_us) for f in files
+                       if f.report.t_first_us is not None and f.report.t_last_us is not None])
+    if apart:
+        g.notes.append(apart)
+    if g.log_samples:
+        g.sample_frames.append(pl.DataFrame(g.log_samples, schema=SAMPLES_SCHEMA, orient="row"))
+    t0 = g.t0()
+    meta = _bundle_meta(g, files, launches, t0, opts)
+    return [f.report for f in files], _write(into, meta, g, t0, opts, spill_root)
 
-    # Year for log lines (they carry none): --year, else a dated source in the bundle, else now.
-    year = opts.year
-    year_note = f"log year {year} from --year" if year else None
-    if year is None:
-        for _, _, r, _ in parsed_items:
-            if isinstance(r, tuple) and r[0].container_year:
-                year = r[0].container_year
-                year_note = f"log year {year} from the times a container runtime or log shipper put on its lines"
-                break
-    logged = any(isinstance(r, tuple) for _, _, r, _ in parsed_items)
-    if year is None and logged:  # (only log lines need a year)
-        dated = [t for _, _, r, _ in parsed_items if isinstance(r, common.Parsed)
-                 if (t := _t_span(r.frame().filter(pl.col("t_us") != 0))[0]) is not None]
-        dated += [e["t"] for _, _, r, _ in parsed_items if isinstance(r, common.Parsed) for e in r.events if e.get("t")]
+
+# --- read and recognise ------------------------------------------------------------------------------
+@dataclass
+class LogRead:
+    """A vLLM log as read: what its lines state one by one (the reference parser's), its columnar
+    facts (the fast lane's), and its uvicorn access lines where it states no request."""
+
+    parse: LogParse
+    facts: FastFacts
+    access: list[access_log.AccessLine] | None = None
+
+
+@dataclass
+class FileRead:
+    """One evidence file as read: its report, and what it states: a log's facts or a parser's samples
+    and events; neither for a file set aside (skipped, a duplicate, empty, a launch configuration, or
+    of no known kind: its lines are quarantined when the bundle is written)."""
+
+    path: Path
+    report: FileReport
+    log: LogRead | None = None
+    parsed: common.Parsed | None = None
+
+
+@dataclass
+class _Seen:
+    """What the files read so far tell of the next."""
+
+    hashes: dict[str, str] = field(default_factory=dict)  # sha256 -> the first file of those bytes
+    scrape_times: dict[str, set[int | None]] = field(default_factory=dict)  # the times in the names of
+    # scrapes of the same bytes
+    fingerprints: dict[tuple[int, str], list[Path]] = field(default_factory=dict)
+    launches: list[engine_config.EngineConfig] = field(default_factory=list)  # the launch configurations
+
+
+def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
+                spill_root: Path) -> tuple[list[FileRead], list[engine_config.EngineConfig]]:
+    """Every file read and recognised, in order, and the launch configurations among them."""
+    paths, from_folder = _expand(paths, out)
+    seen = _Seen()
+    files: list[FileRead] = []
+    for path in paths:
+        files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
+    return files, seen.launches
+
+
+def _done(opts: RecordOptions, size: int) -> None:
+    if opts.progress is not None:
+        opts.progress(size)
+
+
+def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, spill: Path) -> FileRead:
+    if is_bundle(path):
+        bundled = parse_bundle(path)
+        rep = FileReport(str(path), "bundle", sha256=bundle_sha256(path), notes=list(bundled.notes))
+        rep.lines, rep.parsed = bundled.lines, bundled.parsed
+        return FileRead(path, rep, parsed=bundled)
+    try:
+        head, size = _read_text(path, 1 << 16), path.stat().st_size  # enough to recognise it
+    except ReplayError as e:
+        if not in_folder:
+            raise
+        return FileRead(path, FileReport(str(path), "skipped",  # (not hashed: a core dump or weights file can be gigabytes)
+                                         notes=[f"skipped: {e.message.removeprefix(f'{path}: ')}"]))
+    kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head) \
+        or _fits_columns(head, opts.nvsmi_columns)
+    launch = _read_launch(path, head, kind, opts, seen)
+    if launch is not None:
+        _done(opts, size)
+        return launch
+    fp = _fingerprint(path, size)
+    alike = seen.fingerprints.setdefault(fp, [])
+    # a log with no look-alike is hashed while it is parsed (one read); anything else now
+    hash_later = kind in STREAMED and not alike and size > (1 << 16)
+    alike.append(path)
+    rep = FileReport(str(path), kind or "unknown", sha256="" if hash_later else file_sha256(path))
+    if (nuls := nul_run(path)):
+        rep.notes.append(nul_run_note(path.name, nuls))
+    if _a_duplicate(path, head, kind, rep, seen, opts):
+        _done(opts, size)
+        return FileRead(path, rep)
+    if not head.strip() and size < (1 << 16):
+        rep.kind = "empty"
+        rep.notes.append("empty file")
+        _done(opts, size)
+        return FileRead(path, rep)
+    if opts.stage is not None:
+        opts.stage(f"reading {path.name}")
+    if kind in STREAMED:
+        return FileRead(path, rep, log=_read_log(path, head, kind, rep, hash_later, opts, seen, spill))
+    if kind not in PARSERS:  # streamed into quarantine when the bundle is written, never held whole
+        rep.kind = "unknown"
+        rep.lines = sum(1 for _ in _text_lines(path))
+        rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
+        _done(opts, size)
+        return FileRead(path, rep)
+    parsed = PARSERS[kind](path, _read_text(path), opts)
+    _set_aside_impossible_times(parsed)
+    parsed.notes += common.renamed_note(path, parsed.vllm_names)
+    rep.kind = parsed.kind
+    rep.notes += parsed.notes
+    _done(opts, size)  # (read whole: done at once)
+    return FileRead(path, rep, parsed=parsed)
+
+
+def _read_launch(path: Path, head: str, kind: str | None, opts: RecordOptions, seen: _Seen) -> FileRead | None:
+    """A command, compose file or manifest that starts vLLM: its configuration kept, the file set
+    aside (a pod's status is evidence too: that is read on)."""
+    forced = str(path) in opts.as_kind or "*" in opts.as_kind
+    launch = None if forced else engine_config.sniff(head)
+    if launch is None:
+        return None
+    cfg, why = _launch_config(path, launch)
+    if cfg is not None:
+        seen.launches.append(cfg)
+    if kind in ("k8s", "k8s-describe"):
+        return None
+    rep = FileReport(str(path), "launch-config" if cfg is not None else "unknown", sha256=file_sha256(path))
+    rep.lines = rep.parsed = sum(1 for _ in _text_lines(path))
+    rep.notes.append(why)
+    return FileRead(path, rep)
+
+
+def _a_duplicate(path: Path, head: str, kind: str | None, rep: FileReport, seen: _Seen, opts: RecordOptions) -> bool:
+    """Whether the file is one read before (then its report says so); a scrape of the same bytes that
+    its name dates at another time is a scrape of its own."""
+    sha = rep.sha256
+    named = _scrape_named_at(kind, path, head, opts) if sha in seen.hashes else None
+    if named is not None and named not in seen.scrape_times.setdefault(
+            sha, {_scrape_named_at(kind, Path(seen.hashes[sha]), head, opts)}):
+        seen.scrape_times[sha].add(named)
+        rep.notes.append(f"the same bytes as {Path(seen.hashes[sha]).name}, but its name dates it at another time: "
+                         "a scrape of its own")
+    elif sha and sha in seen.hashes:
+        rep.kind = "duplicate"
+        rep.notes.append(f"identical to {seen.hashes[sha]}; counted once")
+        return True
+    if sha:
+        seen.hashes[sha] = str(path)
+    return False
+
+
+def _read_log(path: Path, head: str, kind: str, rep: FileReport, hash_later: bool, opts: RecordOptions, seen: _Seen,
+              spill: Path) -> LogRead:
+    """A vLLM log, or one as a logging service exports it (its entries as log lines, then its facts at
+    the export's lines), read in pieces."""
+    hasher = hashlib.sha256() if hash_later else None
+    log_path, progress, conv = path, opts.progress, None
+    if kind == "log-export":
+        which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
+        spill.mkdir(parents=True, exist_ok=True)
+        log_path, progress = spill / "export.log", None
+        conv = convert(path, which, log_path, opts.progress, hasher)  # (the export is hashed as it is read)
+        rep.notes += conv.notes(path.name, which)
+    lp, ff = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts, progress=progress,
+                            hasher=hasher if conv is None else None, request_repeats=False)
+    read = LogRead(lp, ff)
+    if not _states_requests(ff):  # (its access lines stand in for them: read while it is at hand)
+        read.access = access_log.scan(_text_lines(log_path), None if conv is None else conv.lines)
+    if conv is not None:
+        renumber(lp, ff, conv)
+        if lp.container_year is None and conv.year is not None:
+            lp.container_year = conv.year  # (the export's own dates, which have no zone)
+    if hasher is not None:
+        rep.sha256 = hasher.hexdigest()
+        seen.hashes[rep.sha256] = str(path)
+    return read
+
+
+# --- infer the year and the clocks -------------------------------------------------------------------
+def _log_year(files: list[FileRead], opts: RecordOptions) -> tuple[int, str]:
+    """The year of log lines (they carry none), and where it comes from: --year, else a dated source
+    in the bundle, else now."""
+    if opts.year:
+        return opts.year, f"log year {opts.year} from --year"
+    for f in files:
+        if f.log is not None and f.log.parse.container_year:
+            year = f.log.parse.container_year
+            return year, f"log year {year} from the times a container runtime or log shipper put on its lines"
+    if any(f.log is not None for f in files):  # (only log lines need a year)
+        dated = [t for f in files if f.parsed is not None
+                 if (t := _t_span(f.parsed.frame().filter(pl.col("t_us") != 0))[0]) is not None]
+        dated += [t for f in files if f.parsed is not None for e in f.parsed.events if (t := e.get("t"))]
         if dated:
             year = datetime.fromtimestamp(min(dated) / 1e6, tz=timezone.utc).year
-            year_note = f"log year {year} taken from another dated source in the bundle"
-    if year is None:
-        year = datetime.now(timezone.utc).year
-        year_note = f"log lines carry no year and no other source dates them: assumed {year} (set --year)"
-    if logged:
-        notes.append(year_note or "")
+            return year, f"log year {year} taken from another dated source in the bundle"
+    year = datetime.now(timezone.utc).year
+    return year, f"log lines carry no year and no other source dates them: assumed {year} (set --year)"
 
-    # Collect absolute-time items, then rebase on t0.
-    sample_frames: list[pl.DataFrame] = []  # the evidence's samples, a frame a file (epoch µs, offsets corrected)
-    lows: list[int] = []  # each frame's first time
-    log_samples: list[tuple[int, int, str, str, float]] = []  # the GPU totals that logs' OOM messages state
-    events: list[dict[str, Any]] = []
-    quarantine: list[tuple[str, int | None, str, str]] = []
-    unknown: list[Path] = []  # files of no known kind: every line quarantined
-    gpus: dict[int, dict[str, Any]] = {}
-    versions: list[str] = []
-    ranges: list[tuple[str, str]] = []
-    engines: list[str] = []
-    logs: list[_LogFacts] = []  # stats and request facts of logs, never Python objects
+
+# --- gather and rebase -------------------------------------------------------------------------------
+@dataclass
+class _Gathered:
+    """What the files state, gathered on one clock (epoch µs, each file's clock offset corrected)."""
+
+    year: int
+    notes: list[str]
+    sample_frames: list[pl.DataFrame] = field(default_factory=list)  # the evidence's samples, a frame a file
+    lows: list[int] = field(default_factory=list)  # each frame's first time
+    log_samples: list[tuple[int, int, str, str, float]] = field(default_factory=list)  # the GPU totals that
+    # logs' OOM messages state
+    events: list[GatheredEvent] = field(default_factory=list)
+    quarantine: list[tuple[str, int | None, str, str]] = field(default_factory=list)
+    unknown: list[Path] = field(default_factory=list)  # files of no known kind: every line quarantined
+    gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    versions: list[str] = field(default_factory=list)
+    ranges: list[tuple[str, str]] = field(default_factory=list)
+    engines: list[str] = field(default_factory=list)
+    configs: list[engine_config.EngineConfig] = field(default_factory=list)  # what the logs state (what the
+    # server parsed: it comes first)
+    logs: list[_LogFacts] = field(default_factory=list)  # stats and request facts of logs, never Python objects
     # Logs captured twice over (kubectl logs saved at 10:00 and again at 10:30) repeat lines: a fact with a
     # logged time seen in an earlier log is the same fact, read once (request ids are merged likewise)
-    fact_seen: dict[tuple[str, str, str, str], str] = {}
-    stats_keys: list[pl.Series] = []
-    stats_spans: dict[str, tuple[int, int]] = {}  # each log's stats, first and last time
-    col_span: list[tuple[int, int]] = []
-    for path, kind, r, rep in parsed_items:
-        off = opts.clock_offset_us(path)
-        rep.clock_offset_us = off
-        if off:
-            rep.notes.append(f"clock offset {off / 1e6:+.3f} s corrected (--clock-offset)")
-        if kind in ("duplicate", "empty", "skipped", "launch-config"):
-            continue
-        if kind == "unknown":
-            rep.quarantined = rep.lines
-            unknown.append(path)
-            continue
-        if isinstance(r, tuple):
-            lp, ff = r
-            rep.lines, rep.parsed, rep.quarantined = lp.lines_read, lp.lines_parsed + lp.continuation_lines, len(lp.quarantine)
-            if lp.version:
-                versions.append(lp.version)
-            if lp.version_range:
-                ranges.append(lp.version_range)
-            if lp.version_conflict:
-                rep.notes.append(_contradiction(lp.version_conflict[0], lp.version_conflict[1], "its", "in one file"))
-            if lp.engine:
-                engines.append(lp.engine)
-            if lp.envelope_dump:
-                env_s, own_s = lp.envelope_dump
-                rep.notes.append(f"the times in front of its lines span {env_s:.1f} s where vLLM's own times on the same "
-                                 f"lines span {own_s:.0f} s (its first lines): they are when the log was copied out (a CI "
-                                 "job's print of a log file, a shipper's batch), not when its lines were written, so its "
-                                 "lines are placed at vLLM's own times (a line without one has none)"
-                                 + (f" (UTC{opts.tz_offset_s / 3600:+g} h, from --tz)" if opts.tz_offset_s else " (as UTC; "
-                                    "--tz if vLLM's clock was another zone's)") + ", the year from the envelopes")
-            if lp.ray_folded:
-                rep.notes.append(f"Ray folded {lp.ray_folded} lines into '[repeated Nx across cluster]' summaries: a "
-                                 "summary's facts are kept once, with 'repeated' in their events; the folded lines' "
-                                 "own numbers are lost (RAY_DEDUP_LOGS=0 keeps every line)")
-            for no, reason, raw in lp.quarantine:
-                quarantine.append((str(path), no, reason, raw))
-            turns = year_turns(_year_probes(lp, ff))
-            if turns:
-                rep.notes.append(f"the log runs into a new year (its dates turn back to January): lines from "
-                                 f"{path.name}:{next(ln for ln, st in turns if st >= 12)} on are dated {year + 1} or later")
-            log = _LogFacts(path.name, ff, functools.partial(_timed, year=year, tz_offset_s=opts.tz_offset_s,
-                                                             clock_offset_us=off, turns=turns),
-                            pl.concat(stats_keys) if stats_keys else pl.Series("h", [], dtype=pl.UInt64))
-            log.access = access_found.pop(path, None)
-            mine = ff.stats_keys()
-            stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
-            # a log whose stats run alongside an earlier log's (what is left once an overlapping capture's
-            # repeats are gone) is another replica or engine: its stats are a series of their own
-            own = log.timed(ff.stats_frame(drop=log.earlier)).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
-            lo, hi = own["lo"][0], own["hi"][0]
-            beside = [name for name, (a, b) in stats_spans.items() if lo is not None and lo < b and a < hi]
-            if beside:
-                log.series = f"vllm-log[{path.name}]"
-                rep.notes.append(f"its stats run alongside those of {', '.join(beside)}: another replica or engine, so "
-                                 f"they are a series of their own ({log.series})")
-            if lo is not None:
-                stats_spans[path.name] = (lo, hi)
-            stats_keys.append(mine)
-            also_in: dict[str, int] = {}  # facts repeated from an earlier log, by its name
-            for f in lp.facts:
-                if f.key_ts is not None:  # (two logs of one name in two folders are two logs)
-                    first = fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), str(path))
-                    if first != str(path):
-                        also_in[Path(first).name] = also_in.get(Path(first).name, 0) + 1
-                        continue
-                t = fact_time_us(f.ts, year + _year_at(turns, f.line, f.ts), opts.tz_offset_s)
-                t = None if t is None else t - off
-                src = f"{path.name}:{f.line}"
-                data = dict(f.data)
-                if "restated_lines" in data:  # (the same OOM stated again by its rank: one OOM, stated where)
-                    data["restated_at"] = [f"{path.name}:{n}" for n in data.pop("restated_lines")]
-                if f.kind == "engine_config":  # (kept in bundle.json's engine arguments, each with its line)
-                    configs.append(engine_config.EngineConfig(settings=engine_config.settings_of(data["settings"], src)))
-                    continue
-                events.append({"t": t, "kind": f.kind, "data": data, "source": src, "rank": f.rank})
-                if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes") and f.data.get("gpu") is not None:
-                    gpu = int(f.data["gpu"])
-                    log_samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"])))
-            logs.append(log)
-            repeated = stats_repeated + sum(also_in.values())
-            if repeated:
-                rep.notes.append(f"{repeated} facts ({stats_repeated} stats lines) also in "
-                                 f"{', '.join(also_in) or 'an earlier log'}, with the same "
-                                 "process, time and text: counted once, as for an overlapping capture of one log")
-            span = pl.concat([log.timed(ff.stats_frame()).select("t"), log.timed(ff.requests_frame()).select("t")]).select(
-                pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
-            col_lo, col_hi = span["lo"][0], span["hi"][0]
-            if col_lo is not None:
-                col_span.append((col_lo, col_hi))
-            times = [e["t"] for e in events if e.get("t") and str(e["source"]).split(":")[0] == path.name]
-            times += [x for x in (col_lo, col_hi) if x is not None]
-            for line, ts in lp.timed_ends:  # (its first and last timed lines, facts or not)
-                t = fact_time_us(ts, year + _year_at(turns, line, ts), opts.tz_offset_s)
-                if t is not None:
-                    times.append(t - off)
-            if times:
-                rep.t_first_us, rep.t_last_us = min(times), max(times)
-            continue
-        else:
-            assert isinstance(r, common.Parsed)
-            frame = r.frame()
-            elsewhere = _another_machine(gpus, r.gpus)
-            if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
-                source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its
-                # own name it was one series with this machine's instance of that id)
-                frame = frame.with_columns(source=pl.when(device_source(source)).then(source + f"[{path.name}]")
-                                           .otherwise(source))
-                r.gpus = {}
-                rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
-                                 f"own (source '…[{path.name}]'), not those of the GPUs the files before it describe")
-            rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
-            for no, reason, raw in r.quarantine:
-                quarantine.append((str(path), no, reason, raw))
-            frame = frame.with_columns(pl.col("t_us") - off) if off else frame
-            sample_frames.append(frame)
-            r.frames = []  # (held once: the list lets them go as they are written)
-            for pe in r.events:
-                events.append({"t": None if pe.get("t") is None else pe["t"] - off, "kind": pe["kind"], "data": pe["data"],
-                               "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
-            for gi, info in r.gpus.items():
-                have = gpus.setdefault(gi, {"index": gi})
-                pods = {k: sorted({*have.get(k, []), *info.get(k, [])}) for k in ("pods", "shared_by")}  # (every file's)
-                have.update(info)
-                have.update({k: v for k, v in pods.items() if v})
-            notes += r.notes
-            # (its own samples and events: those of every file so far, told apart by name, were read for
-            # each file, and two files of one name in two folders took each other's times)
-            times = [pe["t"] - off for pe in r.events if pe.get("t") is not None]
-            lo, hi = _t_span(frame)
-            lows += [lo] if lo is not None else []
-            times += [x for x in (lo, hi) if x is not None]
-            if times:
-                rep.t_first_us, rep.t_last_us = min(times), max(times)
-            del frame
+    fact_seen: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+    stats_keys: list[pl.Series] = field(default_factory=list)
+    stats_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # each log's stats, first and last time
+    col_span: list[tuple[int, int]] = field(default_factory=list)
 
-    apart = far_apart([(Path(rep.path).name, rep.t_first_us, rep.t_last_us) for _, _, _, rep in parsed_items
-                       if rep.t_first_us is not None and rep.t_last_us is not None])
-    if apart:
-        notes.append(apart)
-    if log_samples:
-        sample_frames.append(pl.DataFrame(log_samples, schema=SAMPLES_SCHEMA, orient="row"))
-    all_t = lows + [t for t, *_ in log_samples]
-    all_t += [e["t"] for e in events if e.get("t") is not None]
-    all_t += [lo for lo, _ in col_span]
-    t0 = min(all_t) if all_t else None
-    t0_utc = datetime.fromtimestamp(t0 / 1e6, tz=timezone.utc).isoformat().replace("+00:00", "Z") if t0 is not None else None
+    def t0(self) -> int | None:
+        """The bundle's start: the first time of anything gathered."""
+        all_t = self.lows + [t for t, *_ in self.log_samples]
+        all_t += [t for e in self.events if (t := e["t"]) is not None]
+        all_t += [lo for lo, _ in self.col_span]
+        return min(all_t) if all_t else None
 
-    # Facts for bundle.json
-    version = versions[0] if versions else None
-    inferred = None
-    if ranges:
-        lo = max((a for a, _ in ranges), key=version_key)
-        hi = min((b for _, b in ranges), key=version_key)
-        inferred = f"{lo}" if lo == hi else f"{lo}..{hi}"
-        if version_key(lo) > version_key(hi):  # (formats of versions that never coexisted)
-            inferred = None
-            notes.append(_contradiction(lo, hi, "the logs'", "together"))
-    notes += version_notes(version, inferred)
-    engine = max(set(engines), key=engines.count) if engines else None
-    for ge in events:
+
+def _gather(g: _Gathered, f: FileRead, opts: RecordOptions) -> None:
+    rep = f.report
+    off = opts.clock_offset_us(f.path)
+    rep.clock_offset_us = off
+    if off:
+        rep.notes.append(f"clock offset {off / 1e6:+.3f} s corrected (--clock-offset)")
+    if f.log is not None:
+        _gather_log(g, f.path, f.log, rep, off, opts)
+    elif f.parsed is not None:
+        _gather_parsed(g, f.path, f.parsed, rep, off)
+    elif rep.kind == "unknown":
+        rep.quarantined = rep.lines
+        g.unknown.append(f.path)
+
+
+def _log_notes(g: _Gathered, path: Path, lp: LogParse, rep: FileReport, opts: RecordOptions) -> None:
+    """What a log's reading says of it: counts, versions, engines, envelopes, Ray's folding."""
+    rep.lines, rep.parsed, rep.quarantined = lp.lines_read, lp.lines_parsed + lp.continuation_lines, len(lp.quarantine)
+    if lp.version:
+        g.versions.append(lp.version)
+    if lp.version_range:
+        g.ranges.append(lp.version_range)
+    if lp.version_conflict:
+        rep.notes.append(_contradiction(lp.version_conflict[0], lp.version_conflict[1], "its", "in one file"))
+    if lp.engine:
+        g.engines.append(lp.engine)
+    if lp.envelope_dump:
+        env_s, own_s = lp.envelope_dump
+        rep.notes.append(f"the times in front of its lines span {env_s:.1f} s where vLLM's own times on the same "
+                         f"lines span {own_s:.0f} s (its first lines): they are when the log was copied out (a CI "
+                         "job's print of a log file, a shipper's batch), not when its lines were written, so its "
+                         "lines are placed at vLLM's own times (a line without one has none)"
+                         + (f" (UTC{opts.tz_offset_s / 3600:+g} h, from --tz)" if opts.tz_offset_s else " (as UTC; "
+                            "--tz if vLLM's clock was another zone's)") + ", the year from the envelopes")
+    if lp.ray_folded:
+        rep.notes.append(f"Ray folded {lp.ray_folded} lines into '[repeated Nx across cluster]' summaries: a "
+                         "summary's facts are kept once, with 'repeated' in their events; the folded lines' "
+                         "own numbers are lost (RAY_DEDUP_LOGS=0 keeps every line)")
+    for no, reason, raw in lp.quarantine:
+        g.quarantine.append((str(path), no, reason, raw))
+
+
+def _gather_log(g: _Gathered, path: Path, read: LogRead, rep: FileReport, off: int, opts: RecordOptions) -> None:
+    lp, ff = read.parse, read.facts
+    _log_notes(g, path, lp, rep, opts)
+    turns = year_turns(_year_probes(lp, ff))
+    if turns:
+        rep.notes.append(f"the log runs into a new year (its dates turn back to January): lines from "
+                         f"{path.name}:{next(ln for ln, st in turns if st >= 12)} on are dated {g.year + 1} or later")
+    log = _LogFacts(path.name, ff, functools.partial(_timed, year=g.year, tz_offset_s=opts.tz_offset_s,
+                                                     clock_offset_us=off, turns=turns),
+                    pl.concat(g.stats_keys) if g.stats_keys else pl.Series("h", [], dtype=pl.UInt64))
+    log.access = read.access
+    stats_repeated = _log_series(g, log, rep)
+    also_in = _log_events(g, path, lp, turns, off, opts)
+    g.logs.append(log)
+    repeated = stats_repeated + sum(also_in.values())
+    if repeated:
+        rep.notes.append(f"{repeated} facts ({stats_repeated} stats lines) also in "
+                         f"{', '.join(also_in) or 'an earlier log'}, with the same "
+                         "process, time and text: counted once, as for an overlapping capture of one log")
+    _log_span(g, path, log, lp, rep, turns, off, opts)
+
+
+def _log_series(g: _Gathered, log: _LogFacts, rep: FileReport) -> int:
+    """The series of a log's stats (its own where they run alongside an earlier log's: another replica
+    or engine; what is left once an overlapping capture's repeats are gone); returns how many of its
+    stats facts an earlier log holds."""
+    mine = log.ff.stats_keys()
+    stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
+    own = log.timed(log.ff.stats_frame(drop=log.earlier)).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
+    lo, hi = own["lo"][0], own["hi"][0]
+    beside = [name for name, (a, b) in g.stats_spans.items() if lo is not None and lo < b and a < hi]
+    if beside:
+        log.series = f"vllm-log[{log.name}]"
+        rep.notes.append(f"its stats run alongside those of {', '.join(beside)}: another replica or engine, so "
+                         f"they are a series of their own ({log.series})")
+    if lo is not None:
+        g.stats_spans[log.name] = (lo, hi)
+    g.stats_keys.append(mine)
+    return stats_repeated
+
+
+def _log_events(g: _Gathered, path: Path, lp: LogParse, turns: list[tuple[int, int]], off: int,
+                opts: RecordOptions) -> dict[str, int]:
+    """A log's facts -> events (engine configurations and the GPU totals of OOM messages apart); returns
+    the facts repeated from an earlier log, by its name."""
+    also_in: dict[str, int] = {}
+    for f in lp.facts:
+        if f.key_ts is not None:  # (two logs of one name in two folders are two logs)
+            first = g.fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), str(path))
+            if first != str(path):
+                also_in[Path(first).name] = also_in.get(Path(first).name, 0) + 1
+                continue
+        t = fact_time_us(f.ts, g.year + _year_at(turns, f.line, f.ts), opts.tz_offset_s)
+        t = None if t is None else t - off
+        if f.kind == "engine_config":  # (kept in bundle.json's engine arguments, each with its line)
+            settings = engine_config.settings_of(f.data["settings"], f"{path.name}:{f.line}")
+            g.configs.append(engine_config.EngineConfig(settings=settings))
+            continue
+        g.events.append(log_event(f, t, path.name))
+        if f.kind == "oom" and t is not None and f.data.get("gpu_total_bytes") and f.data.get("gpu") is not None:
+            gpu = int(f.data["gpu"])
+            g.log_samples.append((t, gpu, "vllm-log", "oom_gpu_total_bytes", float(f.data["gpu_total_bytes"])))
+    return also_in
+
+
+def _log_span(g: _Gathered, path: Path, log: _LogFacts, lp: LogParse, rep: FileReport, turns: list[tuple[int, int]],
+              off: int, opts: RecordOptions) -> None:
+    """A log's first and last time: of its facts, its columns and its first and last timed lines."""
+    span = pl.concat([log.timed(log.ff.stats_frame()).select("t"), log.timed(log.ff.requests_frame()).select("t")]).select(
+        pl.col("t").min().alias("lo"), pl.col("t").max().alias("hi")).collect()
+    col_lo, col_hi = span["lo"][0], span["hi"][0]
+    if col_lo is not None:
+        g.col_span.append((col_lo, col_hi))
+    times = [t for e in g.events if (t := e["t"]) and str(e["source"]).split(":")[0] == path.name]
+    times += [x for x in (col_lo, col_hi) if x is not None]
+    for line, ts in lp.timed_ends:  # (its first and last timed lines, facts or not)
+        t = fact_time_us(ts, g.year + _year_at(turns, line, ts), opts.tz_offset_s)
+        if t is not None:
+            times.append(t - off)
+    if times:
+        rep.t_first_us, rep.t_last_us = min(times), max(times)
+
+
+def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, off: int) -> None:
+    frame = r.frame()
+    elsewhere = _another_machine(g.gpus, r.gpus)
+    if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
+        source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its
+        # own name it was one series with this machine's instance of that id)
+        frame = frame.with_columns(source=pl.when(device_source(source)).then(source + f"[{path.name}]")
+                                   .otherwise(source))
+        r.gpus = {}
+        rep.notes.append(f"{path.name}: another machine's GPUs ({elsewhere}): its samples are series of their "
+                         f"own (source '…[{path.name}]'), not those of the GPUs the files before it describe")
+    rep.lines, rep.parsed, rep.quarantined = r.lines, r.parsed, len(r.quarantine)
+    for no, reason, raw in r.quarantine:
+        g.quarantine.append((str(path), no, reason, raw))
+    frame = frame.with_columns(pl.col("t_us") - off) if off else frame
+    g.sample_frames.append(frame)
+    r.frames = []  # (held once: the list lets them go as they are written)
+    for pe in r.events:
+        t = pe.get("t")
+        g.events.append({"t": None if t is None else t - off, "kind": pe["kind"], "data": pe["data"],
+                         "source": f"{path.name}:{pe['line']}" if pe.get("line") else path.name, "rank": None})
+    for gi, info in r.gpus.items():
+        have = g.gpus.setdefault(gi, {"index": gi})
+        pods = {k: sorted({*have.get(k, []), *info.get(k, [])}) for k in ("pods", "shared_by")}  # (every file's)
+        have.update(info)
+        have.update({k: v for k, v in pods.items() if v})
+    g.notes += r.notes
+    # (its own samples and events: those of every file so far, told apart by name, were read for
+    # each file, and two files of one name in two folders took each other's times)
+    times = [t - off for pe in r.events if (t := pe.get("t")) is not None]
+    lo, hi = _t_span(frame)
+    g.lows += [lo] if lo is not None else []
+    times += [x for x in (lo, hi) if x is not None]
+    if times:
+        rep.t_first_us, rep.t_last_us = min(times), max(times)
+
+
+# --- bundle metadata ---------------------------------------------------------------------------------
+def _version_inferred(g: _Gathered) -> str | None:
+    """The vLLM versions the logs' formats allow, together (None where they never coexisted: noted)."""
+    if not g.ranges:
+        return None
+    lo = max((a for a, _ in g.ranges), key=version_key)
+    hi = min((b for _, b in g.ranges), key=version_key)
+    if version_key(lo) > version_key(hi):  # (formats of versions that never coexisted)
+        g.notes.append(_contradiction(lo, hi, "the logs'", "together"))
+        return None
+    return f"{lo}" if lo == hi else f"{lo}..{hi}"
+
+
+def _gpu_totals(g: _Gathered) -> None:
+    """The GPU totals that logs state (an OOM message's, the memory budget's), where no file gave one."""
+    for ge in g.events:
         if ge["kind"] == "oom" and ge["data"].get("gpu_total_bytes") and ge["data"].get("gpu") is not None:
-            g = gpus.setdefault(int(ge["data"]["gpu"]), {"index": int(ge["data"]["gpu"])})
-            g.setdefault("total_bytes", ge["data"]["gpu_total_bytes"])
+            gpu = g.gpus.setdefault(int(ge["data"]["gpu"]), {"index": int(ge["data"]["gpu"])})
+            gpu.setdefault("total_bytes", ge["data"]["gpu_total_bytes"])
         if ge["kind"] in ("memory_budget", "memory_profile") and ge["data"].get("total_gpu_gib"):
-            g = gpus.setdefault(0, {"index": 0})
-            g.setdefault("total_bytes", int(ge["data"]["total_gpu_gib"] * GiB))
+            gpu = g.gpus.setdefault(0, {"index": 0})
+            gpu.setdefault("total_bytes", int(ge["data"]["total_gpu_gib"] * GiB))
+
+
+def _bundle_meta(g: _Gathered, files: list[FileRead], launches: list[engine_config.EngineConfig], t0: int | None,
+                 opts: RecordOptions) -> BundleMeta:
+    t0_utc = datetime.fromtimestamp(t0 / 1e6, tz=timezone.utc).isoformat().replace("+00:00", "Z") if t0 is not None else None
+    version = g.versions[0] if g.versions else None
+    inferred = _version_inferred(g)
+    g.notes += version_notes(version, inferred)
+    engine = max(set(g.engines), key=g.engines.count) if g.engines else None
+    _gpu_totals(g)
     meta = BundleMeta(kind="production", t0_utc=t0_utc, vllm_version=version, vllm_version_inferred=inferred,
-                      engine=engine, gpus=[gpus[k] for k in sorted(gpus)], keep_prompts=opts.keep_prompts,
-                      notes=merge_file_notes([n for n in notes if n], {path.name for path, *_ in parsed_items}))
-    _keep_config(meta, configs + launches, events)
+                      engine=engine, gpus=[g.gpus[k] for k in sorted(g.gpus)], keep_prompts=opts.keep_prompts,
+                      notes=merge_file_notes([n for n in g.notes if n], {f.path.name for f in files}))
+    _keep_config(meta, g.configs + launches, g.events)
     # (a log states it as a number, a scrape's vllm:cache_config_info as a label's text: '0.92')
-    util = next((u for e in events if (u := fraction(e["data"].get("gpu_memory_utilization"))) is not None), None)
+    util = next((u for e in g.events if (u := fraction(e["data"].get("gpu_memory_utilization"))) is not None), None)
     if util is not None:
         meta.engine_args.setdefault("gpu_memory_utilization", util)
-    reports = [rep for _, _, _, rep in parsed_items]
     meta.inputs = [{"path": r.path, "kind": r.kind, "sha256": r.sha256, "lines_read": r.lines,
                     "parsed": r.parsed, "quarantined": r.quarantined, "notes": r.notes,
-                    "clock_offset_us": r.clock_offset_us} for r in reports]
+                    "clock_offset_us": r.clock_offset_us} for r in (f.report for f in files)]
+    return meta
+
+
+# --- write -------------------------------------------------------------------------------------------
+def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: RecordOptions,
+           spill_root: Path) -> dict[str, Any]:
     w = BundleWriter(into, meta, quarantine_text=opts.keep_prompts or opts.keep_quarantine_text)
     untimed = 0
-    for df in _batches(sample_frames, SAMPLES_AT_ONCE):
+    for df in _batches(g.sample_frames, SAMPLES_AT_ONCE):
         untimed += df["t_us"].null_count()
         w.samples_frame(df.filter(pl.col("t_us").is_not_null()).with_columns(pl.col("t_us") - (t0 or 0)))
-    for log in logs:
+    for log in g.logs:
         untimed += _write_stats(w, log, t0 or 0)
     with background_removal() as remove:  # (the spill goes while the bundle is written)
-        if logs:
-            _requests_from_logs(logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
+        if g.logs:
+            _requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
         remove(spill_root)
-        for we in events:
-            t_us = we["t"] - t0 if (we.get("t") is not None and t0 is not None) else None
-            w.event({"t_us": t_us, "kind": we["kind"], "source": we["source"], "rank": we.get("rank"), **we["data"]})
-        for f, line, reason, raw in quarantine:
-            w.quarantine(f, line, reason, raw)
-        for path in unknown:
-            for i, ln in enumerate(_text_lines(path), start=1):
-                w.quarantine(str(path), i, "unrecognised file kind", ln)
+        _write_events(w, g, t0)
         if untimed:
             meta.notes.append(f"{untimed} samples had no time and are not on the timeline")
         if opts.stage is not None:
             opts.stage("writing the bundle")
         w.close(remove)
-    added = _requests_from_access_lines(into / "requests.parquet", logs, t0 or 0, opts.stage)
+    _requests_after(into, meta, w, g, t0, opts)
+    return {"t0_utc": meta.t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
+            "quarantined": w.counts["quarantined"], "notes": meta.notes}
+
+
+def _write_events(w: BundleWriter, g: _Gathered, t0: int | None) -> None:
+    """Events at times since t0, then quarantine: each file's lines set aside, and the whole of each
+    file of no known kind."""
+    for we in g.events:
+        w.event(bundle_event(we, t0))
+    for f, line, reason, raw in g.quarantine:
+        w.quarantine(f, line, reason, raw)
+    for path in g.unknown:
+        for i, ln in enumerate(_text_lines(path), start=1):
+            w.quarantine(str(path), i, "unrecognised file kind", ln)
+
+
+def _requests_after(into: Path, meta: BundleMeta, w: BundleWriter, g: _Gathered, t0: int | None,
+                    opts: RecordOptions) -> None:
+    """What the written requests gain: uvicorn's access lines where a log states no request, and the
+    engine's ids folded into the front end's."""
+    added = _requests_from_access_lines(into / "requests.parquet", g.logs, t0 or 0, opts.stage)
     if added:
         meta.notes.append(f"{sum(added.values())} requests from uvicorn's access lines of {', '.join(added)}, which "
                           "has no request lines of vLLM's own: no id, no prompt length and no time of their own (each "
@@ -1183,6 +1226,3 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tu
                           "front end's id, the engine's kept as engine_id")
     if added or folded:
         w.write_meta()
-    summary = {"t0_utc": t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
-               "quarantined": w.counts["quarantined"], "notes": meta.notes}
-    return reports, summary
