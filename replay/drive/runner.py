@@ -28,7 +28,6 @@ from replay.bundle import BundleMeta, BundleWriter, bundle_written
 from replay.drive.driver import Driver, request_body
 from replay.drive.images import limit_mm_per_prompt
 from replay.drive.probe import ProbeReader, probe_env
-from replay.drive.sampler import Sampler
 from replay.engine import args as eargs
 from replay.engine import envs
 from replay.engine.ballast import Ballast, scaled_utilization
@@ -43,8 +42,8 @@ from replay.errors import (
     refuse_options,
 )
 from replay.nvml import NvmlReader, open_nvml
-from replay.record.recorder import STATS_SAMPLES
-from replay.record.vllm_log import fact_time_us, parse_log, physical_lines
+from replay.record.recorder import write_log_facts
+from replay.sampler import Sampler
 from replay.text import console as text_console
 from replay.trace.format import TraceHeader, read_trace
 from replay.trace.prompts import PROMPT_VOCAB, synth_prompt_ids
@@ -506,22 +505,13 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
             "best_of": s.get("best_of"), "mm_items": len(r.get("mm") or []),
             "prefix_blocks": len(r.get("prefix_blocks") or []),
             "status": oc.status if oc else "aborted", "error": oc.error if oc else "not sent", "source": "replay"})
-    # Server log -> events (the recorder's parser), times on the run's clock.
-    year = datetime.now(timezone.utc).year
-    parsed = parse_log(physical_lines((out / "server.log").read_bytes().decode("utf-8", errors="replace")))
-    for f in parsed.facts:
-        t = fact_time_us(f.ts, year)
-        if f.kind == "stats":
-            for key, metric, scale in STATS_SAMPLES:
-                if t is not None and f.data.get(key) is not None:
-                    writer.sample(t - int(t_wall0 * 1e6), None, "vllm-log", metric, f.data[key] * scale)
-            continue
-        t_rel = None if t is None else t - int(t_wall0 * 1e6)
-        kind = f.kind
+    # Server log -> samples and events (the recorder's), times on the run's clock.
+    def kind_of(kind: str, t_rel: int | None) -> str:
         if kind == "engine_death" and outcome != "engine_died" and t_rel is not None and t_rel >= stop_us - 1_000_000:
-            # logged while the replay was shutting the server down: an orderly stop, not a crash
-            kind = "engine_shutdown"
-        writer.event({"t_us": t_rel, "kind": kind, "source": f"server.log:{f.line}", "rank": f.rank, **f.data})
+            return "engine_shutdown"  # (logged while the replay was shutting the server down: an orderly stop)
+        return kind
+
+    parsed = write_log_facts(writer, out / "server.log", datetime.now(timezone.utc).year, int(t_wall0 * 1e6), kind_of)
     meta.vllm_version_inferred = parsed.version
     meta.engine = parsed.engine  # (the engine the server's own log shows it ran: V0 or V1; None if it says neither)
     end_us = int((time.time() - t_wall0) * 1e6)

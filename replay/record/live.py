@@ -22,10 +22,10 @@ from rich.markup import escape
 
 from replay.atomic import write_error
 from replay.bundle import BundleMeta, BundleWriter, bundle_written, utc_now_iso, writes_in_place
-from replay.drive.sampler import Sampler
 from replay.errors import ReplayError
 from replay.metrics import CACHE_CONFIG, vllm_metric_values, vllm_name
 from replay.nvml import NvmlReader, open_nvml
+from replay.sampler import Sampler
 from replay.text import console as safe_console
 from replay.units import fraction
 

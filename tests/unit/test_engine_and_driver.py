@@ -9,11 +9,11 @@ import pytest
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.drive.driver import Driver
 from replay.drive.http import FakeHttpClient
-from replay.drive.sampler import Sampler
 from replay.engine.args import to_argv
 from replay.engine.envs import resolve
 from replay.errors import ReplayError
 from replay.nvml import FakeNvml, GpuMemory
+from replay.sampler import Sampler
 
 
 def test_resolve_versions(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,19 +1,30 @@
-"""One-clock sampler for a running engine: vLLM ``/metrics``, actual memory (process-tree RSS on CPU,
-NVML device and per-process on CUDA), from its own thread. It measures its own CPU time so the run
-can report the sampler's overhead next to the engine's."""
+"""One-clock sampler for a running engine (a replay's, or the one ``record --live`` watches): vLLM
+``/metrics``, actual memory (process-tree RSS on CPU, NVML device and per-process on CUDA), from its
+own thread. It measures its own CPU time so the run can report the sampler's overhead next to the
+engine's."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import httpx
 
 from replay.bundle import BundleWriter
-from replay.drive.probe import ProbeReader
 from replay.metrics import vllm_metric_values
 from replay.nvml import NvmlReader
+
+Sample = tuple[int, int | None, str, str, float]  # (t_us, gpu, source, metric, value)
+
+
+class Probe(Protocol):
+    """What the sampler reads at each tick besides memory and metrics (a replay's in-engine probe)."""
+
+    def poll(self) -> tuple[list[Sample], list[dict[str, Any]]]: ...
+
+    def summary(self) -> dict[str, Any]: ...
 
 
 class Sampler:
@@ -21,7 +32,7 @@ class Sampler:
                  rss: Callable[[], int | None] | None = None, nvml: NvmlReader | None = None,
                  pids: Callable[[], list[int]] | None = None, interval_s: float = 0.25,
                  capacity_bytes: int | None = None, on_capacity: Callable[[int], None] | None = None,
-                 probe: ProbeReader | None = None, ballast_pids: set[int] | None = None, per_process: bool = False) -> None:
+                 probe: Probe | None = None, ballast_pids: set[int] | None = None, per_process: bool = False) -> None:
         self.w = writer
         self.t0 = t0_wall
         self.metrics_url = metrics_url
