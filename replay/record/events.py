@@ -10,7 +10,7 @@ from typing import Any, Literal, TypedDict, get_args
 
 LogEventKind = Literal[
     # vLLM's log: start-up accounting
-    "kv_blocks", "kv_tokens", "memory_profile", "memory_budget", "weights", "cuda_graph", "cuda_graph_estimate",
+    "kv_blocks", "kv_memory", "kv_tokens", "memory_profile", "memory_budget", "weights", "cuda_graph", "cuda_graph_estimate",
     "cudagraph_profiling", "startup_free", "max_concurrency", "sleep_mode",
     # vLLM's log: at run time and when it fails
     "preemption", "oom", "vllm_memory_error", "cuda_error", "collective_timeout", "host_oom_killed", "engine_death",
