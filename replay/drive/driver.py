@@ -283,4 +283,7 @@ def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_poli
             body[k] = s[k]
     if r.get("mm"):
         body[MM_KEY] = {"items": r["mm"], "seed": str(r["id"])}
+        taken = images.recorded_tokens(r["mm"])  # (a prompt's tokens count its items' where the trace says how many:
+        if taken and isinstance(body["prompt"], list):  # the text is the rest; the images bring their own)
+            body["prompt"] = body["prompt"][:max(1, len(body["prompt"]) - taken)]
     return body

@@ -111,6 +111,11 @@ def images_per_request(mm: list[dict[str, Any]] | None) -> int:
                for m in mm or [] if m.get("type", "image") == "image")
 
 
+def recorded_tokens(mm: list[dict[str, Any]] | None) -> int:
+    """The tokens a request's items took where the trace recorded them (ServeGen); 0 where it did not."""
+    return sum(int(m["tokens"]) for m in mm or [] if _positive_int(m.get("tokens")))
+
+
 def limit_mm_per_prompt(requests: list[dict[str, Any]]) -> dict[str, int]:
     """vLLM's ``limit_mm_per_prompt`` the trace needs: the most images any request holds ({} for none)."""
     most = max((images_per_request(r.get("mm")) for r in requests), default=0)

@@ -142,3 +142,14 @@ def test_trace_with_a_bad_mm_item_is_refused_at_its_line(mm: str, says: str, tmp
     with pytest.raises(ReplayError) as e:
         read_trace(t)
     assert e.value.message.startswith(f"{t}:3: ") and says in e.value.message
+
+
+def test_text_of_a_request_whose_items_recorded_their_tokens_is_the_rest_of_its_prompt() -> None:
+    # GIVEN a ServeGen request: 300 prompt tokens, of which its two images took 256
+    r = {"id": "sg", "t_us": 0, "input_tokens": 300, "output_tokens": 1, "mm": [{"type": "image", "count": 2, "tokens": 256}]}
+    body = request_body(r, list(range(10, 310)))
+    # THEN its text is the other 44 tokens (the images, 128 tokens each: some 317 x 317 pixels, bring theirs)
+    assert body["prompt"] == list(range(10, 54)) and images.image_size(r["mm"][0]).width == 317
+    # AND a request whose items recorded sizes only keeps all its text
+    r = {**r, "mm": [{"type": "image", "count": 1, "width": 64, "height": 64}]}
+    assert len(request_body(r, list(range(10, 310)))["prompt"]) == 300
