@@ -28,8 +28,9 @@ ReplayEventKind = Literal[
 EventKind = LogEventKind | EvidenceEventKind | ReplayEventKind
 EVENT_KINDS: frozenset[str] = frozenset(get_args(LogEventKind) + get_args(EvidenceEventKind) + get_args(ReplayEventKind))
 
-# Facts of a log that are no events: its stats lines become samples, its request lines requests, and
-# its engine configuration bundle.json's engine arguments.
+# Facts of a log that are no events in a recorded bundle: its stats lines become samples, its request
+# lines requests, and its engine configuration bundle.json's engine arguments. (A replay's server log
+# is written fact by fact, ``recorder.write_log_facts``: there they are events.)
 NOT_EVENTS = ("stats", "request_received", "request_added", "request_finished", "request_aborted", "engine_config")
 
 

@@ -1370,3 +1370,29 @@ def test_an_oom_stated_again_by_its_rank_is_one_oom(tmp_path: Path) -> None:
     }
     for lines, n in cases.items():
         assert sum(f.kind == "oom" for f in parse_log(list(lines)).facts) == n, lines
+
+
+def test_a_replays_server_log_is_written_through_the_recorders_own_function(tmp_path: Path) -> None:
+    """GIVEN real V1 logs (a 0.17 stats ramp; a worker's OOM then two engine deaths, one untimed) WHEN
+    written by ``write_log_facts``, as the replay runner writes its server log, at µs since a t0 THEN the
+    stats lines are 'vllm-log' samples scaled as the recorder scales them (19.3 % is 0.193), every other
+    fact an event at its time since t0 with its 'file:line', and ``kind_of`` renames a kind by its time."""
+    from replay.bundle import BundleMeta, BundleWriter
+    from replay.record.recorder import write_log_facts
+    t0 = int(datetime(2026, 3, 17, 15, 38, 10, tzinfo=timezone.utc).timestamp() * 1_000_000)
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="replay"))
+    lp = write_log_facts(w, DATA / "v017_v1_stats_kv_ramp.log", 2026, t0)
+    crash = DATA / "v1_worker_died_and_init_failed.log"
+    t1 = int(datetime(2026, 8, 14, 16, 6, 55, tzinfo=timezone.utc).timestamp() * 1_000_000)  # (its first line's time)
+    write_log_facts(w, crash, 2026, t1, lambda kind, t: "engine_shutdown" if kind == "engine_death" and t else kind)
+    w.close()
+    b = read_bundle(tmp_path / "b")
+    assert lp.engine == "v1"
+    kv = b.samples.filter(pl.col("metric") == "kv_usage_ratio").sort("t_us")
+    assert kv["t_us"].to_list() == [0, 10_000_000, 20_000_000, 30_000_000, 40_000_000]
+    assert kv["value"].to_list() == [0.193, 0.309, 0.425, 0.542, 0.654] and set(kv["source"]) == {"vllm-log"}
+    assert b.samples.filter(pl.col("metric") == "requests_waiting")["value"].to_list()[:2] == [90.0, 84.0]
+    assert [(e["kind"], e["t_us"], e["source"]) for e in b.events] == [
+        ("oom", 0, f"{crash.name}:1"), ("engine_shutdown", 8_000_000, f"{crash.name}:2"),
+        ("engine_death", None, f"{crash.name}:9")]
+    assert b.events[0]["tried_to_allocate_bytes"] == 3178275799 and b.events[0]["rank"] == "EngineCore pid=162129"
