@@ -1,7 +1,11 @@
 """``replay record``: recognise each evidence file by content, parse it, align all sources on one UTC
 timeline and write the incident bundle. Nothing is dropped: unparsed lines go to quarantine. A file
 given twice is read once; logs that overlap (the same log saved at two times) give each fact once,
-as one log would, and say so in their notes."""
+as one log would, and say so in their notes.
+
+Which kind a file is, and the parser of each kind, are the registry's (``registry.py``). A recording
+runs in phases: read and recognise each file (``FileRead``), infer the year of log lines, gather
+every file's samples and events on one clock (``_Gathered``), make bundle.json's metadata, write."""
 
 from __future__ import annotations
 
