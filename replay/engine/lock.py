@@ -34,6 +34,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from replay.errors import EXIT_ENGINE, ReplayError
@@ -87,8 +88,11 @@ _NETWORK = re.compile(r"(?i)failed to fetch|dns error|connection (refused|reset)
                       r"network is unreachable|tcp connect error|offline mode")
 
 
+@lru_cache(maxsize=1)
 def uv_bin() -> str:
-    """The uv binary: the one the ``uv`` package ships (a dependency of replay), else on PATH."""
+    """The uv binary: the one the ``uv`` package ships (a dependency of replay), else on PATH.
+    (Ask once before threads do: the package's lookup reads ``sysconfig``, which is not safe to
+    initialise from several threads at once.)"""
     try:
         from uv import find_uv_bin
         found = str(find_uv_bin())

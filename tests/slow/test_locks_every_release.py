@@ -34,6 +34,7 @@ def locks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, lock.Lock | str
         except ReplayError as e:
             return v, e.message
 
+    lock.uv_bin()  # found once, before the threads
     with ThreadPoolExecutor(6) as ex:
         return dict(ex.map(one, load().versions))
 
