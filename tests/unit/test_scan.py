@@ -98,6 +98,19 @@ def test_the_benchmark_log_is_nearly_all_classified() -> None:
     assert oom and set(oom) <= set(got.incident.tolist())
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_fast_lanes_messy_log_classes_are_the_references(seed: int, tmp_path: Path) -> None:
+    """The fast lane's own differential log (every shape it knows: envelopes, colour codes, glued and
+    wrapped lines, CRs, Docker's JSON, repeats, pieces of the real logs), scanned: every class given
+    is the reference's, and the scanner still classifies a good share of it."""
+    from tests.unit.test_fastlog import _messy_log, _real_logs
+    real = [p.read_bytes().decode(errors="replace").split("\n") for p in _real_logs()]
+    log = tmp_path / "messy.log"
+    _messy_log(log, seed, real)
+    counts = check_against_reference(log.read_bytes().decode("utf-8", errors="replace")).counts()
+    assert counts["stats"] > 300 and counts["added"] > 100 and counts["received"] > 50 and counts["inert"] > 200
+
+
 _LEVELS = ["INFO", "DEBUG", "WARNING", "ERROR"]
 _PROCS = ["", "(APIServer pid=3646) ", "(EngineCore_DP0 pid=7) ", "(VllmWorker rank=1 pid=9) "]
 _MESSAGES = [
