@@ -31,3 +31,24 @@ def minmax(df: pl.DataFrame, x: str, y: str, max_points: int = MAX_POINTS, keep:
         for k in keep:
             keep_idx.add(int((xs - k).abs().arg_min() or 0))
     return d.filter(pl.col("_i").is_in(sorted(keep_idx))).drop("_i", "_b").sort(x)
+
+
+LANE_MARKS = 1000  # event marks drawn in a lane of many (preemptions, say): one per stretch of time
+
+
+def thin_marks(xs: list[float], most: int = LANE_MARKS) -> list[tuple[int, int]]:
+    """Of marks at times ``xs`` (in order), the first of each of ``most`` equal stretches of their span,
+    as (index, marks it stands for): a lane of a day's preemptions is drawn as at most ``most`` marks
+    that count the rest. Fewer than ``most`` marks are all kept, each for itself."""
+    if len(xs) <= most:
+        return [(i, 1) for i in range(len(xs))]
+    lo, hi = min(xs), max(xs)
+    width = (hi - lo) / most or 1.0
+    kept: dict[int, list[int]] = {}
+    for i, x in enumerate(xs):
+        b = min(most - 1, int((x - lo) / width))
+        if b in kept:
+            kept[b][1] += 1
+        else:
+            kept[b] = [i, 1]
+    return sorted((i, n) for i, n in kept.values())

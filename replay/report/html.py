@@ -34,7 +34,7 @@ from replay.analysis.verdict import (
 )
 from replay.atomic import written_in_place
 from replay.bundle import read_bundle
-from replay.report.downsample import minmax, points_each
+from replay.report.downsample import minmax, points_each, thin_marks
 from replay.report.escape import plotly_safe
 from replay.units import GiB
 
@@ -139,6 +139,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
                                      mode="lines", line={"shape": "hv", "color": color}), row=3, col=1)
     lanes = {"startup": 0, "preemption": 1, "crash / OOM": 2, "start": 3, "restart": 4, "k8s": 5}
     ev_x, ev_y, ev_t, ev_c = [], [], [], []
+    by_lane: dict[str, list[tuple[float, str]]] = {}
     for e in b.events:
         if e.get("t_us") is None:
             continue
@@ -147,10 +148,14 @@ def timeline_figure(a: Analysis) -> go.Figure:
             continue
         lane = ("crash / OOM" if k in CRASH_LANE else "preemption" if k == "preemption" else
                 "k8s" if k.startswith("k8s") or k == "restart_count" else "startup")
-        ev_x.append(e["t_us"] / 1e6)
-        ev_y.append(lane)
-        ev_t.append(f"{k} @ {e.get('source')}")
-        ev_c.append({"crash / OOM": "#d62728", "preemption": "#ff7f0e"}.get(lane, "#7f7f7f"))
+        by_lane.setdefault(lane, []).append((e["t_us"] / 1e6, f"{k} @ {e.get('source')}"))
+    for lane, marks in by_lane.items():  # (a lane of many marks, a fleet's day of preemptions, is thinned;
+        marks.sort(key=lambda m: m[0])  # crashes and OOMs never are)
+        for i, n in thin_marks([x for x, _ in marks]) if lane != "crash / OOM" else [(i, 1) for i in range(len(marks))]:
+            ev_x.append(marks[i][0])
+            ev_y.append(lane)
+            ev_t.append(marks[i][1] + (f" (and {n - 1} more {lane} marks after it, to the next mark)" if n > 1 else ""))
+            ev_c.append({"crash / OOM": "#d62728", "preemption": "#ff7f0e"}.get(lane, "#7f7f7f"))
     for st in starts(b.events):  # (an engine's start is a start; a restart only after a crash or a stop)
         ev_x.append(st.t_us / 1e6)
         ev_y.append(st.label)

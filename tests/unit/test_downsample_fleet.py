@@ -13,11 +13,12 @@ import pytest
 
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
-from replay.report.downsample import FIGURE_POINTS, minmax, points_each
+from replay.report.downsample import FIGURE_POINTS, LANE_MARKS, minmax, points_each, thin_marks
 from replay.report.html import write_report
 from replay.units import GiB
 
 GPUS, REPLICAS = 64, 8
+PREEMPTIONS = 20_000
 SECONDS = 3 * 3600  # at 1 s: 0.7 M samples of device memory (a fleet's day is 5.5 M)
 
 
@@ -44,6 +45,11 @@ def _fleet_bundle(path: Path) -> Path:
                                           "metric": [metric] * n, "value": values}, schema_overrides={"gpu": pl.Int64}))
     w.event({"t_us": 0, "kind": "memory_profile", "weights_gib": 40.0, "non_torch_gib": 1.0,
              "activation_peak_gib": 4.0, "kv_cache_gib": 80.0, "source": "vllm-0.log:1"})
+    for i in range(PREEMPTIONS):  # (a busy fleet's preemption warnings, and three engines' deaths)
+        w.event({"t_us": i * (SECONDS * 1_000_000 // PREEMPTIONS), "kind": "preemption", "source": f"vllm-{i % REPLICAS}.log:{i}",
+                 "mode": "RECOMPUTE", "cumulative": i})
+    for r in (1, 4, 6):
+        w.event({"t_us": (3000 + r) * 1_000_000, "kind": "engine_death", "source": f"vllm-{r}.log:9", "message": "EngineDeadError"})
     w.close()
     return path
 
@@ -100,6 +106,24 @@ def test_every_series_keeps_its_peak_and_trough(fleet: tuple[Path, str, list[dic
         col = s.filter((pl.col("metric") == metric) & (pl.col("source") == src))["value"]
         ys = by_name[name]["y"]
         assert max(ys) == pytest.approx(col.max() * scale) and min(ys) == pytest.approx(col.min() * scale)
+
+
+def test_a_lane_of_many_marks_is_thinned_and_crashes_never(fleet: tuple[Path, str, list[dict[str, Any]]]) -> None:
+    """20,000 preemptions are drawn as at most LANE_MARKS marks that count them all; each engine's death
+    is drawn."""
+    _, _, traces = fleet
+    ev = next(t for t in traces if t.get("name") == "events")
+    lanes = [(y, txt) for y, txt in zip(ev["y"], ev["text"], strict=True)]
+    pre = [txt for y, txt in lanes if y == "preemption"]
+    assert len(pre) <= LANE_MARKS
+    assert sum(1 + int(m.group(1)) if (m := re.search(r"and (\d+) more", txt)) else 1 for txt in pre) == PREEMPTIONS
+    assert sorted(txt for y, txt in lanes if y == "crash / OOM") == [f"engine_death @ vllm-{r}.log:9" for r in (1, 4, 6)]
+
+
+def test_thin_marks_keeps_the_first_of_each_stretch() -> None:
+    assert thin_marks([1.0, 2.0, 3.0], most=5) == [(0, 1), (1, 1), (2, 1)]
+    got = thin_marks([float(i) for i in range(100)], most=10)
+    assert len(got) == 10 and sum(n for _, n in got) == 100 and got[0] == (0, 10)
 
 
 def test_points_each_shares_the_figures_budget() -> None:
