@@ -56,7 +56,8 @@ from replay.record.vllm_log import (
 
 # a line's class (``LineClasses.codes``)
 REFERENCE: Final = 0  # the line-by-line parser's: anything not certainly one of the below
-INERT: Final = 1  # vLLM's strictly shaped line, at any level, that states no fact and no version clue
+INERT: Final = 1  # vLLM's strictly shaped line, at any level, that states no fact (its message holds no
+# word of ``fastlog.INERT_UNLESS`` but a request phrase not at its start: no version clue either)
 ACCESS: Final = 2  # uvicorn's access line ('INFO:     10.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK')
 STATS: Final = 3  # the periodic stats line (V0's or V1's)
 ADDED: Final = 4  # 'Added request <id>.'
