@@ -363,7 +363,10 @@ def _fields(df: pl.DataFrame, shape: str = _STRICT) -> tuple[pl.DataFrame, pl.Da
     strict = heads["raw"].str.contains(shape + "$").fill_null(False)
     heads = _prefix_fields(heads).with_columns(rank=pl.col("proc").fill_null("main"),
                                                ts=pl.concat_str(["md", "hms"], separator=" "))
-    return df.drop("prefix").filter(strict.gather(df["pid"])), heads.select("proc", "fl", "rank", "ts")
+    # (a paste padded to a width, or a glued piece's trailing blank: the reference strips a prefixed
+    # line's trailing blanks, and its repeat key hashes the message without them)
+    lines = df.drop("prefix").filter(strict.gather(df["pid"])).with_columns(pl.col("msg").str.strip_chars_end(" \t"))
+    return lines, heads.select("proc", "fl", "rank", "ts")
 
 
 def _heads(df: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
