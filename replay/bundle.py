@@ -67,6 +67,7 @@ REQUESTS_SCHEMA = {
     "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64, "n": pl.Int64,
     "best_of": pl.Int64, "mm_items": pl.Int64, "prefix_blocks": pl.Int64, "status": pl.Utf8,
     "error": pl.Utf8, "source": pl.Utf8,
+    "image_tokens": pl.Int64,  # (a request's images' tokens; null where it had none or they are unknown)
 }
 
 

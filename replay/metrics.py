@@ -18,6 +18,10 @@ VLLM_METRICS: dict[str, tuple[str, float]] = {
     "vllm:prompt_tokens_total": ("prompt_tokens_total", 1.0),
     "vllm:generation_tokens": ("generation_tokens_total", 1.0),
     "vllm:generation_tokens_total": ("generation_tokens_total", 1.0),
+    "vllm:mm_cache_queries": ("mm_cache_queries_total", 1.0),  # V1 0.11+: the multimodal processor cache
+    "vllm:mm_cache_queries_total": ("mm_cache_queries_total", 1.0),
+    "vllm:mm_cache_hits": ("mm_cache_hits_total", 1.0),
+    "vllm:mm_cache_hits_total": ("mm_cache_hits_total", 1.0),
 }
 CACHE_CONFIG = "vllm:cache_config_info"  # the KV cache's settings, as labels
 # what a pipeline between vLLM and the store may have made of 'vllm:' (an OpenTelemetry collector or

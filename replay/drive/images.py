@@ -15,11 +15,13 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import json
 import math
 import random
 import struct
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 PIXELS_PER_TOKEN = 28 * 28  # Qwen2-VL and its kin: 14-pixel patches, 2 x 2 merged into one token
@@ -45,6 +47,76 @@ def image_size(item: dict[str, Any]) -> ImageSize:
         side = max(28, round(math.sqrt(int(tokens) / int(count) * PIXELS_PER_TOKEN)))
         return ImageSize(side, side, "tokens")
     return ImageSize(DEFAULT_SIDE, DEFAULT_SIDE, "default")
+
+
+@dataclass(frozen=True)
+class TokenGrid:
+    """How a Qwen2-VL-style processor turns an image into tokens: the image resized to multiples of
+    ``patch * merge`` pixels within [min_pixels, max_pixels], one token per ``merge`` x ``merge`` patches.
+    The defaults are Qwen2-VL's and Qwen2.5-VL's published preprocessor configuration."""
+
+    patch: int = 14
+    merge: int = 2
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 16384
+
+    @classmethod
+    def of_model(cls, model_dir: str | Path) -> TokenGrid:
+        """The grid a model folder states: the tiny models' ``replay_model.json``, else the image processor's
+        settings in ``preprocessor_config.json`` / ``processor_config.json``; Qwen2-VL's where none says."""
+        d = Path(model_dir)
+        meta = _json_object(d / "replay_model.json")
+        if not meta:
+            proc = _json_object(d / "preprocessor_config.json") or _json_object(d / "processor_config.json")
+            proc = proc.get("image_processor", proc) if isinstance(proc.get("image_processor"), dict) else proc
+            size: dict[str, Any] = proc["size"] if isinstance(proc.get("size"), dict) else {}
+            meta = {"patch": proc.get("patch_size"), "merge": proc.get("merge_size"),
+                    "min_pixels": proc.get("min_pixels", size.get("shortest_edge")),
+                    "max_pixels": proc.get("max_pixels", size.get("longest_edge"))}
+        return cls(**{k: meta[k] for k in ("patch", "merge", "min_pixels", "max_pixels") if _positive_int(meta.get(k))})
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def grid_tokens(width: int, height: int, grid: TokenGrid = TokenGrid()) -> int:
+    """The tokens one image of ``width`` x ``height`` takes: transformers' ``smart_resize`` for Qwen2-VL
+    (each side rounded to the factor, then scaled down to max_pixels or up to min_pixels keeping the
+    aspect), one token per factor x factor pixels."""
+    f = grid.patch * grid.merge
+    h, w = round(height / f) * f, round(width / f) * f
+    if h * w > grid.max_pixels:
+        beta = math.sqrt(height * width / grid.max_pixels)
+        h, w = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
+    elif h * w < grid.min_pixels:
+        beta = math.sqrt(grid.min_pixels / (height * width))
+        h, w = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
+    return (h // f) * (w // f)
+
+
+def item_image_tokens(item: dict[str, Any], grid: TokenGrid = TokenGrid()) -> int | None:
+    """The image tokens an ``mm`` item takes, all its images: the tokens the trace recorded (ServeGen),
+    else its size's on ``grid``; an item of no size is the 448 x 448 image the driver sends for it.
+    None for an item that is not an image (its tokens are not the image tower's)."""
+    if item.get("type", "image") != "image":
+        return None
+    tokens, count = item.get("tokens"), item.get("count", 1)
+    n = int(count) if _positive_int(count) else 1
+    if _positive_int(tokens):
+        return int(tokens)
+    size = image_size(item)
+    return n * grid_tokens(size.width, size.height, grid)
+
+
+def request_image_tokens(mm: list[dict[str, Any]] | None, grid: TokenGrid = TokenGrid()) -> int | None:
+    """A request's image tokens, all its items together; None for a request with no image."""
+    got = [t for t in (item_image_tokens(m, grid) for m in mm or []) if t is not None]
+    return sum(got) if got else None
 
 
 def _positive_int(x: object) -> TypeGuard[int]:

@@ -26,7 +26,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from replay.bundle import BundleMeta, BundleWriter, bundle_written
 from replay.drive.driver import Driver, request_body
-from replay.drive.images import limit_mm_per_prompt
+from replay.drive.images import TokenGrid, limit_mm_per_prompt, request_image_tokens
 from replay.drive.probe import ProbeReader, probe_env
 from replay.engine import args as eargs
 from replay.engine import envs
@@ -489,6 +489,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
             signal.signal(signal.SIGTERM, prev_term)
 
     # Requests
+    grid = TokenGrid.of_model(model_dir)  # (the served model's image processor: each request's image tokens)
     for sched, rid, body in items:
         oc = driver.outcomes.get(rid)
         r = next(x for x in reqs if str(x["id"]) == rid)
@@ -502,7 +503,8 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
             len(body["prompt"]) if isinstance(body["prompt"], list) else r.get("input_tokens"),  # (the server's count first)
             "output_tokens": oc.output_tokens if oc else None, "max_tokens": body.get("max_tokens"),
             "prompt_logprobs": s.get("prompt_logprobs"), "logprobs": s.get("logprobs"), "n": s.get("n"),
-            "best_of": s.get("best_of"), "mm_items": len(r.get("mm") or []),
+            "best_of": s.get("best_of"), "mm_items": sum(int(m.get("count") or 1) for m in r.get("mm") or []),
+            "image_tokens": request_image_tokens(r.get("mm"), grid),
             "prefix_blocks": len(r.get("prefix_blocks") or []),
             "status": oc.status if oc else "aborted", "error": oc.error if oc else "not sent", "source": "replay"})
     # Server log -> samples and events (the recorder's), times on the run's clock.

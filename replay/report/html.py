@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from replay import __version__
 from replay.analysis.memory import stacked_parts, unchosen
+from replay.analysis.multimodal import image_tokens_in_flight, mm_cache_hit_ratio
 from replay.analysis.outages import DOWN_KINDS, crash_line, starts
 from replay.analysis.pipeline import OOM_STATED, Analysis, analyze_bundle, crash_summary
 from replay.analysis.verdict import (
@@ -60,10 +61,14 @@ def _s(us: int | float | None) -> float | None:
 
 def timeline_figure(a: Analysis) -> go.Figure:
     b = a.bundle
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.03,
-                        row_heights=[0.5, 0.17, 0.17, 0.16],
+    img, hits = image_tokens_in_flight(b.scan_requests()), mm_cache_hit_ratio(b.samples)
+    images = bool(img.height or hits.height)  # (a lane of its own where the bundle has images)
+    fig = make_subplots(rows=5 if images else 4, cols=1, shared_xaxes=True, vertical_spacing=0.03,
+                        row_heights=[0.44, 0.14, 0.14, 0.14, 0.14] if images else [0.5, 0.17, 0.17, 0.16],
+                        specs=[[{}], [{}], [{}], [{}], *([[{"secondary_y": True}]] if images else [])],
                         subplot_titles=("Memory: actual vs vLLM's accounting", "KV cache usage (vLLM's view)",
-                                        "Requests running / waiting", "Events"))
+                                        "Requests running / waiting", "Events",
+                                        *(["Images: tokens in flight, vLLM's multimodal cache hits"] if images else [])))
     keep = [x for x in (a.div.onset_us, a.oom_us, a.div.max_gap_us) if x is not None]
     parts = stacked_parts(a.acc)
     part_colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c"]
@@ -175,12 +180,31 @@ def timeline_figure(a: Analysis) -> go.Figure:
         if x is not None:
             fig.add_vline(x=x / 1e6, line_dash="dash", line_color=color)
             fig.add_annotation(x=x / 1e6, y=1.02, yref="paper", text=label, showarrow=False, font={"color": color})
+    if images:
+        _image_lane(fig, img, hits, each)
     fig.update_yaxes(title_text="GiB", row=1, col=1)
     fig.update_yaxes(title_text="%", row=2, col=1)
-    fig.update_xaxes(title_text=f"seconds from t0 ({b.meta.t0_utc or 'unknown'})", row=4, col=1)
+    fig.update_xaxes(title_text=f"seconds from t0 ({b.meta.t0_utc or 'unknown'})", row=5 if images else 4, col=1)
     fig.update_layout(height=900, hovermode="x unified", legend={"orientation": "h", "y": -0.08},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white")
     return plotly_safe(fig)
+
+
+def _image_lane(fig: go.Figure, img: pl.DataFrame, hits: pl.DataFrame, each: int) -> None:
+    """The timeline's last lane: the image tokens in flight (the requests' images, a step at each send and
+    finish), and vLLM's multimodal processor cache hits as a share of its queries (right axis)."""
+    if img.height:
+        d = minmax(img, "t_us", "image_tokens", max_points=each)
+        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=d["image_tokens"].to_list(), name="image tokens in flight",
+                                 mode="lines", line={"shape": "hv", "color": "#e377c2"}, fill="tozeroy"), row=5, col=1)
+        fig.update_yaxes(title_text="tokens", row=5, col=1, secondary_y=False)
+    for (src,), part in hits.partition_by("source", as_dict=True, maintain_order=True).items():
+        d = minmax(part, "t_us", "hit_ratio", max_points=each)
+        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["hit_ratio"] * 100).to_list(),
+                                 name=f"MM cache hits % ({src})", mode="lines", line={"color": "#17becf", "dash": "dot"}),
+                      row=5, col=1, secondary_y=True)
+    if hits.height:
+        fig.update_yaxes(title_text="% hits", row=5, col=1, secondary_y=True)
 
 
 def _timeline_series(a: Analysis) -> int:

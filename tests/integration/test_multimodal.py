@@ -113,6 +113,11 @@ def test_images_reach_the_engine_at_their_token_counts(mm_bundle: tuple[Path, Pa
     assert {want[i]["image_tokens"] for i in images} == {64, 4096}
     for i in images:
         assert req[i]["input_tokens"] == want[i]["with_image"] == want[i]["text_only"] + want[i]["image_tokens"] + 2, i
+        assert req[i]["image_tokens"] == want[i]["image_tokens"], i  # (the bundle's own count, from the model's grid)
+    # vLLM's multimodal processor cache was scraped: one query per image sent, no hit (every image differs)
+    cache = b.samples.filter(b.samples["metric"].is_in(["mm_cache_queries_total", "mm_cache_hits_total"]))
+    last = {m: float(cache.filter(cache["metric"] == m)["value"].max()) for m in ("mm_cache_queries_total", "mm_cache_hits_total")}
+    assert last["mm_cache_queries_total"] >= 2 * N and last["mm_cache_hits_total"] == 0, last
     # the high-resolution stretch takes more resident memory than the low-resolution one
     rss = b.samples.filter(b.samples["metric"] == "process_rss_bytes")
 
