@@ -3,7 +3,7 @@
 Requests sent around the onset, and those known to be still in flight at it (sent earlier, finished
 after it: a long prefill, such as one with prompt_logprobs, raises memory while it runs, seconds
 after it was sent), are compared with the rest of the traffic, feature by feature (input length,
-max_tokens, prompt_logprobs, logprobs, n/best_of, multimodal items, prefix sharing); each feature is
+max_tokens, prompt_logprobs, logprobs, n/best_of, image tokens, prefix sharing); each feature is
 scored by how over-represented it is near the onset, weighted by how much memory it is known to
 cost outside vLLM's budget.
 """
@@ -16,13 +16,15 @@ from typing import Any
 
 import polars as pl
 
+IMAGE_TOKENS_PER_ITEM = 256  # an image whose tokens are unknown: 448 x 448 on Qwen2-VL's grid (the driver's default)
 FEATURES: dict[str, pl.Expr] = {
     "prompt_logprobs": (pl.col("prompt_logprobs").fill_null(0) > 0).cast(pl.Float64) * pl.col("input_tokens").fill_null(0),
     "input_length": pl.col("input_tokens").fill_null(0).cast(pl.Float64),
     "max_tokens": pl.col("max_tokens").fill_null(0).cast(pl.Float64),
     "logprobs": (pl.col("logprobs").fill_null(0) > 0).cast(pl.Float64),
     "n_best_of": (pl.col("n").fill_null(1) - 1 + pl.col("best_of").fill_null(1) - 1).clip(0).cast(pl.Float64),
-    "multimodal": pl.col("mm_items").fill_null(0).cast(pl.Float64),
+    # (image tokens, not items: one 1792 x 1792 image costs the encoder 64 times a 224 x 224 one)
+    "multimodal": pl.coalesce("image_tokens", pl.col("mm_items") * IMAGE_TOKENS_PER_ITEM).fill_null(0).cast(pl.Float64),
     "prefix_sharing": pl.col("prefix_blocks").fill_null(0).cast(pl.Float64),
 }
 WHY = {
@@ -31,7 +33,7 @@ WHY = {
     "max_tokens": "large max_tokens reserve KV blocks as sequences grow",
     "logprobs": "sampled logprobs add per-token buffers",
     "n_best_of": "n/best_of fork sequences and multiply KV and sampler memory",
-    "multimodal": "multimodal items add encoder activations and caches outside the KV pool",
+    "multimodal": "image tokens add vision-encoder activations and encoder-cache entries outside the KV pool",
     "prefix_sharing": "prefix sharing changes which KV blocks stay pinned",
 }
 
@@ -56,8 +58,11 @@ def attribute(requests: pl.DataFrame | pl.LazyFrame, onset_us: int | None, *, be
     # (in flight only where its finish is known: a log without finish lines would make every earlier
     # request look in flight)
     in_flight = (t < onset_us - before_us) & (pl.col("finish_us") > onset_us).fill_null(False)
-    r = requests.lazy().select("id", _near=((t >= onset_us - before_us) & (t <= onset_us + after_us)) | in_flight,
-                               **{f"f_{k}": v for k, v in FEATURES.items()})
+    lf = requests.lazy()
+    if "image_tokens" not in lf.collect_schema().names():  # (a bundle written before image tokens were kept)
+        lf = lf.with_columns(image_tokens=pl.lit(None, dtype=pl.Int64))
+    r = lf.select("id", _near=((t >= onset_us - before_us) & (t <= onset_us + after_us)) | in_flight,
+                  **{f"f_{k}": v for k, v in FEATURES.items()})
     near, rest = pl.collect_all([
         r.filter("_near"),
         r.filter(~pl.col("_near")).select(pl.len().alias("n"), *(pl.col(f"f_{k}").mean() for k in FEATURES))])
