@@ -4,6 +4,8 @@ Prometheus parsers and by the live sampler alike.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 # vLLM metric name (any version) -> (bundle metric, scale)
 VLLM_METRICS: dict[str, tuple[str, float]] = {
     "vllm:gpu_cache_usage_perc": ("kv_usage_ratio", 1.0),  # V0, V1 0.7.3-0.10 (fraction 0-1)
@@ -43,9 +45,35 @@ def vllm_name(name: str) -> str | None:
     return None
 
 
+def releases_exposing(name: str) -> list[str]:
+    """The vLLM releases (oldest first) whose ``/metrics`` shows ``name`` (vLLM's own name, or a
+    counter's name without the ``_total`` that the exposition adds), by the version catalogue."""
+    from replay.engine import catalogue  # (the catalogue's JSON is read once, where it is needed)
+    cat = catalogue.load()
+    return cat.metric_releases(name) or (cat.metric_releases(name + "_total") if not name.endswith("_total") else [])
+
+
+def releases_exposing_all(names: Iterable[str]) -> tuple[str, str] | None:
+    """The range of vLLM releases (oldest, newest) whose ``/metrics`` shows every one of ``names``
+    that any catalogued release shows (as a file has them: renamed prefixes read as vLLM's own); None
+    where no name is catalogued, or where no release shows them all (a file of several servers)."""
+    from replay.engine import catalogue
+    order = catalogue.load().versions
+    alive: set[str] | None = None
+    for name in names:
+        own = vllm_name(name) or name
+        having = set(releases_exposing(own))
+        if having:
+            alive = having if alive is None else alive & having
+    if not alive:
+        return None
+    got = [v for v in order if v in alive]
+    return got[0], got[-1]
+
+
 NEVER_EXISTED_METRICS = {
     "vllm_gpu_memory_usage_bytes": "vllm_gpu_memory_usage_bytes has never existed in any vLLM version "
-    "(0.6-0.33): no vLLM metric reports GPU memory bytes. A monitor that scraped it read nothing, not "
+    "(0.6-0.34, by the version catalogue): no vLLM metric reports GPU memory bytes. A monitor that scraped it read nothing, not "
     "zero. Device memory comes from DCGM (DCGM_FI_DEV_FB_USED) or NVML; vLLM's own view is "
     "vllm:kv_cache_usage_perc (the fill of its KV pool, not device memory).",
 }

@@ -46,6 +46,7 @@ from replay.filehash import (
     refuse_stream,
     text_bom,
 )
+from replay.metrics import releases_exposing_all
 from replay.parallel import background_removal, ordered_map
 from replay.record import (
     access_log,
@@ -951,6 +952,7 @@ class _Gathered:
     gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
     versions: list[str] = field(default_factory=list)
     ranges: list[tuple[str, str]] = field(default_factory=list)
+    metric_ranges: list[tuple[str, str]] = field(default_factory=list)  # the releases each scrape's names allow
     engines: list[str] = field(default_factory=list)
     configs: list[engine_config.EngineConfig] = field(default_factory=list)  # what the logs state (what the
     # server parsed: it comes first)
@@ -1122,6 +1124,8 @@ def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, 
         have.update(info)
         have.update({k: v for k, v in pods.items() if v})
     g.notes += r.notes
+    if r.vllm_names and (span := releases_exposing_all(r.vllm_names)):
+        g.metric_ranges.append(span)
     # (its own samples and events: those of every file so far, told apart by name, were read for
     # each file, and two files of one name in two folders took each other's times)
     times = [t - off for pe in r.events if (t := pe.get("t")) is not None]
@@ -1134,15 +1138,29 @@ def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, 
 
 # --- bundle metadata ---------------------------------------------------------------------------------
 def _version_inferred(g: _Gathered) -> str | None:
-    """The vLLM versions the logs' formats allow, together (None where they never coexisted: noted)."""
-    if not g.ranges:
+    """The vLLM versions the logs' formats allow, together, narrowed by the metric names the scrapes
+    show (None where they never coexisted: noted)."""
+    if not g.ranges and not g.metric_ranges:
         return None
-    lo = max((a for a, _ in g.ranges), key=version_key)
-    hi = min((b for _, b in g.ranges), key=version_key)
+    lo, hi = _within(g.ranges) if g.ranges else ("0.0.0", "99.0.0")
     if version_key(lo) > version_key(hi):  # (formats of versions that never coexisted)
         g.notes.append(_contradiction(lo, hi, "the logs'", "together"))
         return None
+    if g.metric_ranges:
+        mlo, mhi = _within(g.metric_ranges)
+        both = _within([(lo, hi), (mlo, mhi)])
+        if version_key(both[0]) > version_key(both[1]):
+            g.notes.append(f"the scrapes' vLLM metric names are of vLLM {mlo}..{mhi}, by the version catalogue, "
+                           + (f"the logs' line formats of {lo}..{hi}: not one server's evidence, or a build of its own; "
+                              "the logs' range is kept" if g.ranges else "but not all of one release"))
+        else:
+            lo, hi = both
     return f"{lo}" if lo == hi else f"{lo}..{hi}"
+
+
+def _within(ranges: list[tuple[str, str]]) -> tuple[str, str]:
+    """The versions every one of ``ranges`` holds (lo > hi where they do not meet)."""
+    return max((a for a, _ in ranges), key=version_key), min((b for _, b in ranges), key=version_key)
 
 
 def _gpu_totals(g: _Gathered) -> None:
