@@ -26,7 +26,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from replay.bundle import BundleMeta, BundleWriter, bundle_written
 from replay.drive.driver import Driver, request_body
-from replay.drive.images import TokenGrid, limit_mm_per_prompt, request_image_tokens
+from replay.drive.images import (
+    TokenGrid,
+    images_per_request,
+    limit_mm_per_prompt,
+    request_image_tokens,
+)
 from replay.drive.probe import ProbeReader, probe_env
 from replay.engine import args as eargs
 from replay.engine import envs
@@ -246,10 +251,21 @@ def _choose_model(spec: envs.EnvSpec, opts: RunOptions, prod_model: str | None,
             notes.append(f"the CPU engine runs the tiny model at production's vocabulary ({vocab:,} tokens, from "
                          f"{opts.model_config}/config.json): logits memory grows with it")
     what = f"production's {prod_model}" if prod_model else "production's model"
-    notes.append(f"the replay runs the tiny local Llama (vocabulary {opts.vocab:,}), not {what}: its memory is "
+    tiny = "Qwen2-VL" if spec.variant == envs.VISION else "Llama"  # (a vision env serves the tiny Qwen2-VL)
+    notes.append(f"the replay runs the tiny local {tiny} (vocabulary {opts.vocab:,}), not {what}: its memory is "
                  "the tiny model's, its traffic production's" if spec.device == "cpu" else
-                 f"the replay runs the tiny local Llama, not {what} (--model DIR or --model-config DIR for it)")
+                 f"the replay runs the tiny local {tiny}, not {what} (--model DIR or --model-config DIR for it)")
     return str(tiny_model_dir(opts.vocab, opts.seed, spec)), "tiny", opts.vocab, {}
+
+
+def _no_vision_note(reqs: list[dict[str, Any]], spec: envs.EnvSpec, kind: str) -> str:
+    """What a trace's image requests meet on a model without a vision tower, and the env that takes them."""
+    n = sum(1 for r in reqs if images_per_request(r.get("mm")))
+    fix = (f"replay on --vllm {'.'.join(spec.version.split('.')[:2])}+{envs.VISION} (the CPU engine with torchvision "
+           "and a tiny Qwen2-VL) to send them" if spec.device == "cpu" and kind == "tiny" else
+           "serve a vision-language model (--model DIR) to send them")
+    return (f"{n:,} of the trace's requests carry images, and the served model takes none: the server will refuse "
+            f"each (reported with its error); {fix}")
 
 
 def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunPlan:
@@ -277,6 +293,8 @@ def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     engine_args: dict[str, Any] = dict(CPU_DEFAULT_ARGS) if spec.device == "cpu" else {}
     if takes_images(model, spec) and limit_mm_per_prompt(reqs):  # (production's own limit, in tr.args, wins)
         engine_args["limit_mm_per_prompt"] = limit_mm_per_prompt(reqs)
+    elif limit_mm_per_prompt(reqs):
+        notes.append(_no_vision_note(reqs, spec, kind))
     engine_args.update(tr.args)
     if spec.device == "cpu":  # (what the CPU engine needs: production's GPU settings do not apply to it)
         for k in CPU_FIXED_ARGS:

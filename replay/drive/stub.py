@@ -1,9 +1,10 @@
 """A minimal OpenAI-compatible completions server, for measuring the driver rather than an engine.
 
-It answers ``POST /v1/completions`` (streamed as server-sent events, or one JSON body when
-``stream`` is false), ``GET /v1/models``, ``GET /health`` and ``GET /metrics`` over plain asyncio
-with HTTP/1.1 keep-alive, and does no work per token, so what a benchmark measures is the
-driver's own timing. Run it as ``python -m replay.drive.stub --port 8123``; it records the arrival
+It answers ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streamed as server-sent
+events, or one JSON body when ``stream`` is false), ``GET /v1/models``, ``GET /health`` and
+``GET /metrics`` over plain asyncio with HTTP/1.1 keep-alive, and does no work per token, so what a
+benchmark measures is the driver's own timing. A chat prompt's tokens are its words and its PNG
+images' tokens on Qwen2-VL's grid, read from each image's header (the image is not decoded). Run it as ``python -m replay.drive.stub --port 8123``; it records the arrival
 time of every completion request (``--arrivals FILE``, monotonic µs) when asked.
 """
 
@@ -11,11 +12,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import signal
+import struct
 import time
 from pathlib import Path
 from typing import Any
+
+from replay.drive.images import grid_tokens
 
 _MAX_TOKENS = 4  # at most this many streamed chunks per request, whatever max_tokens says
 
@@ -26,21 +31,59 @@ def _response(status: str, body: bytes, ctype: str) -> bytes:
     return head.encode() + body
 
 
-def _completion(req: dict[str, Any]) -> bytes:
+def _completion(req: dict[str, Any], chat: bool = False) -> bytes:
     n = max(1, min(_MAX_TOKENS, int(req.get("max_tokens") or 1)))
+    kind = "chat.completion" if chat else "text_completion"
     if not req.get("stream"):
-        obj = {"id": "cmpl-stub", "object": "text_completion", "choices": [{"index": 0, "text": "x" * n}],
-               "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
+        choice = {"index": 0, "message": {"role": "assistant", "content": "x" * n}} if chat else {"index": 0, "text": "x" * n}
+        used = _prompt_tokens(req) if chat else 1  # (a text completion's unstreamed usage: 1, whatever its prompt)
+        obj = {"id": "cmpl-stub", "object": kind, "choices": [choice],
+               "usage": {"prompt_tokens": used, "completion_tokens": n, "total_tokens": n + used}}
         return _response("200 OK", json.dumps(obj).encode(), "application/json")
-    chunk = json.dumps({"id": "cmpl-stub", "object": "text_completion", "choices": [{"index": 0, "text": "x"}]})
-    body = "".join(f"data: {chunk}\n\n" for _ in range(n))
+    kind += ".chunk" if chat else ""
+    each = {"index": 0, "delta": {"content": "x"}} if chat else {"index": 0, "text": "x"}
+    chunk = json.dumps({"id": "cmpl-stub", "object": kind, "choices": [each]})
+    role = json.dumps({"id": "cmpl-stub", "object": kind, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+                      separators=(",", ":"))  # (a chat stream opens with the role, as vLLM's does: no token)
+    body = (f"data: {role}\n\n" if chat else "") + "".join(f"data: {chunk}\n\n" for _ in range(n))
     if (req.get("stream_options") or {}).get("include_usage"):  # (as vLLM ends such a stream: compact JSON)
-        prompt = req.get("prompt")
-        used = len(prompt) if isinstance(prompt, list) else len(str(prompt or "").split())  # (a word a token)
-        body += "data: " + json.dumps({"id": "cmpl-stub", "object": "text_completion", "choices": [], "usage": {
+        used = _prompt_tokens(req)
+        body += "data: " + json.dumps({"id": "cmpl-stub", "object": kind, "choices": [], "usage": {
             "prompt_tokens": used, "completion_tokens": n, "total_tokens": used + n}}, separators=(",", ":")) + "\n\n"
     body += "data: [DONE]\n\n"
     return _response("200 OK", body.encode(), "text/event-stream")
+
+
+def _prompt_tokens(req: dict[str, Any]) -> int:
+    """A prompt's tokens: its ids, or a word a token; a chat message's text parts by words and its PNG
+    data-URL images by their size on Qwen2-VL's grid."""
+    prompt = req.get("prompt")
+    if isinstance(prompt, list):
+        return len(prompt)
+    if "messages" not in req:
+        return len(str(prompt or "").split())
+    used = 0
+    for m in req.get("messages") or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        parts: list[Any] = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "text":
+                used += len(str(part.get("text") or "").split())
+            elif part.get("type") == "image_url":
+                used += _png_tokens(str((part.get("image_url") or {}).get("url") or ""))
+    return used
+
+
+def _png_tokens(url: str) -> int:
+    """The tokens of a PNG data URL's image, from the width and height in its IHDR (the first 24 bytes);
+    0 for anything else."""
+    head = base64.b64decode(url.partition(",")[2][:32] + "==", validate=False)[:24] if url.startswith("data:image/png;base64,") else b""
+    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n":
+        return 0
+    width, height = struct.unpack(">II", head[16:24])
+    return grid_tokens(width, height) if width and height else 0
 
 
 class StubServer:
@@ -59,7 +102,7 @@ class StubServer:
                     if ln.lower().startswith("content-length:"):
                         length = int(ln.split(":", 1)[1])
                 body = await reader.readexactly(length) if length else b""
-                if method == "POST" and path.startswith("/v1/completions"):
+                if method == "POST" and path.startswith(("/v1/completions", "/v1/chat/completions")):
                     if self.arrivals is not None:
                         self.arrivals.append(t_us)
                     try:
@@ -67,7 +110,7 @@ class StubServer:
                     except json.JSONDecodeError:
                         writer.write(_response("400 Bad Request", b'{"error":"bad json"}', "application/json"))
                     else:
-                        writer.write(_completion(req))
+                        writer.write(_completion(req, chat=path.startswith("/v1/chat/")))
                 elif path.startswith("/v1/models"):
                     writer.write(_response("200 OK", b'{"data":[{"id":"stub"}]}', "application/json"))
                 elif path.startswith("/health"):

@@ -44,3 +44,18 @@ def test_productions_own_limit_wins(tmp_path: Path) -> None:
 def test_a_text_model_gets_no_limit(tmp_path: Path) -> None:
     p = plan(_trace(tmp_path / "t.jsonl"), RunOptions(vllm="0.32", install=False))
     assert "limit_mm_per_prompt" not in p.engine_args and "tiny-llama" in p.model
+
+
+def test_a_text_env_names_the_vision_env_for_a_trace_with_images(tmp_path: Path) -> None:
+    # GIVEN a trace of which two requests carry images, planned on the text env and on the vision env
+    text = plan(_trace(tmp_path / "t.jsonl"), RunOptions(vllm="0.32", install=False))
+    vision = plan(_trace(tmp_path / "v.jsonl"), RunOptions(vllm="0.32+vision", install=False))
+    # THEN the text env's plan says what the image requests will meet, and the env that takes them
+    said = [n for n in text.notes if "carry images" in n]
+    assert said == ["2 of the trace's requests carry images, and the served model takes none: the server will refuse "
+                    "each (reported with its error); replay on --vllm 0.32+vision (the CPU engine with torchvision "
+                    "and a tiny Qwen2-VL) to send them"]
+    assert not any("carry images" in n for n in vision.notes)
+    # and each names the tiny model it serves
+    assert any("tiny local Llama" in n for n in text.notes)
+    assert any("tiny local Qwen2-VL" in n for n in vision.notes) and not any("Llama" in n for n in vision.notes)
