@@ -37,7 +37,7 @@ test: engines  ## the whole CPU test suite (unit + integration against the real 
 unit: venv  ## unit tests only (no engine)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-slow: venv  ## slow tier: the CUDA vLLM 0.6.3 and 0.10.2 envs built on this host as of their release days (REPLAY_DEVICE=cuda; GBs of downloads once, uv's cache reused) pass `replay versions check`
+slow: venv  ## slow tier: every catalogued CUDA release's lock resolved as of its release day (metadata only), and the CUDA vLLM 0.6.3 and 0.10.2 envs built on this host from their locks (REPLAY_DEVICE=cuda; GBs of downloads once, uv's cache reused) pass `replay versions check`
 	$(PY) -m pytest tests/slow -m slow $(PYTEST_ARGS)
 
 lint: venv  ## ruff + mypy (strict on replay/)

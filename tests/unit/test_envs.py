@@ -397,3 +397,14 @@ def test_check_result_json() -> None:
                     [Stage("import", True, 1.0, "x"), Stage("engine_config", None, 0.0, "needs a GPU")])
     d = r.to_json()
     assert d["ok"] is True and d["failure"] is None and d["stages"][1]["ok"] is None
+
+
+def test_releases_without_a_wheel_here_are_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.15.0 and 0.15.1 have only aarch64 wheels on PyPI: an x86_64 host is not offered them, and
+    asking for 0.15 there says why, instead of a lock that cannot resolve."""
+    assert "0.15.1" not in envs.cuda_releases("x86_64") and "0.15.1" in envs.cuda_releases("aarch64")
+    assert "0.14.1" in envs.cuda_releases("x86_64")
+    monkeypatch.setattr(envs.platform, "machine", lambda: "x86_64")
+    with pytest.raises(ReplayError, match=r"vLLM 0\.15\.1 cannot be installed on this x86_64 host: PyPI holds only its aarch64"):
+        envs.resolve("0.15", device="cuda")
+    assert envs.resolve("0.14", device="cuda").version == "0.14.1"
