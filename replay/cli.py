@@ -213,14 +213,35 @@ def synth(
     err.print(f"[green]wrote[/] {escape(str(out))}: {written} requests over {(last_t or 0) / 1e6:.1f} s")
 
 
+def _at_specs(specs: list[str], evidence: list[Path], tz_offset_s: int) -> tuple[str | None, dict[str, str]]:
+    """--at's values: the time for every file (TIME, at most once) and each named file's own (FILE=TIME)."""
+    from replay.record.common import parse_time
+    every: str | None = None
+    files: dict[str, str] = {}
+    for spec in specs:
+        f, _, t = spec.rpartition("=")
+        if parse_time(t, tz_offset_s) is None:  # (unread, it was as if not given)
+            raise ReplayError(f"--at {spec!r}: expected a time such as 2025-06-01T10:00:00Z, or FILE=TIME (ISO 8601; "
+                              "without a zone, --tz applies)", 2)
+        if not f and every is not None:
+            raise ReplayError(f"--at {spec!r}: a second time for every file (name the file: FILE=TIME)", 2)
+        if f and not any(f in (str(p), p.name) for p in evidence):
+            raise ReplayError(f"--at {spec!r}: {f} is not among the evidence files", 2)
+        if f:
+            files[f] = t
+        else:
+            every = t
+    return every, files
+
+
 @app.command()
 def record(
     evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip/bzip2/xz; container, compose, shipper or journald envelopes; Google Cloud Logging, AWS CloudWatch Logs and Azure Monitor Logs exports), Prometheus/DCGM scrapes or exports (query_range JSON, promtool tsdb dump), Grafana CSV or JSON, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), gpustat, kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k).")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",
-    at: Annotated[str | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601): exposition scrapes, nvidia-smi snapshots, dcgmi dmon (its first row), kubectl describe and tables (event ages count back from it, pod states are as of it).")] = None,
-    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, victoriametrics-export (/api/v1/export lines), grafana-csv, grafana-json (a panel's data frames), nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q (text, or XML with -x), nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, k8s-table (kubectl get events/pods as printed), kernel-log, log-export (a vLLM log as Google Cloud Logging, AWS CloudWatch Logs, Azure Monitor Logs, Grafana, Splunk or journalctl -o json-pretty export it), gpustat (printed or --json), dcgm-counters (dcgm-exporter's -f list of the fields it exports).")] = None,
+    at: Annotated[list[str] | None, typer.Option(help="When evidence without times of its own was taken (ISO 8601; FILE=TIME for one file, repeatable): exposition scrapes, nvidia-smi snapshots, dcgmi dmon (its first row), kubectl describe and tables (event ages count back from it, pod states are as of it); for a CSV of times relative to its run's start ('time [s]', 'elapsed', times of day), when the run began (unset: the earliest time of the other evidence, and said so).")] = None,
+    as_kind: Annotated[list[str] | None, typer.Option("--as", help="Force a kind (FILE=KIND, or KIND for all) when recognition by content fails: vllm-log, prometheus-text, prometheus-query-range, victoriametrics-export (/api/v1/export lines), grafana-csv, grafana-json (a panel's data frames), nvidia-smi (CSV queries), nvidia-smi-table, nvidia-smi-q (text, or XML with -x), nvidia-smi-dmon, dcgmi-dmon, k8s, k8s-describe, k8s-table (kubectl get events/pods as printed), kernel-log, log-export (a vLLM log as Google Cloud Logging, AWS CloudWatch Logs, Azure Monitor Logs, Grafana, Splunk or journalctl -o json-pretty export it), gpustat (printed or --json), dcgm-counters (dcgm-exporter's -f list of the fields it exports), aiperf-records, aiperf-gpu-telemetry, aiperf-server-metrics, aiperf-summary (AIPerf's profile_export.jsonl, gpu_telemetry_export.jsonl, server_metrics_export.jsonl, profile_export_aiperf.json), vllm-bench-result (vllm bench serve --save-result; a sweep's run), guidellm-report (GuideLLM's benchmarks.json).")] = None,
     keep_prompts: Annotated[bool, typer.Option(help="Keep prompt text in the bundle (off: counts and hashes only).")] = False,
     keep_quarantine_text: Annotated[bool, typer.Option(help="Keep the text of quarantined lines (off: file, line, reason, length and sha256; --keep-prompts keeps it too).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Write the bundle into a folder that holds other files (they are kept).")] = False,
@@ -276,10 +297,7 @@ def record(
     off = (1 if m.group(1) == "+" else -1) * (int(m.group(2)) * 3600 + int(m.group(3)) * 60)
     if year is not None and not 1970 <= year <= 9999:
         raise ReplayError(f"--year {year}: expected a year from 1970 to 9999", 2)
-    from replay.record.common import parse_time
-    if at is not None and parse_time(at, off) is None:  # (unread, it was as if not given)
-        raise ReplayError(f"--at {at!r}: expected a time such as 2025-06-01T10:00:00Z (ISO 8601; without a "
-                          "zone, --tz applies)", 2)
+    at_all, at_files = _at_specs(at or [], evidence, off)
     offsets: dict[str, int] = {}
     for spec in clock_offset or []:
         f, sep, d = spec.rpartition("=")
@@ -290,7 +308,7 @@ def record(
     unknown = [f for f in offsets if not any(f in (str(p), p.name) for p in evidence)]
     if unknown:
         raise ReplayError(f"--clock-offset names {', '.join(unknown)}, which is not among the evidence files", 2)
-    opts = RecordOptions(year=year, tz_offset_s=off, at=at, as_kind=kinds, keep_prompts=keep_prompts,
+    opts = RecordOptions(year=year, tz_offset_s=off, at=at_all, at_files=at_files, as_kind=kinds, keep_prompts=keep_prompts,
                          keep_quarantine_text=keep_quarantine_text, nvsmi_columns=nvsmi_columns, metrics=metric or [], clock_offsets_us=offsets,
                          rows_interval_s=rows_iv / 1e6, host=host, gpu_instance=gpu_instance)
     total = sum(p.stat().st_size for p in evidence if p.is_file())

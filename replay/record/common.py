@@ -21,6 +21,7 @@ from replay.bundle import DEVICE_SOURCES, SAMPLES_SCHEMA
 from replay.errors import ReplayError
 from replay.record.events import ParsedEvent
 from replay.record.options import RecordOptions
+from replay.record.timecol import Unplaced
 from replay.units import MAX_GPU_INDEX, MiB
 
 P = ParamSpec("P")
@@ -60,6 +61,7 @@ class Parsed:
     vllm_names: set[str] = field(default_factory=set)  # the names read as vLLM's metrics, as the file has them
     dcgm_frames: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (frame index, labels) likewise
     values_checked: bool = False  # whether ``set_aside_impossible_values`` has been over it
+    unplaced: Unplaced | None = None  # samples at offsets from the file's start, until placed (``timecol``)
 
     def frame(self) -> pl.DataFrame:
         """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held

@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 
 from replay.bundle import SAMPLES_SCHEMA
-from replay.record import common, nvidia_smi
+from replay.record import common, nvidia_smi, timecol
 from replay.record.options import RecordOptions
 
 _ODD_TEXT = r"[^\t\x20-\x7e]"  # (Python's line breaks and white space beyond these: the reference's)
@@ -38,7 +38,7 @@ def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: s
                          at: str | None = None) -> common.Parsed:
     """``nvidia_smi.parse_nvidia_smi_csv``, vectorised where the file has the usual shape and is big
     enough to gain by it."""
-    fast = _vectorised(path, text, tz_offset_s, columns) if len(text) >= FAST_FROM_CHARS else None
+    fast = _vectorised(path, text, tz_offset_s, columns, at) if len(text) >= FAST_FROM_CHARS else None
     return fast if fast is not None else nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
 
 
@@ -69,12 +69,19 @@ class _Lane:
         self.firsts: dict[int, int] = {}  # GPU -> its first row's line (the order of ``gpus``)
         self.rows = self.slow = 0
         self.unstated: set[int] = set()  # GPUs a row of which says no memory ('[N/A]'), as the reference notes them
+        self.clock: str | None = None  # the time column's name
+        self.offsets: timecol.TimeColumn | None = None  # where it holds offsets from the run's start ('time [s]')
 
     def _take(self, header: list[str]) -> bool:
-        """Read the rows by ``header``; whether it is this lane's (a timestamp and an index, not apps)."""
+        """Read the rows by ``header``; whether it is this lane's (a timestamp, or a time column of
+        offsets from the run's start, and an index; not apps)."""
         self.header = header
-        self.at = {n: i for i, n in enumerate(nvidia_smi.named_columns(header)[0])}  # (a name given twice: its last cell, as the reference's dict)
-        return "timestamp" in self.at and "index" in self.at and "pid" not in self.at
+        names, units = nvidia_smi.named_columns(header)
+        self.at = {n: i for i, n in enumerate(names)}  # (a name given twice: its last cell, as the reference's dict)
+        self.clock = nvidia_smi.row_clock(names, units)
+        if self.clock is not None and self.clock != "timestamp":
+            self.offsets = timecol.time_column(units[self.clock])
+        return self.clock is not None and "index" in self.at and "pid" not in self.at
 
     def piece(self, df: pl.DataFrame) -> bool:
         """Read one piece of lines; False where the file is not this lane's."""
@@ -83,6 +90,7 @@ class _Lane:
         first_two = pl.col("raw").str.splitn(",", 3)
         head = pl.any_horizontal(*(first_two.struct.field(f).str.strip_chars().str.starts_with(w).fill_null(False)
                                    for f in ("field_0", "field_1") for w in nvidia_smi.NVSMI_HEADER_WORDS),
+                                 first_two.struct.field("field_0").str.strip_chars().str.contains(timecol.NAME_PATTERN),
                                  pl.col("raw").str.contains(r"[.\[]") & pl.col("raw").str.contains(nvidia_smi.NVSMI_FIELDS_LINE.pattern))
         df = df.with_columns(blank=pl.col("raw").str.contains(r"^[\t ]*$"),
                              dated=pl.col("raw").str.contains(r"\d{4}/\d\d/\d\d"))
@@ -111,11 +119,17 @@ class _Lane:
         # header's count of fields
         rows = rows.with_columns(whole=pl.col("raw").str.count_matches(",", literal=True) == len(header) - 1)
         rows = rows.with_columns(_cells=pl.when("whole").then(pl.col("raw").str.split(",")))
+        assert self.clock is not None
         rows = rows.with_columns(**{f"c:{k}": pl.col("_cells").list.get(at[k]).str.strip_chars()
-                                    for k in ("timestamp", "index", *(k for k, _ in metrics), *info)}).drop("_cells")
-        stamp, index = pl.col("c:timestamp"), pl.col("c:index")
-        t_us = (pl.when(stamp.str.contains(_TIME)).then(stamp).str.to_datetime(
-            "%Y/%m/%d %H:%M:%S%.3f", time_unit="us", strict=False).dt.epoch("us") - self.tz_offset_s * 1_000_000)
+                                    for k in (self.clock, "index", *(k for k, _ in metrics), *info)}).drop("_cells")
+        stamp, index = pl.col(f"c:{self.clock}"), pl.col("c:index")
+        if self.offsets is not None:
+            t_us = timecol.offset_expr(stamp, self.offsets)
+            if rows.filter(pl.col("whole") & t_us.is_null()).height:
+                return False  # (a time that is no offset: the reference tells the file's form by its first row)
+        else:
+            t_us = (pl.when(stamp.str.contains(_TIME)).then(stamp).str.to_datetime(
+                "%Y/%m/%d %H:%M:%S%.3f", time_unit="us", strict=False).dt.epoch("us") - self.tz_offset_s * 1_000_000)
         exprs = {"t_us": t_us, "gpu": pl.when(index.str.contains(r"^\d{1,10}$")).then(index.cast(pl.Int64, strict=False))}
         for k, _ in metrics:
             c = pl.col(f"c:{k}")
@@ -144,7 +158,7 @@ class _Lane:
         if "memory.used" in at:
             self.unstated |= set(fast.filter(pl.col("memory.used?"))["gpu"].unique().to_list())
         self.p.parsed += fast.height
-        self.p.naive_local_times |= fast.height > 0
+        self.p.naive_local_times |= fast.height > 0 and self.offsets is None
         frames = [fast.filter(pl.col(k).is_not_null() & ~pl.col(f"{k}?")).select(
             "line", "t_us", "gpu", source=pl.lit("nvidia-smi"), metric=pl.lit(m), value=pl.col(k)) for k, m in metrics]
         for r in fast.group_by("gpu").agg(first=pl.col("line").min(), **{
@@ -157,7 +171,10 @@ class _Lane:
                     "gpu").agg(pl.col("line").last(), pl.col("memory.total").last()).iter_rows():
                 self._say(g, {"total_bytes": (line, int(v))})
         if slow.height:
-            frames.append(self._slow(slow, header))
+            listed = self._slow(slow, header)
+            if listed is None:
+                return False
+            frames.append(listed)
         if frames:
             self.frames.append(pl.concat([f.cast({"gpu": pl.Int32}) for f in frames], how="vertical_relaxed")
                                .sort("line", maintain_order=True).select(*SAMPLES_SCHEMA).cast(SAMPLES_SCHEMA))  # type: ignore[arg-type]
@@ -169,12 +186,15 @@ class _Lane:
             if line >= got.get(key, (0, None))[0]:
                 got[key] = (line, v)
 
-    def _slow(self, slow: pl.DataFrame, header: list[str]) -> pl.DataFrame:
+    def _slow(self, slow: pl.DataFrame, header: list[str]) -> pl.DataFrame | None:
         """The rows this lane does not vouch for, each read by the reference alone, the header given as
-        its columns."""
+        its columns; None where one holds a time of another form than the lane's (an offset in a
+        timestamp column, which the reference reads by the file's first row)."""
         listed: list[tuple[int, int | None, int | None, str, str, float]] = []
         for line, ln in slow.iter_rows():
             one = nvidia_smi.nvidia_smi_rows(self.path, ln, self.tz_offset_s, ", ".join(header))
+            if one.unplaced is not None:
+                return None
             self.p.parsed += one.parsed
             self.p.naive_local_times |= one.naive_local_times
             self.p.quarantine += [(line, reason, text) for _, reason, text in one.quarantine]
@@ -199,10 +219,13 @@ class _Lane:
             nvidia_smi.note_no_memory(p, self.path, set(p.gpus) - set(used))
         if not self.rows and self.columns is None:  # (as the reference says of a header without rows)
             p.notes.append(nvidia_smi.header_only_note(self.path, False))
+        if self.offsets is not None and self.rows:
+            timecol.hold(p, self.offsets.name, "offset", self.tz_offset_s)
         return p
 
 
-def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) -> common.Parsed | None:
+def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None,
+                at: str | None = None) -> common.Parsed | None:
     """The file as the reference reads it, or None where its shape is not this lane's."""
     if "\r" in text:  # (Windows' line ends, each CR before an LF, cut the same lines; any other CR is a line end)
         if text.count("\r") != text.count("\r\n"):
@@ -210,7 +233,10 @@ def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None) ->
         text = text.replace("\r\n", "\n")
     lane = _Lane(path, tz_offset_s, columns)
     p = lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None
-    return None if p is None else common.set_aside_impossible_values(p, path)  # (as the reference's result has been)
+    if p is None:
+        return None
+    timecol.settle(p, path, common.parse_time(at, tz_offset_s) if at else None)
+    return common.set_aside_impossible_values(p, path)  # (as the reference's result has been)
 
 
 def _parse(path: Path, text: str, opts: RecordOptions) -> common.Parsed:

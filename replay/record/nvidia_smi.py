@@ -11,6 +11,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from replay.bundle import mig_source
+from replay.record import timecol
 from replay.record.common import Parsed, Parser, checks_values, impossible, parse_time, scrape_time
 from replay.record.dcgm import instance_order
 from replay.record.options import RecordOptions
@@ -70,9 +71,12 @@ def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: s
     """``nvidia-smi --query-gpu`` or ``--query-compute-apps`` CSV (any columns, units or not). A query
     without the timestamp field is usually one snapshot taken after the incident: it is placed at
     ``--at`` (or a time in the file name), and said so; rows without times that repeat a GPU are a
-    loop, which cannot be placed."""
-    return _place_snapshot(nvidia_smi_rows(path, text, tz_offset_s, columns), path, text, at, tz_offset_s,
-                           "add timestamp to the --query-gpu list next time")
+    loop, which cannot be placed. A time column of offsets from the run's start ('time [s]',
+    'elapsed', a 'timestamp' of small numbers) or of times of day is placed from ``--at`` (when the run
+    began), else held for the recorder to place by the other evidence (``timecol``)."""
+    p = _place_snapshot(nvidia_smi_rows(path, text, tz_offset_s, columns), path, text, at, tz_offset_s,
+                        "add timestamp to the --query-gpu list next time")
+    return timecol.settle(p, path, parse_time(at, tz_offset_s) if at else None)
 
 
 def _place_snapshot(p: Parsed, path: Path, text: str, at: str | None, tz_offset_s: int, hint: str) -> Parsed:
@@ -329,10 +333,11 @@ NVSMI_FIELDS_LINE = re.compile(r"^[ \t]*" + NVSMI_FIELD + r"(?:[ \t]*,[ \t]*" + 
 
 
 def nvsmi_header(line: str, cells: list[str]) -> bool:
-    """Whether an nvidia-smi CSV line is its header (``NVSMI_HEADER_WORDS``, ``NVSMI_FIELDS_LINE``)."""
+    """Whether an nvidia-smi CSV line is its header (``NVSMI_HEADER_WORDS``, a time column's name first,
+    ``NVSMI_FIELDS_LINE``)."""
     if re.search(r"\d{4}/\d\d/\d\d", line):
         return False
-    return any(c.startswith(NVSMI_HEADER_WORDS) for c in cells[:2]) or (
+    return any(c.startswith(NVSMI_HEADER_WORDS) for c in cells[:2]) or timecol.time_column(cells[0]) is not None or (
         ("." in line or "[" in line) and NVSMI_FIELDS_LINE.match(line) is not None)
 
 
@@ -348,6 +353,22 @@ def named_columns(header: list[str]) -> tuple[list[str], dict[str, str]]:
     return names, dict(zip(names, header))
 
 
+def row_clock(names: list[str], units: dict[str, str]) -> str | None:
+    """The time column of a query CSV: its 'timestamp', else the first column named as a time relative
+    to a start ('time [s]', 'elapsed', 't', ``timecol.time_column``)."""
+    if "timestamp" in names:
+        return "timestamp"
+    return next((n for n in names if timecol.time_column(units.get(n, n)) is not None), None)
+
+
+def _clock(names: list[str], units: dict[str, str], tz_offset_s: int) -> timecol.RowClock | None:
+    name = row_clock(names, units)
+    if name is None:
+        return None
+    return timecol.RowClock(name, timecol.time_column(units.get(name, name)),
+                            lambda cell: parse_time(cell, tz_offset_s))
+
+
 def nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None) -> Parsed:
     p = Parsed(kind="nvidia-smi")
     lines = text.splitlines()
@@ -356,7 +377,7 @@ def nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None
     names, units = named_columns(header or [])
     bus_to_idx: dict[str, int] = {}
     by_bus = False
-    last_ts: tuple[str | None, int | None] = (None, None)
+    clock = _clock(names, units, tz_offset_s)  # (a header line below may name another)
     unstated: set[int] = set()  # GPUs whose memory fields said none ('[N/A]')
     rows = 0
     for i, ln in enumerate(lines, start=1):
@@ -367,6 +388,8 @@ def nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None
         if nvsmi_header(ln, cells):
             header = cells  # (repeated) header line
             names, units = named_columns(header)
+            if clock is None or clock.name != row_clock(names, units):
+                clock = _clock(names, units, tz_offset_s)
             p.parsed += 1
             continue
         rows += 1
@@ -377,14 +400,11 @@ def nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None
             p.quarantine.append((i, f"expected {len(header)} fields, found {len(cells)}", ln))
             continue
         row = dict(zip(names, cells))
-        if "timestamp" in row and row["timestamp"] != last_ts[0]:  # (a poll's rows share their time)
-            last_ts = (row["timestamp"], parse_time(row["timestamp"], tz_offset_s))
-        t = last_ts[1] if "timestamp" in row else None
-        if "timestamp" in row and t is None:
-            p.quarantine.append((i, f"unparseable timestamp {row['timestamp']!r}", ln))
+        t, why = clock.read(row[clock.name]) if clock is not None else (None, None)
+        if why is not None:
+            p.quarantine.append((i, why, ln))
             continue
-        if "timestamp" in row:
-            p.naive_local_times = True
+        p.naive_local_times |= clock is not None and clock.form == "absolute"
         if "pid" in row:  # --query-compute-apps
             p.kind = "nvidia-smi-apps"
             used = _nv_value(row.get("used_gpu_memory", ""), units.get("used_gpu_memory", ""))
@@ -426,6 +446,8 @@ def nvidia_smi_rows(path: Path, text: str, tz_offset_s: int, columns: str | None
         if "device_used_bytes" in values and values["device_used_bytes"] is None:
             unstated.add(gpu)
         p.parsed += 1
+    if clock is not None and clock.form in ("offset", "time of day"):
+        timecol.hold(p, units.get(clock.name, clock.name), clock.form, tz_offset_s)
     if by_bus and p.kind == "nvidia-smi":
         _index_by_bus(p, bus_to_idx)  # (renumbers the GPUs: the ones without memory are told by their samples below)
     if unstated:

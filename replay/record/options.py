@@ -3,6 +3,7 @@ evidence does not say."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 class RecordOptions:
     year: int | None = None
     tz_offset_s: int = 0
-    at: str | None = None
+    at: str | None = None  # when evidence without times of its own was taken, or when a run of relative times began
+    at_files: dict[str, str] = field(default_factory=dict)  # file (path or name) -> its own --at
     as_kind: dict[str, str] = field(default_factory=dict)
     keep_prompts: bool = False
     keep_quarantine_text: bool = False  # the text of lines quarantined (a request line's prompt, say); with keep_prompts too
@@ -27,3 +29,8 @@ class RecordOptions:
 
     def clock_offset_us(self, path: Path) -> int:
         return self.clock_offsets_us.get(str(path), self.clock_offsets_us.get(path.name, 0))
+
+    def for_file(self, path: Path) -> RecordOptions:
+        """These options as one file is read: its own --at (FILE=TIME) in place of the others'."""
+        own = self.at_files.get(str(path), self.at_files.get(path.name))
+        return self if own is None else dataclasses.replace(self, at=own)

@@ -53,6 +53,7 @@ from replay.record import (
     common,
     engine_config,
     fastlog,
+    timecol,
 )
 from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.events import GatheredEvent
@@ -735,6 +736,7 @@ def _record(paths: list[Path], out: Path, opts: RecordOptions, into: Path) -> tu
     g = _Gathered(year=year, notes=[year_note] if any(f.log is not None for f in files) else [])
     for f in files:
         _gather(g, f, opts)
+    _place_relative(g, files)
     apart = far_apart([(Path(f.report.path).name, f.report.t_first_us, f.report.t_last_us) for f in files
                        if f.report.t_first_us is not None and f.report.t_last_us is not None])
     if apart:
@@ -841,7 +843,7 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
         rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
         _done(opts, size)
         return FileRead(path, rep)
-    parsed = PARSERS[kind](path, _read_text(path), opts)
+    parsed = PARSERS[kind](path, _read_text(path), opts.for_file(path))
     _set_aside_impossible_times(parsed)
     parsed.notes += common.renamed_note(path, parsed.vllm_names)
     rep.kind = parsed.kind
@@ -1134,6 +1136,29 @@ def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, 
     times += [x for x in (lo, hi) if x is not None]
     if times:
         rep.t_first_us, rep.t_last_us = min(times), max(times)
+
+
+def _place_relative(g: _Gathered, files: list[FileRead]) -> None:
+    """Samples at times relative to their run's start that no --at placed (``timecol``): at the earliest
+    absolute time of the other evidence, and said so; where there is none, quarantined with their count."""
+    dated = [(r.t_first_us, Path(r.path).name) for f in files if (r := f.report).t_first_us is not None]
+    for f in files:
+        u = f.parsed.unplaced if f.parsed is not None else None
+        if u is None:
+            continue
+        rep = f.report
+        if not dated:
+            g.notes.append(timecol.unplaced_note(f.path, u))
+            g.quarantine.append((str(f.path), None, timecol.unplaced_reason(u), ""))
+            rep.quarantined += 1
+            continue
+        start, name = min(dated)
+        frame = u.placed(start)
+        g.sample_frames.append(frame)
+        lo, hi = _t_span(frame)
+        g.lows += [lo] if lo is not None else []
+        rep.t_first_us, rep.t_last_us = lo, hi
+        g.notes.append(timecol.placed_note(f.path, u, start, f"the earliest time of the other evidence, {name}'s"))
 
 
 # --- bundle metadata ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from replay.bundle import read_bundle
 from replay.record import common, fastsmi, nvidia_smi
 from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA
+from tests.unit.timecol_helpers import relative_h200
 
 H200 = DATA / "h200_query_gpu_load.csv"
 MiB = 1 << 20
@@ -36,18 +37,23 @@ def pieces_of(chars: int) -> Iterator[None]:
         fastsmi.PIECE_CHARS = was
 
 
-def both(text: str, tz_offset_s: int = 0, columns: str | None = None) -> common.Parsed | None:
+def both(text: str, tz_offset_s: int = 0, columns: str | None = None, at: str | None = None) -> common.Parsed | None:
     """The lane's reading of ``text``, checked equal to the reference's in every part; None where the
     lane declined the file."""
     path = Path("smi.csv")
-    ref = nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns)
-    lane = fastsmi._vectorised(path, text, tz_offset_s, columns)
+    ref = nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
+    lane = fastsmi._vectorised(path, text, tz_offset_s, columns, at)
     if lane is None:
         return None
     got, want = lane.frame(), ref.frame()
     assert got.schema == want.schema and got.rows() == want.rows()
     for k in ("kind", "lines", "parsed", "quarantine", "notes", "gpus", "naive_local_times", "events"):
         assert getattr(lane, k) == getattr(ref, k), k
+    assert (lane.unplaced is None) == (ref.unplaced is None)
+    if lane.unplaced is not None and ref.unplaced is not None:
+        assert (lane.unplaced.column, lane.unplaced.form) == (ref.unplaced.column, ref.unplaced.form)
+        assert lane.unplaced.frame.schema == ref.unplaced.frame.schema
+        assert lane.unplaced.frame.rows() == ref.unplaced.frame.rows()
     return lane
 
 
@@ -263,3 +269,46 @@ def test_the_recorder_writes_the_same_bundle_by_either_route(tmp_path: Path, mon
     samples, quarantine, gpus, _, reps = bundles[0]
     assert len(samples) > 6 * 4 * 200 and len(quarantine) == reps[0][3] > 0 and [g["index"] for g in gpus] == [0, 1, 2, 3]
 
+
+
+@pytest.mark.parametrize(("column", "us_per_unit"), [("time [s]", 1_000_000), ("elapsed_ms", 1000), ("t", 1_000_000)])
+@pytest.mark.parametrize("at", [None, "2026-07-03T20:11:09Z"])
+@pytest.mark.parametrize("piece_chars", [1, 1 << 20])
+def test_a_time_column_of_offsets_takes_the_lane_and_reads_as_the_reference(column: str, us_per_unit: int,
+                                                                            at: str | None, piece_chars: int) -> None:
+    """GIVEN the real H200 row polled 50 times on 4 GPUs with a column of offsets from the run's start in
+    place of its timestamp (seconds, or ms where the name says so) WHEN read by the lane, with --at
+    and without, in pieces of any size THEN it is taken and read as the reference reads it: without
+    --at its 1,200 samples are held at their offsets, unplaced; with it, placed from it, and said so."""
+    offsets = [f"{k * 0.5 * 1_000_000 / us_per_unit:g}" for k in range(50)]
+    with pieces_of(piece_chars):
+        lane = both(relative_h200(offsets, column, gpus=4), at=at)
+    assert lane is not None
+    if at is None:
+        assert lane.unplaced is not None and lane.frame().height == 0
+        frame = lane.unplaced.frame
+        assert (lane.unplaced.column, lane.unplaced.form) == (column, "offset")
+    else:
+        assert lane.unplaced is None
+        frame = lane.frame().with_columns(pl.col("t_us") - common.parse_time(at))
+        assert lane.notes == [f"smi.csv: its '{column}' column holds offsets from the start of the run: 1200 samples, "
+                              "its zero placed at 2026-07-03T20:11:09.000Z (from --at)"]
+    assert frame.height == 50 * 4 * 6
+    assert sorted(frame["t_us"].unique()) == [k * 500_000 for k in range(50)]
+    assert not lane.naive_local_times
+
+
+def test_offsets_in_a_timestamp_column_or_of_mixed_forms_go_to_the_reference_whole() -> None:
+    """GIVEN a timestamp column of small numbers (a script's seconds since start) or a 'time [s]' column
+    one of whose cells is a date WHEN read THEN the lane declines and the reference reads the
+    offsets (the first row's form is the file's; a row of another form is quarantined as such)."""
+    small = relative_h200(["0", "1.5", "3"], column="timestamp")
+    assert both(small) is None
+    ref = nvidia_smi.parse_nvidia_smi_csv(Path("smi.csv"), small)
+    assert ref.unplaced is not None and ref.unplaced.frame.height == 18 and ref.quarantine == []
+    mixed = relative_h200(["0", "2026/07/03 22:11:09.763", "3"])
+    assert both(mixed) is None
+    ref = nvidia_smi.parse_nvidia_smi_csv(Path("smi.csv"), mixed)
+    assert ref.unplaced is not None and sorted(ref.unplaced.frame["t_us"].unique()) == [0, 3_000_000]
+    assert [(no, why) for no, why, _ in ref.quarantine] == [
+        (3, "a time of another form than the first row's (offset): '2026/07/03 22:11:09.763'")]
