@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, ParamSpec
+from typing import Any, Literal, ParamSpec
 
 import polars as pl
 
@@ -41,6 +41,28 @@ def a_gpu(index: int | None) -> bool:
     return index is None or 0 <= index <= MAX_GPU_INDEX
 
 
+RequestStatus = Literal["ok", "error", "aborted", "unknown"]
+
+
+@dataclass
+class ParsedRequest:
+    """One request as a benchmark harness states it: its times at absolute UTC epoch µs, each None
+    where the file does not say; ``arrival_from`` says how an arrival was placed where the file gives
+    no absolute time of its own (a client's monotonic clock)."""
+
+    id: str
+    line: int | None = None  # where in its file (None: a file of arrays, not of records)
+    arrival_t: int | None = None  # when the client sent it
+    first_token_t: int | None = None
+    finish_t: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    max_tokens: int | None = None
+    status: RequestStatus = "unknown"
+    error: str | None = None
+    arrival_from: str | None = None
+
+
 @dataclass
 class Parsed:
     """What a parser makes of one evidence file. Parsers that read a sample at a time list them in
@@ -61,6 +83,7 @@ class Parsed:
     vllm_names: set[str] = field(default_factory=set)  # the names read as vLLM's metrics, as the file has them
     dcgm_frames: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (frame index, labels) likewise
     values_checked: bool = False  # whether ``set_aside_impossible_values`` has been over it
+    requests: list[ParsedRequest] = field(default_factory=list)  # a harness's per-request records
     unplaced: Unplaced | None = None  # samples at offsets from the file's start, until placed (``timecol``)
 
     def frame(self) -> pl.DataFrame:

@@ -59,6 +59,7 @@ from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.events import GatheredEvent
 from replay.record.exports import convert, export_kind, renumber
 from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
+from replay.record.harness import request_rows
 from replay.record.options import RecordOptions as RecordOptions
 from replay.record.registry import KINDS as KINDS
 from replay.record.registry import PARSERS, STREAMED
@@ -930,6 +931,7 @@ def _log_year(files: list[FileRead], opts: RecordOptions) -> tuple[int, str]:
         dated = [t for f in files if f.parsed is not None
                  if (t := _t_span(f.parsed.frame().filter(pl.col("t_us") != 0))[0]) is not None]
         dated += [t for f in files if f.parsed is not None for e in f.parsed.events if (t := e.get("t"))]
+        dated += [t for f in files if f.parsed is not None for q in f.parsed.requests if (t := q.arrival_t)]
         if dated:
             year = datetime.fromtimestamp(min(dated) / 1e6, tz=timezone.utc).year
             return year, f"log year {year} taken from another dated source in the bundle"
@@ -965,6 +967,7 @@ class _Gathered:
     stats_keys: list[pl.Series] = field(default_factory=list)
     stats_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # each log's stats, first and last time
     col_span: list[tuple[int, int]] = field(default_factory=list)
+    request_frames: list[pl.DataFrame] = field(default_factory=list)  # benchmark harnesses' requests (epoch µs)
 
     def t0(self) -> int | None:
         """The bundle's start: the first time of anything gathered."""
@@ -1136,6 +1139,7 @@ def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, 
     times += [x for x in (lo, hi) if x is not None]
     if times:
         rep.t_first_us, rep.t_last_us = min(times), max(times)
+    _gather_requests(g, path, r, rep, off)
 
 
 def _place_relative(g: _Gathered, files: list[FileRead]) -> None:
@@ -1159,6 +1163,25 @@ def _place_relative(g: _Gathered, files: list[FileRead]) -> None:
         g.lows += [lo] if lo is not None else []
         rep.t_first_us, rep.t_last_us = lo, hi
         g.notes.append(timecol.placed_note(f.path, u, start, f"the earliest time of the other evidence, {name}'s"))
+
+
+
+_TIMES = ("arrival_us", "first_token_us", "finish_us")
+
+
+def _gather_requests(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, off: int) -> None:
+    """A benchmark harness's requests (``Parsed.requests``) as rows, on the clock of the rest, their
+    times in the file's span."""
+    if not r.requests:
+        return
+    df = request_rows(path.name, r.requests).with_columns(pl.col(c) - off for c in _TIMES)
+    r.requests = []
+    g.request_frames.append(df)
+    lo, hi = df.select(lo=pl.min_horizontal(pl.col(_TIMES).min()), hi=pl.max_horizontal(pl.col(_TIMES).max())).row(0)
+    if lo is not None:
+        g.lows.append(lo)
+        rep.t_first_us = lo if rep.t_first_us is None else min(rep.t_first_us, lo)
+        rep.t_last_us = hi if rep.t_last_us is None else max(rep.t_last_us, hi)
 
 
 # --- bundle metadata ---------------------------------------------------------------------------------
@@ -1235,6 +1258,8 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
         if g.logs:
             _requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
         remove(spill_root)
+        for df in g.request_frames:  # (a harness's)
+            w.requests_frame(df.with_columns(pl.col(c) - (t0 or 0) for c in _TIMES))
         _write_events(w, g, t0)
         if untimed:
             meta.notes.append(f"{untimed} samples had no time and are not on the timeline")

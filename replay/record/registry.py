@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 
 from replay.record import (
+    aiperf,
+    bench_serve,
     dcgm,
     exports,
     fastlog,
     fastsmi,
     gpustat,
+    guidellm,
     k8s,
     kernel,
     nvidia_smi,
@@ -43,13 +46,16 @@ def _sniff_vllm_log(head: str) -> str | None:
 
 
 SNIFFERS: tuple[Sniffer, ...] = (
+    aiperf.sniff_records, aiperf.sniff_telemetry, aiperf.sniff_server_metrics, aiperf.sniff_summary,
+    bench_serve.sniff, guidellm.sniff,  # (JSON of keys no other family's has: first)
     prometheus.sniff_query_range, prometheus.sniff_vm_export, _sniff_log_export, prometheus.sniff_grafana_json,
     prometheus.sniff_tsdb_dump, k8s.sniff_objects, k8s.sniff_table, k8s.sniff_describe, dcgm.sniff_dmon,
     dcgm.sniff_counters, nvidia_smi.sniff_dmon, kernel.sniff, gpustat.sniff, nvidia_smi.sniff_table, nvidia_smi.sniff_q,
     nvidia_smi.sniff_csv, prometheus.sniff_grafana_csv, prometheus.sniff_text, _sniff_vllm_log,
 )
 PARSERS: dict[str, Parser] = {**prometheus.PARSERS, **fastsmi.PARSERS, **nvidia_smi.PARSERS, **dcgm.PARSERS,
-                              **k8s.PARSERS, **kernel.PARSERS, **gpustat.PARSERS}
+                              **k8s.PARSERS, **kernel.PARSERS, **gpustat.PARSERS,
+                              **aiperf.PARSERS, **bench_serve.PARSERS, **guidellm.PARSERS}
 KINDS = (*STREAMED, *PARSERS)  # what ``--as`` may name
 
 
