@@ -20,6 +20,7 @@ from replay.record import (
     guidellm,
     k8s,
     kernel,
+    metrics_csv,
     nvidia_smi,
     prometheus,
 )
@@ -51,10 +52,10 @@ SNIFFERS: tuple[Sniffer, ...] = (
     prometheus.sniff_query_range, prometheus.sniff_vm_export, _sniff_log_export, prometheus.sniff_grafana_json,
     prometheus.sniff_tsdb_dump, k8s.sniff_objects, k8s.sniff_table, k8s.sniff_describe, dcgm.sniff_dmon,
     dcgm.sniff_counters, nvidia_smi.sniff_dmon, kernel.sniff, gpustat.sniff, nvidia_smi.sniff_table, nvidia_smi.sniff_q,
-    nvidia_smi.sniff_csv, prometheus.sniff_grafana_csv, prometheus.sniff_text, _sniff_vllm_log,
+    nvidia_smi.sniff_csv, metrics_csv.sniff, prometheus.sniff_grafana_csv, prometheus.sniff_text, _sniff_vllm_log,
 )
 PARSERS: dict[str, Parser] = {**prometheus.PARSERS, **fastsmi.PARSERS, **nvidia_smi.PARSERS, **dcgm.PARSERS,
-                              **k8s.PARSERS, **kernel.PARSERS, **gpustat.PARSERS,
+                              **k8s.PARSERS, **kernel.PARSERS, **gpustat.PARSERS, **metrics_csv.PARSERS,
                               **aiperf.PARSERS, **bench_serve.PARSERS, **guidellm.PARSERS}
 KINDS = (*STREAMED, *PARSERS)  # what ``--as`` may name
 
