@@ -332,8 +332,15 @@ _SUMMARY = re.compile(r'\A\s*\{\s*(?:"records"\s*:\s*\{\s*)?"[a-z_]+"\s*:\s*\{\s
                       r'"unit"\s*:\s*"[^"]*"\s*,\s*(?:"header"\s*:\s*"[^"]*"\s*,\s*)?"avg"\s*:')
 
 
+_VERSIONED = re.compile(r'\A\s*\{\s*"aiperf_version"\s*:')
+
+
 def sniff_records(head: str) -> str | None:
-    return "aiperf-records" if _RECORD.match(head) and '"metrics"' in head else None
+    """A per-request record: its metadata, then its metrics (``profile_export_raw.jsonl``'s records, the
+    requests and responses themselves, are not read: their requests are these)."""
+    first = head.lstrip().split("\n", 1)[0]
+    return "aiperf-records" if _RECORD.match(head) and '"metrics"' in head and '"request_headers"' not in first \
+        and '"responses"' not in first else None
 
 
 def sniff_telemetry(head: str) -> str | None:
@@ -347,7 +354,7 @@ def sniff_server_metrics(head: str) -> str | None:
 def sniff_summary(head: str) -> str | None:
     """The summary: an object of AIPerf's metrics, each with its unit and average (under 'records' in
     releases of 2025), the request count among them."""
-    return "aiperf-summary" if _SUMMARY.match(head) and '"request_' in head else None
+    return "aiperf-summary" if (_SUMMARY.match(head) or _VERSIONED.match(head)) and '"request_' in head else None
 
 
 def _records(path: Path, text: str, opts: RecordOptions) -> Parsed:

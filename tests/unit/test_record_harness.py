@@ -258,3 +258,34 @@ def test_bench_serve_errors_are_kept_with_their_message(tmp_path: Path) -> None:
     assert (bad.status, bad.error, bad.output_tokens, bad.first_token_t, bad.finish_t, bad.input_tokens) == (
         "error", "Bad Request: prompt too long", None, None, None, 128)
     assert [q.status for q in p.requests] == ["ok", "error", "ok", "ok", "ok"]
+
+
+def test_aiperf_server_metrics_of_two_endpoints_are_two_series() -> None:
+    """GIVEN AIPerf's documented vLLM record scraped from two endpoints, one also stating vLLM's
+    cache_config_info WHEN read THEN each endpoint's samples are a series of their own, and the cache
+    settings are one kv_config event (its labels), not samples."""
+    rec = json.loads((H / "aiperf_server_metrics_export.doc_vllm_record.json").read_text())
+    other = {**rec, "endpoint_url": "http://localhost:8001/metrics", "metrics": {
+        **rec["metrics"], "vllm:cache_config_info": [{"labels": {"block_size": "16", "gpu_memory_utilization": "0.9"},
+                                                      "value": 1.0}]}}
+    text = json.dumps(rec) + "\n" + json.dumps(other) + "\n"
+    p = aiperf.parse_server_metrics(Path("server_metrics_export.jsonl"), text)
+    assert sorted(p.frame().select("source", "metric").rows()) == [
+        ("vllm-metrics[endpoint=localhost:8000]", "kv_usage_ratio"), ("vllm-metrics[endpoint=localhost:8000]", "requests_running"),
+        ("vllm-metrics[endpoint=localhost:8001]", "kv_usage_ratio"), ("vllm-metrics[endpoint=localhost:8001]", "requests_running")]
+    assert [(e["kind"], e["line"], e["data"]) for e in p.events] == [
+        ("kv_config", 2, {"block_size": "16", "gpu_memory_utilization": "0.9"})]
+
+
+@pytest.mark.parametrize("name", ["guidellm_v0.5_schema1_benchmarks.json", "vllm_bench_serve_0.19.1_save_detailed.first5.json"])
+def test_a_report_cut_short_is_an_error_naming_its_line(tmp_path: Path, name: str) -> None:
+    """A single-document report cut short (a copy that ended mid-write) is refused in one line naming
+    the file and the line where it ends (exit 3, bad input), not a traceback."""
+    text = (H / name).read_text()
+    cut = tmp_path / name
+    cut.write_text(text[: len(text) // 2])
+    r = subprocess.run([sys.executable, "-m", "replay", "record", str(cut), "-o", str(tmp_path / "b")],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert f"{cut}:1: not valid JSON" in r.stdout + r.stderr
+    assert not (tmp_path / "b").exists()
