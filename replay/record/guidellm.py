@@ -115,12 +115,13 @@ def parse_report(path: Path, text: str) -> Parsed:
 
 
 # --- as the registry reads it --------------------------------------------------------------------------
-_BENCH = re.compile(r'"benchmarks"\s*:\s*\[\s*\{\s*"type_"\s*:\s*"generative_benchmark"')
+_BENCH = re.compile(r'"benchmarks"\s*:\s*\[')
+_GENERATIVE = re.compile(r'"type_"\s*:\s*"generative_(?:benchmark|request_stats|text_response)"')
 
 
 def sniff(head: str) -> str | None:
-    """A report: an object whose 'benchmarks' are GuideLLM's generative benchmarks."""
-    return "guidellm-report" if head.lstrip().startswith("{") and _BENCH.search(head) else None
+    """A report: an object whose 'benchmarks' are GuideLLM's generative benchmarks (their keys in any order)."""
+    return "guidellm-report" if head.lstrip().startswith("{") and _BENCH.search(head) and _GENERATIVE.search(head) else None
 
 
 def _report(path: Path, text: str, opts: RecordOptions) -> Parsed:

@@ -289,3 +289,19 @@ def test_a_report_cut_short_is_an_error_naming_its_line(tmp_path: Path, name: st
     assert r.returncode == 3 and "Traceback" not in r.stderr
     assert f"{cut}:1: not valid JSON" in r.stdout + r.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_guidellm_errored_and_incomplete_requests_are_kept() -> None:
+    """GIVEN the 0.5 report with one request moved to 'errored' (its info.error as GuideLLM states it)
+    and one to 'incomplete' WHEN read THEN the first is an error with its message, the second aborted
+    (cut off when the benchmark ended), and none is lost."""
+    report = json.loads((H / "guidellm_v0.5_schema1_benchmarks.json").read_text())
+    reqs = report["benchmarks"][0]["requests"]
+    failed, cut = reqs["successful"].pop(), reqs["successful"].pop()
+    failed["info"]["error"] = "ReadTimeout: timed out after 60 s"
+    reqs["errored"], reqs["incomplete"] = [failed], [cut]
+    p = guidellm.parse_report(Path("benchmarks.json"), json.dumps(report, indent=2))
+    assert [(q.status, q.error) for q in p.requests] == [
+        ("ok", None), ("ok", None), ("error", "ReadTimeout: timed out after 60 s"),
+        ("aborted", "incomplete when the benchmark ended")]
+    assert p.requests[2].id == failed["request_id"] and p.requests[2].line is not None and p.requests[2].line > 1
