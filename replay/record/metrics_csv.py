@@ -3,8 +3,8 @@ first (absolute, an offset from the run's start, or a time of day: ``timecol``),
 as vLLM names its metrics in any version, with or without 'vllm:' and with Prometheus labels
 ('gpu_cache_usage_perc', 'vllm:kv_cache_usage_perc{engine="0"}'), or by a harness's short names for
 the same figures ('running', 'waiting', 'kv_pct': a percentage). Columns of anything else are left,
-named in a note. A CSV that names vLLM's metrics with their prefix at absolute times is Grafana's
-shape, and read as such (``prometheus.parse_grafana_csv``).
+named in a note. A CSV whose first column is 'time…' and which names vLLM's metrics with their prefix
+is Grafana's shape, and read as such, DCGM's columns too (``prometheus.parse_grafana_csv``).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def columns(header: list[str]) -> tuple[list[Column], list[str]]:
 
 def sniff(head: str) -> str | None:
     """A metrics CSV: a time column first and a column of vLLM's metrics, where Grafana's reading would
-    not do (a name without vLLM's prefix, or a harness's short name; or times that are not absolute)."""
+    not do (a name without vLLM's prefix, or a harness's short name; or a first column Grafana's
+    sniffer does not take, such as 'elapsed' or 't')."""
     lines = head.splitlines()
     if len(lines) < 2 or not any(d in lines[0] for d in ",;\t"):
         return None
@@ -125,8 +126,8 @@ def sniff(head: str) -> str | None:
     shorts = [c for c in cols if c.vllm is None]
     if shorts and len(shorts) < 2 and len(shorts) == len(cols):
         return None  # (one column called 'running' is not enough to call a file vLLM's)
-    first = next(csv.reader([lines[1]], delimiter=_delimiter(lines[0])), [""])[0]
-    grafana_reads_it = all(vllm_name(_name_and_labels(c.header)[0]) is not None for c in cols) and parse_time(first) is not None
+    grafana_reads_it = header[0].lower().startswith("time") and all(
+        vllm_name(_name_and_labels(c.header)[0]) is not None for c in cols)  # (and DCGM's columns beside them)
     return None if grafana_reads_it else KIND
 
 

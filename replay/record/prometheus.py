@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from replay.errors import ReplayError
 from replay.metrics import CACHE_CONFIG, NEVER_EXISTED_METRICS, VLLM_METRICS, vllm_name
+from replay.record import timecol
 from replay.record.common import (
     SCRAPED_AT,
     Parsed,
@@ -469,10 +470,11 @@ def _grafana_cell(p: Parsed, no: int, t: int, series: _GrafanaSeries, cell: str,
 
 @checks_values
 def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | None = None,
-                      instance: str | None = None) -> Parsed:
+                      instance: str | None = None, at: str | None = None) -> Parsed:
     """Grafana 'Inspect -> Data -> Download CSV': Time + one column per series ('series joined by
     time', the default), or one row per point under 'Series', 'Time', 'Value' ('series as rows', as
-    older Grafana wrote it); ';' or ',' delimiter."""
+    older Grafana wrote it); ';' or ',' delimiter. Joined by time, its first column may hold offsets
+    from a run's start or times of day (a script's CSV of this shape): placed as ``timecol`` says."""
     p = Parsed(kind="grafana-csv")
     first = text.splitlines()[0] if text else ""
     delim = ";" if first.count(";") > first.count(",") else ("\t" if "\t" in first else ",")
@@ -500,17 +502,22 @@ def parse_grafana_csv(path: Path, text: str, tz_offset_s: int = 0, host: str | N
             _grafana_cell(p, i, t, by_name[row[0].strip()], row[2], delim, row)
         return dcgm_hosts(p, path, host, instance)
     series = _grafana_series(p, header[1:])
+    clock = timecol.RowClock(header[0], timecol.time_column(header[0]), lambda c: parse_time(c, tz_offset_s))
     for i, row in enumerate(rows[1:], start=2):
         if not row:
             continue
-        t = parse_time(row[0], tz_offset_s)
+        t, why = clock.read(row[0].strip())
         if t is None:
-            p.quarantine.append((i, "unparseable time", delim.join(row)))
+            p.quarantine.append((i, "unparseable time" if why is None or why.startswith("unparseable") else why,
+                                 delim.join(row)))
             continue
         p.parsed += 1
         for ser, cell in zip(series, row[1:]):
             _grafana_cell(p, i, t, ser, cell, delim, row)
-    return dcgm_hosts(p, path, host, instance)
+    p = dcgm_hosts(p, path, host, instance)
+    if clock.form in ("offset", "time of day"):  # (a script's CSV of Grafana's shape: 'time [s]', times of day)
+        timecol.hold(p, header[0], clock.form, tz_offset_s)
+    return timecol.settle(p, path, parse_time(at, tz_offset_s) if at else None)
 
 
 def _frames(obj: Any) -> list[dict[str, Any]]:
@@ -658,7 +665,7 @@ def _vm_export(path: Path, text: str, opts: RecordOptions) -> Parsed:
 
 
 def _grafana_csv(path: Path, text: str, opts: RecordOptions) -> Parsed:
-    return parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance)
+    return parse_grafana_csv(path, text, opts.tz_offset_s, opts.host, opts.gpu_instance, opts.at)
 
 
 def _grafana_json(path: Path, text: str, opts: RecordOptions) -> Parsed:

@@ -533,3 +533,26 @@ def test_a_folder_of_a_days_scrapes_is_one_row_and_one_note(tmp_path: Path) -> N
     assert merged == ["40 files (dcgm_2026-07-03T10:00:00Z.prom … dcgm_2026-07-03T10:09:45Z.prom): scrape time from file name"]
     used = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
     assert used["t_us"].n_unique() == 40
+
+
+def test_a_csv_of_grafanas_shape_with_offsets_from_the_run_start_is_placed_from_at(tmp_path: Path) -> None:
+    """GIVEN a script's CSV in Grafana's joined shape whose first column is 'time [s]' (offsets from the
+    run's start), DCGM's used memory with its labels and vLLM's KV cache usage (figures written for the
+    test: no real CSV of this shape was found) WHEN recorded with --at for it THEN
+    it is read as Grafana's CSV, its 6 samples placed from --at at their offsets, GPU 0 by its label,
+    and said so; its rows were quarantined as 'unparseable time' before."""
+    import csv
+
+    with (tmp_path / "g.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time [s]", 'DCGM_FI_DEV_FB_USED{gpu="0",Hostname="node-1"}', 'vllm:kv_cache_usage_perc{engine="0"}'])
+        w.writerows([[0, 2, 0.0], [0.5, 20480, 0.25], [1, 30720, 0.5]])
+    reports, _ = record([tmp_path / "g.csv"], tmp_path / "b", RecordOptions(at_files={"g.csv": "2025-06-01T10:00:00Z"}))
+    b = read_bundle(tmp_path / "b")
+    assert reports[0].kind == "grafana-csv" and reports[0].quarantined == 0 and b.meta.t0_utc == "2025-06-01T10:00:00Z"
+    assert b.samples.sort("t_us", "source").select("t_us", "gpu", "source", "metric", "value").rows() == [
+        (0, 0, "dcgm", "device_used_bytes", 2.0 * (1 << 20)), (0, None, "vllm-metrics", "kv_usage_ratio", 0.0),
+        (500_000, 0, "dcgm", "device_used_bytes", 20480.0 * (1 << 20)), (500_000, None, "vllm-metrics", "kv_usage_ratio", 0.25),
+        (1_000_000, 0, "dcgm", "device_used_bytes", 30720.0 * (1 << 20)), (1_000_000, None, "vllm-metrics", "kv_usage_ratio", 0.5)]
+    assert ("g.csv: its 'time [s]' column holds offsets from the start of the run: 6 samples, its zero placed at "
+            "2025-06-01T10:00:00.000Z (from --at)") in b.meta.notes
