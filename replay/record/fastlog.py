@@ -56,6 +56,7 @@ from replay.record.vllm_log import (
     OTEL_LEVELS,
     PROC_BODY,
     R_DP,
+    R_IMAGE,
     R_PARAM,
     R_PROMPT,
     R_RECEIVED,
@@ -139,7 +140,7 @@ _STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.I
                "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64}
 REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64,
                    "n": pl.Int64, "best_of": pl.Int64, "prompt_chars": pl.Int64, "prompt_sha256": pl.Utf8,
-                   "prompt": pl.Utf8}
+                   "prompt": pl.Utf8, "mm_items": pl.Int64}
 # a request fact's kind, spilled as an enum: as text it was a fifth of every request file's bytes, and
 # comparing it was most of the time it took to read them back (its repeat key hashes the text)
 REQUEST_KINDS = pl.Enum(["request_received", "request_added", "request_finished", "request_aborted"])
@@ -416,10 +417,17 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
             pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
         prompt=pl.when(prompt != "None").then(prompt),
         kind=pl.lit("request_received"), key_ts=pl.col("ts"), msg=msg.str.slice(0, 2000),
-    ).drop("_params", "_ids", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars())
+    ).drop("_params", "_ids", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars(),
+                                                      mm_items=_images(pl.col("prompt")))
     sha = [None if t is None else hashlib.sha256(t.encode()).hexdigest() for t in rv["prompt"].to_list()]
     rv = rv.with_columns(prompt_sha256=pl.Series(sha, dtype=pl.Utf8))
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
+
+
+def _images(prompt: pl.Expr) -> pl.Expr:
+    """The images a logged prompt's placeholders hold (``vllm_log.R_IMAGE``); null where it holds none."""
+    n = prompt.str.count_matches(R_IMAGE.pattern).cast(pl.Int64)
+    return pl.when(n > 0).then(n)
 
 
 _MAYBE_ENVELOPE = (r"^(?:\[|\d{4}-\d\d-\d\dT|[A-Z][a-z]{2} [ \d]\d |" + SLURM_LABEL + "|" + COMPOSE_PREFIX

@@ -221,6 +221,10 @@ R_DETAILS = re.compile(r"Request (\S+?) details: ")
 R_PROMPT = re.compile(r"""prompt: ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|None)""")
 R_TOKEN_IDS = re.compile(r"prompt_token_ids: \[([\d,\s]*)(\]|\.\.\.)")
 R_PARAM = {k: re.compile(rf"\b{k}=(\d+|None)") for k in ("n", "best_of", "max_tokens", "logprobs", "prompt_logprobs", "min_tokens")}
+# one image in a prompt as the chat template wrote it (each model family's placeholder, as vLLM's own
+# tokenizer tests list them; a run of them is one image, whether or not the processor expanded it):
+# Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA and InternVL, Llama 3.2 Vision, Phi-3-vision
+R_IMAGE = re.compile(r"<\|vision_start\|>(?:<\|image_pad\|>)+<\|vision_end\|>|(?:<image>)+|(?:<\|image\|>)+|<\|?image_\d+\|?>")
 
 # --- OOM --------------------------------------------------------------------------------------
 R_OOM_MODERN = re.compile(
@@ -707,8 +711,8 @@ def _oom_of(text: str, modern: re.Pattern[str], old: re.Pattern[str], proc_has: 
 
 def request_details(text: str) -> dict[str, Any]:
     """What a 'Received request' / 'Request … details' line says about the request's memory shape:
-    sampling parameters, prompt length in tokens, and the prompt as logged (``prompt``; the recorder
-    keeps only its length and hash unless --keep-prompts)."""
+    sampling parameters, prompt length in tokens, the prompt as logged (``prompt``; the recorder
+    keeps only its length and hash unless --keep-prompts), and the images its placeholders hold (``mm_items``)."""
     out: dict[str, Any] = {}
     params = text[text.rfind("params: "):] if "params: " in text else text  # after the prompt
     for k, rx in R_PARAM.items():
@@ -723,6 +727,7 @@ def request_details(text: str) -> dict[str, Any]:
     m = R_PROMPT.search(text)
     if m and m.group(1) != "None":
         out["prompt"] = m.group(1)
+        out["mm_items"] = len(R_IMAGE.findall(m.group(1))) or None  # (images its placeholders say; None: none seen)
     return out
 
 

@@ -143,6 +143,11 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
         mean = _mean_prompt_tokens(b, min(arrivals), max(arrivals), df.height)
     finished_any = df["finish_us"].is_not_null().any()
     reqs = [_request(r, base, crash, finished_any, mean, fields, b.meta.keep_prompts) for r in df.iter_rows(named=True)]
+    imaged = sum(1 for r in reqs if r.get("mm"))
+    if imaged:
+        notes.append(f"{imaged} requests' images are counted from the placeholders of their logged prompts; their sizes "
+                     "are not logged: each is replayed as a 448 x 448 image (replay run --vllm 0.32+vision), beside the "
+                     "prompt's logged tokens (which count the images' own where vLLM logs the processed prompt, as V1 does)")
     if fields["input_tokens"].default:
         notes.append(f"{fields['input_tokens'].default} requests' prompt lengths are stated nowhere in the evidence "
                      f"(no prompt_token_ids, no prompt-token counter): {DEFAULT_INPUT_TOKENS} tokens each, a default")
@@ -178,6 +183,8 @@ def _request(r: dict[str, Any], base: int, crash: int | None, finished_any: bool
     else:
         out["output_tokens"], out["output_kind"] = None, "unknown"
         fields["output_tokens"].count("default")
+    if r.get("mm_items"):  # (images its logged prompt's placeholders held: their sizes are not logged)
+        out["mm"] = [{"type": "image", "count": int(r["mm_items"])}]
     out["status"] = _status(r, crash, finished_any)
     if out["status"] == "aborted":
         out["output_kind"] = "aborted"
