@@ -312,3 +312,26 @@ def test_offsets_in_a_timestamp_column_or_of_mixed_forms_go_to_the_reference_who
     assert ref.unplaced is not None and sorted(ref.unplaced.frame["t_us"].unique()) == [0, 3_000_000]
     assert [(no, why) for no, why, _ in ref.quarantine] == [
         (3, "a time of another form than the first row's (offset): '2026/07/03 22:11:09.763'")]
+
+
+def test_the_recorder_places_offsets_alike_by_either_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN 300 polls of 4 GPUs (the real H200 row) with a 'time [s]' column, beside a vLLM log WHEN
+    recorded through the lane and through the reference, without --at THEN both place the 7,200 samples
+    at the log's first time and write the same samples, notes and file report."""
+    smi = tmp_path / "smi.csv"
+    smi.write_text(relative_h200([f"{k}" for k in range(300)], gpus=4))
+    log = DATA / "v010_v1_debug_memory_profiling.log"
+    bundles, taken = [], []
+    vectorised = fastsmi._vectorised
+    monkeypatch.setattr(fastsmi, "_vectorised", lambda *a: taken.append(vectorised(*a)) or taken[-1])
+    for name, from_chars in (("lane", 0), ("reference", 1 << 62)):
+        monkeypatch.setattr(fastsmi, "FAST_FROM_CHARS", from_chars)
+        reports, _ = record([log, smi], tmp_path / name, RecordOptions(year=2025))
+        b = read_bundle(tmp_path / name)
+        bundles.append((b.samples.sort("t_us", "gpu", "metric").rows(), b.meta.notes, b.meta.t0_utc,
+                        [(r.kind, r.lines, r.parsed, r.quarantined, r.t_first_us, r.t_last_us) for r in reports]))
+    assert len(taken) == 1 and taken[0] is not None  # (the lane read it once, the reference the second time)
+    assert bundles[0] == bundles[1]
+    samples, notes, t0, _ = bundles[0]
+    assert t0 == "2025-08-06T10:17:28Z" and sum(1 for s in samples if s[2] == "nvidia-smi") == 300 * 4 * 6
+    assert any(n.startswith("smi.csv: its 'time [s]' column holds offsets") for n in notes)

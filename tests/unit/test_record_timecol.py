@@ -148,3 +148,19 @@ def test_cli_refuses_an_at_it_cannot_use_by_name(tmp_path: Path, args: list[str]
     res = CliRunner().invoke(app, ["record", str(smi), *args, "-o", str(tmp_path / "b")], env={"COLUMNS": "400"})
     assert isinstance(res.exception, ReplayError) and res.exception.exit_code == 2
     assert str(res.exception).startswith("--at ") and why in str(res.exception) and not (tmp_path / "b").exists()
+
+
+def test_without_at_a_bench_results_date_places_the_offsets(tmp_path: Path) -> None:
+    """GIVEN a real `vllm bench serve --save-detailed` result (its requests placed by its date less its
+    duration) and an nvidia-smi CSV of offsets WHEN recorded without --at THEN the CSV's zero is the
+    result's first request, the earliest time of the other evidence, and the note names the result."""
+    bench = DATA / "harness" / "vllm_bench_serve_0.19.1_save_detailed.first5.json"
+    smi = tmp_path / "smi.csv"
+    smi.write_text(relative_h200(["0", "0.5", "1"]))
+    reports, _ = record([bench, smi], tmp_path / "b", RecordOptions())
+    b = read_bundle(tmp_path / "b")
+    first = reports[0].t_first_us
+    assert first is not None and reports[1].t_first_us == first and reports[1].t_last_us == first + 1_000_000
+    zero = timecol._shown(first)
+    assert (f"smi.csv: its 'time [s]' column holds offsets from the start of the run: 18 samples, its zero placed at "
+            f"{zero} (the earliest time of the other evidence, {bench.name}'s)") in b.meta.notes
