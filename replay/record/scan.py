@@ -1,23 +1,25 @@
-"""One compiled pass over a vLLM log that tells each line's class, for the fast lane.
+"""Two compiled scanners of a vLLM log that tell each line's class, for the fast lane.
 
 The fast lane reads stats, request and access lines itself and counts the lines that say nothing;
 every other line goes to the line-by-line parser (``vllm_log.LogParser``), which stays the reference
-for what a line means. Here one Hyperscan database, all patterns at once, tells those lines apart in
-one pass over the bytes: a pattern per class, each matching a line of that class once (so a log costs
-about one match a line), and rare patterns for whatever would make a line mean more than its class (a
-colour code, a second message glued on, a word one of the reference's patterns needs). numpy turns
-match offsets into line numbers.
+for what a line means. ``scan`` tells those lines apart exactly, one Hyperscan database (all patterns
+at once) over the bytes: a pattern per class, each matching a line of that class once, and rare
+patterns for whatever would make a line mean more than its class (a colour code, a second message
+glued on, a word one of the reference's patterns needs). ``scan_lines`` gives the same classes to the
+lines that repeat a shape (templates, asked of ``scan`` one line each and compared in numpy), and
+leaves the others to the reference.
 
 A class is given only where it is certain: the line is vLLM's own strictly shaped line (or
 uvicorn's access line), holds nothing else the reference would read, and the next line opens a
 message of its own, so nothing continues it. Any doubt leaves the line to the reference (REFERENCE),
 which is always right. Tests hold every class given to the reference's reading of the line.
 
-Cost (``benchmarks/bench_time_to_answer.py --scanners``): on the benchmark's 1 GiB log, 16 s of CPU,
-x45 of ``grep -c``, about what ``fastlog`` spends on the whole parse of the same log. Two floors set it:
-the anchored prefix patterns run an automaton over every line (0.1-0.2 s of CPU per 100 MiB each), and
-the binding calls Python once per match (0.2 us: 2 s for the log's 10.8 M lines before any work). It is
-exact, not fast: a scanner near grep cannot hand Python a class per line one match at a time.
+Cost (``benchmarks/bench_time_to_answer.py --scanners``, on the benchmark's 1 GiB log, CPU time):
+``scan`` 16 s, x45 of ``grep -c``: the binding calls Python once per match (0.2 us: 2 s for the
+log's 10.8 M lines before any work) and the anchored prefix patterns run an automaton over every line.
+``scan_lines`` 2.3-3.5 s, x6-9 (this 2-core machine was shared while it was measured): reading the
+pieces 0.25 s and finding their LFs 0.3 s (grep's own work), the rest comparing rows of eight-byte
+words, ~60 ns a line.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import functools
 import mmap
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
@@ -314,3 +316,305 @@ def scan_file(path: Path, piece_bytes: int = PIECE_BYTES) -> LineClasses:
             return scan(b"")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             return scan(mm, piece_bytes)
+
+
+# --- the template scanner: the same classes at a few numpy passes a piece ---------------------------------
+# ``scan`` pays a Python call a match and an automaton a line: x45 of ``grep -c``. Nearly every line of a big
+# log repeats one of a handful of lines byte for byte but for its time, its client's address or the hex of its
+# request id. ``scan_lines`` asks the exact scanner above about one line of each such shape (a template) and
+# gives its class to every line equal to it outside those places, compared eight bytes at a time in numpy; a
+# line like no template is left to the reference. What varies cannot change a reading: times and addresses
+# are digits where digits stood, an id's tail is hex where hex stood ('cmpl-' and what follows), and no word
+# a pattern needs can be spelled in, or end in, hex digits (checked as each template is made).
+TEMPLATE_MAX_BYTES = 256  # a longer line is left to the reference (the bulk of a log is shorter)
+TEMPLATE_TRIES = 48  # lines asked about a piece (each costs a pass over the lines not yet placed)
+_HEAD_TIME = re.compile((r"^(?:\(" + _PROC + r"\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (" + _TIME + ") "
+                         + _CALL).encode())
+_ACCESS_CLIENT = re.compile((ACCESS_HEAD + r"([0-9.:]+) - ").encode())
+_HEX_TAIL = re.compile(rb"[0-9a-f.-]+$")
+_HEX = frozenset(b"0123456789abcdef.-")
+_SPELLED = tuple(w.lower().encode() for w in INERT_UNLESS) + (b"kv cache usage", b"#033[", b"^[")
+
+
+@dataclass(frozen=True, eq=False)
+class Template:
+    """A line's bytes (``text``) with the places other lines may differ in: ``digits`` (any digit there)
+    and ``hex`` (any of 0-9, a-f, '.', '-' there); the lines equal to it elsewhere are of class ``code``."""
+
+    code: int
+    text: bytes
+    digits: npt.NDArray[np.intp]
+    hex: npt.NDArray[np.intp]
+
+
+def _ends_in_hex(fixed: bytes) -> bool:
+    """Whether a word a pattern needs could end in hex digits after ``fixed`` (or be spelled in them)."""
+    low = fixed.lower()
+    return any(set(w[k:]) <= _HEX and low.endswith(w[:k]) for w in _SPELLED for k in range(len(w)))
+
+
+def template_of(line: bytes) -> Template | None:
+    """The template of one line (without its LF), where the exact scanner gives it a class; else None."""
+    if not line or len(line) > TEMPLATE_MAX_BYTES:
+        return None
+    code = int(scan(line).codes[0])
+    digits: list[int] = []
+    hexes: list[int] = []
+    if code == ACCESS:
+        m = _ACCESS_CLIENT.match(line)
+        span = m.span(1) if m else (0, 0)
+    else:
+        m = _HEAD_TIME.match(line)
+        span = m.span(1) if m else (0, 0)
+        if code in (ADDED, FINISHED):
+            tail = _HEX_TAIL.search(line, m.end() if m else 0)
+            if tail is not None:
+                if _ends_in_hex(line[:tail.start()]):
+                    return None
+                hexes = list(range(*tail.span()))
+    if code in (REFERENCE, STATS, RECEIVED) or m is None:
+        return None  # (a stats or request line's numbers and prompt vary in length: no template holds them)
+    digits = [i for i in range(*span) if 48 <= line[i] <= 57]
+    return Template(code, line, np.asarray(digits, np.intp), np.asarray(hexes, np.intp))
+
+
+_ONES = np.uint64(0x0101010101010101)
+_TOPS = np.uint64(0x8080808080808080)
+
+
+def _lanes(positions: npt.NDArray[np.intp], width: int, value: int) -> npt.NDArray[np.uint64]:
+    """A word per 8 bytes of a row, ``value`` in the byte lanes at ``positions``, 0 elsewhere."""
+    lanes = np.zeros(width, np.uint8)
+    lanes[positions] = value
+    return lanes.view(np.uint64)
+
+
+def _not_digits(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """Per byte lane, nonzero unless the byte is an ASCII digit (high nibble 3, low nibble at most 9)."""
+    return ((w & np.uint64(0xF0F0F0F0F0F0F0F0)) ^ np.uint64(0x3030303030303030)) | (
+        ((w & np.uint64(0x0F0F0F0F0F0F0F0F)) + np.uint64(0x0606060606060606)) & np.uint64(0x1010101010101010))
+
+
+def _within(low7: npt.NDArray[np.uint64], lo: int, hi: int) -> npt.NDArray[np.uint64]:
+    """Per lane of 7-bit bytes, the top bit set where the byte is in [lo, hi] (no carry crosses a lane)."""
+    return ((low7 + _ONES * np.uint64(0x80 - lo)) & ~(low7 + _ONES * np.uint64(0x7F - hi))) & _TOPS
+
+
+def _not_hex(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """Per byte lane, the top bit set unless the byte is one of 0-9, a-f, '-', '.'."""
+    low7 = w & np.uint64(0x7F7F7F7F7F7F7F7F)
+    ok = _within(low7, 0x30, 0x39) | _within(low7, 0x61, 0x66) | _within(low7, 0x2D, 0x2E)
+    return (~ok | w) & _TOPS
+
+
+BATCH_LINES = 8192  # lines compared at a time: their rows stay in cache through the dozen passes over them
+
+
+@dataclass(frozen=True)
+class _Compare:
+    """A template as words: what a row must hold, where, and which words hold digits or hex."""
+
+    width: int
+    want: npt.NDArray[np.uint64]
+    mask: npt.NDArray[np.uint64]
+    checks: tuple[tuple[npt.NDArray[np.intp], npt.NDArray[np.uint64], Callable[[npt.NDArray[np.uint64]],
+                                                                             npt.NDArray[np.uint64]]], ...]
+
+    @staticmethod
+    def of(t: Template) -> _Compare:
+        n = len(t.text)
+        width = -(-n // 8) * 8
+        want = np.zeros(width, np.uint8)
+        want[:n] = np.frombuffer(t.text, np.uint8)
+        mask = _lanes(np.arange(n), width, 0xFF) & ~_lanes(t.digits, width, 0xFF) & ~_lanes(t.hex, width, 0xFF)
+        checks = tuple((cols, _lanes(places, width, 0xFF)[cols], bad)
+                       for places, bad in ((t.digits, _not_digits), (t.hex, _not_hex)) if len(places)
+                       for cols in [np.unique(places // 8)])
+        return _Compare(width, want.view(np.uint64) & mask, mask, checks)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compare(t: Template) -> _Compare:
+    return _Compare.of(t)
+
+
+def _equal_to(t: Template, buf: npt.NDArray[np.uint8], starts: Lines) -> npt.NDArray[np.bool_]:
+    """Which lines (their starts; each of the template's length) equal ``t`` outside its varying places,
+    with digits and hex there: each row's words masked and compared, a batch of rows at a time."""
+    c = _compare(t)
+    view = np.ndarray((len(buf) - c.width + 1,), dtype=f"V{c.width}", buffer=buf, strides=(1,))
+    out = np.empty(len(starts), dtype=bool)
+    for i in range(0, len(starts), BATCH_LINES):
+        words = view[starts[i:i + BATCH_LINES]].view(np.uint64).reshape(-1, c.width // 8)
+        checked = [~(bad(words[:, cols]) & lanes).any(axis=1) for cols, lanes, bad in c.checks]
+        words &= c.mask
+        ok = words.view(view.dtype).ravel() == c.want.view(view.dtype)[0]  # (a row compared as one value)
+        for good in checked:
+            ok &= good
+        out[i:i + BATCH_LINES] = ok
+    return out
+
+
+def _place(buf: npt.NDArray[np.uint8], starts: Lines, lens: Lines, codes: npt.NDArray[np.uint8],
+           known: list[Template]) -> None:
+    """Give each line of a piece the class of the template it equals (``codes``, REFERENCE elsewhere):
+    first the templates of pieces before (a log's shapes repeat), then ones taken from lines of the
+    commonest length left (added to ``known``); a length whose lines gave no template three times is
+    given up (its lines are left to the reference)."""
+    left = np.flatnonzero((lens > 0) & (lens <= TEMPLATE_MAX_BYTES))
+    taken = np.zeros(len(starts), dtype=bool)
+
+    def take(t: Template, same: Lines) -> Lines:
+        if not len(same):
+            return same
+        hit = same[_equal_to(t, buf, starts[same])]
+        codes[hit] = t.code
+        return hit
+
+    def drop(gone: Lines) -> Lines:
+        taken[gone] = True
+        return left[~taken[left]]
+    for was in known:
+        if len(left):
+            left = drop(take(was, left[lens[left] == len(was.text)]))
+    failed: dict[int, int] = {}
+    for _ in range(TEMPLATE_TRIES):
+        if not len(left):
+            return
+        of_len = lens[left]
+        length = int(np.bincount(of_len).argmax())
+        same = left[of_len == length]
+        first = int(same[0])
+        t = template_of(buf[starts[first]:starts[first] + length].tobytes())
+        if t is None:
+            failed[length] = failed.get(length, 0) + 1
+            left = drop(same if failed[length] >= 3 else same[:1])
+        else:
+            known.append(t)
+            left = drop(np.append(take(t, same), first))
+
+
+def scan_lines(data: bytes | mmap.mmap, piece_bytes: int = PIECE_BYTES) -> LineClasses:
+    """``scan``'s classes by templates (a class given only where ``scan`` gives the same line that class;
+    more lines may be left to the reference): each piece copied once into a padded buffer, its line ends
+    found, each template compared to the lines of its length; then the next-line rule and the incident
+    lines as ``scan`` finds them, among the lines left to the reference (a line of a class holds none)."""
+    view = memoryview(data)
+    if not len(view):
+        return LineClasses(np.zeros(0, np.uint8), np.zeros(0, np.int64))
+    pieces = _Pieces(min(len(view), piece_bytes))
+    for start, end in _pieces(view, piece_bytes):
+        n = end - start
+        pieces.room(n)[:n] = np.frombuffer(view[start:end], np.uint8)
+        pieces.add(n)
+    raw = view.obj if isinstance(view.obj, (bytes, mmap.mmap)) else view.tobytes()
+    return pieces.done(raw)
+
+
+class _Pieces:
+    """The classes and line ends of a log's pieces, each classified in one reused buffer (allocating a
+    buffer a piece cost as much as classifying it: the kernel zeroes every page on first touch)."""
+
+    def __init__(self, piece_bytes: int) -> None:
+        self.pad = TEMPLATE_MAX_BYTES + 8
+        self.buf = np.zeros(piece_bytes + self.pad, np.uint8)
+        self.lf = np.zeros(piece_bytes, dtype=bool)
+        self.codes: list[npt.NDArray[np.uint8]] = []
+        self.ends: list[Lines] = []  # each piece's line ends (its LFs, and its end where no LF ends it)
+        self.at = [0]  # each piece's offset, and the end of the last
+        self.known: list[Template] = []
+
+    def room(self, n: int) -> npt.NDArray[np.uint8]:
+        """The buffer, with room for a piece of ``n`` bytes and its padding."""
+        if n + self.pad > len(self.buf):  # (a line longer than a piece; or a piece and the part line before it)
+            self.buf = np.concatenate((self.buf, np.zeros(n + self.pad + (n >> 1) - len(self.buf), np.uint8)))
+            self.lf = np.zeros(len(self.buf), dtype=bool)
+        return self.buf
+
+    def add(self, n: int) -> None:
+        """Classify the piece of ``n`` bytes at the buffer's start (it ends at a line end or the log's)."""
+        self.buf[n:n + self.pad] = 0
+        ends = np.flatnonzero(np.equal(self.buf[:n], 10, out=self.lf[:n]))
+        if not len(ends) or ends[-1] != n - 1:
+            ends = np.append(ends, n)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        codes = np.zeros(len(ends), np.uint8)
+        _place(self.buf, starts, ends - starts, codes, self.known)
+        self.codes.append(codes)
+        self.ends.append(ends)
+        self.at.append(self.at[-1] + n)
+
+    def done(self, raw: bytes | mmap.mmap) -> LineClasses:
+        """Every line's class, the next-line rule applied and the incident lines found (in ``raw``, the
+        log's bytes, a line at a time)."""
+        first = np.cumsum([0] + [len(e) for e in self.ends])
+
+        def line(k: int) -> bytes:
+            p = int(np.searchsorted(first, k, side="right")) - 1
+            ends, i = self.ends[p], k - int(first[p])
+            start = self.at[p] + (int(ends[i - 1]) + 1 if i else 0)
+            return raw[start:self.at[p] + int(ends[i])]
+        return _next_opens(np.concatenate(self.codes), line)
+
+
+def _after_last_lf(data: npt.NDArray[np.uint8]) -> int:
+    """The offset after the last LF in ``data`` (0: none), looked for from the end."""
+    back = 1 << 16
+    while True:
+        lfs = np.flatnonzero(data[max(0, len(data) - back):] == 10)
+        if len(lfs):
+            return max(0, len(data) - back) + int(lfs[-1]) + 1
+        if back >= len(data):
+            return 0
+        back *= 4
+
+
+def scan_lines_file(path: Path, piece_bytes: int = PIECE_BYTES) -> LineClasses:
+    """``scan_lines`` of a plain log file, read a piece at a time into the buffer it is classified in (as
+    ``grep`` reads: no page of a mapping faulted in), mapped only to read the lines the reference is asked
+    about."""
+    size = path.stat().st_size
+    if size == 0:
+        return scan_lines(b"")
+    pieces = _Pieces(min(size, piece_bytes))
+    carry = np.zeros(0, np.uint8)
+    with path.open("rb", buffering=0) as fh:
+        while True:
+            buf = pieces.room(len(carry) + piece_bytes)
+            buf[:len(carry)] = carry
+            got = fh.readinto(memoryview(buf)[len(carry):len(carry) + piece_bytes])  # type: ignore[arg-type]
+            n = len(carry) + (got or 0)
+            if not n:
+                break
+            cut = _after_last_lf(buf[:n]) if got else n
+            if cut == 0:  # (no line ends in it: a line longer than a piece, read on)
+                carry = buf[:n].copy()
+                continue
+            carry = buf[cut:n].copy()
+            pieces.add(cut)
+            if not got:
+                break
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return pieces.done(mm)
+
+
+def _next_opens(codes: npt.NDArray[np.uint8], line: Callable[[int], bytes]) -> LineClasses:
+    """A class holds where the next line opens a message of its own (a line of a class does; the
+    reference is asked of the rest); the incident lines, among those left to the reference."""
+    n_lines = len(codes)
+    opens = np.append(codes != REFERENCE, True)
+    asked = np.flatnonzero((codes[:-1] != REFERENCE) & ~opens[1:n_lines]) + 1
+    opens[asked] = True
+    for k in asked.tolist():
+        raw = line(k)
+        if _HEAD_TIME.match(raw):  # (vLLM's strict head opens a message, as ``scan``'s inert pattern says)
+            continue
+        text = raw.decode("utf-8", errors="replace")  # (else the reference is asked)
+        opens[k] = bool(text.strip()) and split_line(0, text)[0].prefixed
+    codes[~opens[1:]] = REFERENCE
+    left = np.flatnonzero(codes == REFERENCE)
+    incident = np.zeros(0, np.int64)
+    if len(left):
+        found = scan(b"\n".join(line(k) for k in left.tolist())).incident
+        incident = left[found].astype(np.int64)
+    return LineClasses(codes, incident)

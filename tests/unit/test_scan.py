@@ -9,6 +9,7 @@ generator they must be few."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,10 +29,14 @@ def _kinds(raw: str) -> list[str]:
     return [k for part in split_line(1, raw) for k, _ in extract(part.text)]
 
 
-def check_against_reference(text: str) -> scan.LineClasses:
-    """Scan ``text`` and hold every class it gives to the reference's reading; returns the classes."""
+def check_against_reference(text: str, scanner: Callable[[bytes], scan.LineClasses] = scan.scan) -> scan.LineClasses:
+    """Scan ``text`` and hold every class it gives to the reference's reading; returns the classes. The
+    template scanner is held to the same reading and gives a line no class ``scan`` does not give it."""
     data = text.encode()
-    got = scan.scan(data)
+    got = scanner(data)
+    if scanner is scan.scan:
+        fast = check_against_reference(text, scan.scan_lines)
+        assert ((fast.codes == REFERENCE) | (fast.codes == got.codes)).all()
     lines = physical_lines(text) if text else []  # (an empty log has no line)
     assert len(got.codes) == len(lines)
     parser = LogParser(defer_repeats=True)
@@ -127,6 +132,8 @@ _MESSAGES = [
     "Added request EngineDeadError.", "note: Added request c-{n}.", "x] Finished request c-{n}", "hipErrorOutOfMemory",
     "Added requests: {n}", "", "Loading model weights took 1.5 GB", "[repeated 3x across cluster]",
     "Engine\x1b[0mDeadError: x", "Added\u00a0request cmpl-{n}.", "Started \x1b[1mserver\x1b[0m",
+    "Added request cmpl-{n}ab-0.", "Finished request cmpl-fe{n}-0.", "Added request cmpl-dead{n}.", "Added request cmpl-{n}.py:",
+    "Added request chatcmpl-{n}-memory.", "Finished request cmpl-{n}took.", "Added request cmpl-{n}BLOCKS.", "Added request cmpl-{n}\u00e9.",
 ]
 _HEADS = [f"{p}{lv} 05-19 10:13:0{{s}} {site}" for p in _PROCS for lv in _LEVELS
           for site in ("[async_llm.py:587] ", "metrics.py:351] ")]
@@ -209,3 +216,51 @@ def test_an_empty_log_and_a_file(tmp_path: Path) -> None:
     assert scan.scan_file(f).codes.tolist() == [scan.ADDED, scan.INERT]
     (tmp_path / "e.log").write_bytes(b"")
     assert len(scan.scan_file(tmp_path / "e.log").codes) == 0
+
+
+def test_the_template_scanner_classifies_the_benchmark_log_as_scan_does() -> None:
+    """On an engine's lifetime as the benchmark builds it, the template scanner gives the request and
+    access lines (nearly every line) the classes ``scan`` gives them, and finds the same incident lines."""
+    from bench_record import lifetime
+    text = lifetime(0, requests=3000) + lifetime(1, requests=400)
+    exact, fast = scan.scan(text.encode()), check_against_reference(text, scan.scan_lines)
+    counts = fast.counts()
+    assert counts["added"] == counts["finished"] == 3400 and counts["access"] >= 3400
+    assert counts["reference"] < 0.02 * len(fast.codes), counts
+    assert fast.incident.tolist() == exact.incident.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_line(), min_size=1, max_size=40), st.integers(1, 400))
+def test_the_template_scanner_in_pieces_and_from_a_file(lines: list[str], piece: int) -> None:
+    """A log scanned in pieces, or read from a file a piece at a time, gets the classes it gets whole."""
+    import tempfile
+    data = ("\n".join(lines) + "\n").encode()
+    whole = scan.scan_lines(data)
+    cut = scan.scan_lines(data, piece_bytes=piece)
+    with tempfile.TemporaryDirectory() as td:
+        f = Path(td) / "x.log"
+        f.write_bytes(data)
+        read = scan.scan_lines_file(f, piece_bytes=piece)
+    for other in (cut, read):
+        assert other.codes.tolist() == whole.codes.tolist() and other.incident.tolist() == whole.incident.tolist()
+
+
+def test_the_template_scanner_on_an_empty_log_a_long_line_and_no_final_lf(tmp_path: Path) -> None:
+    assert len(scan.scan_lines(b"").codes) == 0
+    head = b"INFO 05-19 10:13:00 [core.py:1] "
+    data = head + b"Added request a.\n" + head + b"x" * 70_000 + b"\n" + head + b"Added request b."
+    f = tmp_path / "x.log"
+    f.write_bytes(data)
+    assert scan.scan_lines_file(f, piece_bytes=4096).codes.tolist() == scan.scan_lines(data).codes.tolist()
+    (tmp_path / "e.log").write_bytes(b"")
+    assert len(scan.scan_lines_file(tmp_path / "e.log").codes) == 0
+
+
+def test_a_template_is_refused_where_a_word_could_end_in_its_hex() -> None:
+    """'Added request cmpl-dea' could go on 'd' in another line: a word ending in hex after the fixed
+    part ('...dea' + 'd') would change the reading, so no template is made of it."""
+    assert scan._ends_in_hex(b"INFO 05-19 10:13:00 [core.py:1] Added request blo") is False
+    assert scan._ends_in_hex(b"INFO 05-19 10:13:00 [core.py:1] Added request enginedea") is True
+    t = scan.template_of(b"INFO 05-19 10:13:00 [core.py:1] Added request cmpl-0f3a-0.")
+    assert t is not None and t.code == scan.ADDED and len(t.digits) == 10 and len(t.hex) == len("-0f3a-0.")
