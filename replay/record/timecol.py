@@ -158,19 +158,21 @@ def unplaced_frame(samples: list[tuple[int | None, int | None, str, str, float]]
     return pl.DataFrame(samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)
 
 
-def _shown(t_us: int) -> str:
+def utc_text(t_us: int) -> str:
+    """Epoch µs as ISO UTC to the millisecond, as the notes give times."""
     return datetime.fromtimestamp(t_us / 1e6, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _what(u: Unplaced) -> str:
-    return (f"its '{u.column}' column holds {'offsets from the start of the run' if u.form == 'offset' else 'times of day without a date'}")
+    held = "offsets from the start of the run" if u.form == "offset" else "times of day without a date"
+    return f"its '{u.column}' column holds {held}"
 
 
 def placed_note(path: Path, u: Unplaced, anchor_us: int, how: str) -> str:
-    """The note of a file whose samples were placed at ``anchor_us``, which ``how`` came."""
+    """The note of a file whose samples were placed by ``anchor_us`` (``how``: where that time came from)."""
     first = u.first_us(anchor_us)
-    where = (f"its zero placed at {_shown(anchor_us)}" if u.form == "offset"
-             else f"dated by {_shown(anchor_us)}, its first row at {_shown(first or anchor_us)}")
+    where = (f"its zero placed at {utc_text(anchor_us)}" if u.form == "offset"
+             else f"dated by {utc_text(anchor_us)}, its first row at {utc_text(first or anchor_us)}")
     return f"{path.name}: {_what(u)}: {u.frame.height} samples, {where} ({how})"
 
 

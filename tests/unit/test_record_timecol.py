@@ -161,6 +161,6 @@ def test_without_at_a_bench_results_date_places_the_offsets(tmp_path: Path) -> N
     b = read_bundle(tmp_path / "b")
     first = reports[0].t_first_us
     assert first is not None and reports[1].t_first_us == first and reports[1].t_last_us == first + 1_000_000
-    zero = timecol._shown(first)
+    zero = timecol.utc_text(first)
     assert (f"smi.csv: its 'time [s]' column holds offsets from the start of the run: 18 samples, its zero placed at "
             f"{zero} (the earliest time of the other evidence, {bench.name}'s)") in b.meta.notes
