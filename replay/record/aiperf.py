@@ -18,6 +18,7 @@ from replay.record.common import (
     Parsed,
     ParsedRequest,
     Parser,
+    as_list,
     as_obj,
     checks_values,
     json_value,
@@ -73,10 +74,19 @@ def _tokens(metrics: dict[str, Metric], name: str) -> int | None:
     return count(m.get("value")) if isinstance(m, dict) else None
 
 
+def _input_tokens(metrics: dict[str, Metric]) -> int | None:
+    """The prompt's tokens: as the server counted them (its usage, where AIPerf kept it), else as AIPerf's
+    tokenizer did."""
+    used = _tokens(metrics, "usage_prompt_tokens")
+    return used if used is not None else _tokens(metrics, "input_sequence_length")
+
+
 def _output_tokens(metrics: dict[str, Metric]) -> int | None:
-    """Tokens generated, reasoning ones among them (the KV cache holds both): output_sequence_length, or
-    output_token_count plus reasoning_token_count where only those are stated."""
-    osl = _tokens(metrics, "output_sequence_length")
+    """Tokens generated, reasoning ones among them (the KV cache holds both): as the server counted them,
+    else output_sequence_length, else output_token_count plus reasoning_token_count."""
+    osl = _tokens(metrics, "usage_completion_tokens")
+    if osl is None:
+        osl = _tokens(metrics, "output_sequence_length")
     if osl is not None:
         return osl
     out = _tokens(metrics, "output_token_count")
@@ -103,7 +113,7 @@ def _request(line: int, rec: dict[str, Any]) -> ParsedRequest:
     return ParsedRequest(
         id=str(rid) if rid else f"line {line}", line=line, arrival_t=start,
         first_token_t=after(start, _ms(metrics, "time_to_first_token", "ttft")), finish_t=end,
-        input_tokens=_tokens(metrics, "input_sequence_length"), output_tokens=_output_tokens(metrics),
+        input_tokens=_input_tokens(metrics), output_tokens=_output_tokens(metrics),
         status="aborted" if cancelled else "error" if err else "ok" if end is not None else "unknown",
         error=_error(err) if err else None)
 
@@ -290,14 +300,17 @@ def parse_summary(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     s = as_obj(json_value(path, text))
     p.lines = p.parsed = text.count("\n") + (not text.endswith("\n"))
     cfg = as_obj(s.get("input_config"))
-    models = as_obj(cfg.get("endpoint")).get("model_names") or []
-    load = as_obj(cfg.get("loadgen"))
+    models = as_obj(cfg.get("endpoint")).get("model_names") or [  # (0.13: models.items[].name)
+        m.get("name") for m in as_list(as_obj(cfg.get("models")).get("items")) if isinstance(m, dict)]
+    load = as_obj(cfg.get("loadgen")) or next((as_obj(ph) for ph in as_list(cfg.get("phases"))
+                                               if as_obj(ph).get("kind") == "profiling"), {})
     records = as_obj(s.get("records")) or s  # (releases of 2025 nest the figures under 'records')
     n, errors = _avg(records, "request_count"), _avg(records, "error_request_count")
     what = [f"{int(n)} requests" if n is not None else "", f"{int(errors)} failed" if errors else "",
             f"model {', '.join(map(str, models))}" if models else "",
             f"concurrency {load['concurrency']}" if load.get("concurrency") is not None else "",
-            f"request rate {load['request_rate']}/s" if load.get("request_rate") is not None else ""]
+            f"request rate {load['request_rate']}/s" if load.get("request_rate") is not None else "",
+            f"{load['type']} schedule" if isinstance(load.get("type"), str) else ""]
     p.notes.append(f"{path.name}: AIPerf's summary of a run ({', '.join(w for w in what if w) or 'no figures'}): "
                    "no per-request records (those are in its profile_export.jsonl)" + _span(s, records, tz_offset_s))
     return p
@@ -332,7 +345,7 @@ _SUMMARY = re.compile(r'\A\s*\{\s*(?:"records"\s*:\s*\{\s*)?"[a-z_]+"\s*:\s*\{\s
                       r'"unit"\s*:\s*"[^"]*"\s*,\s*(?:"header"\s*:\s*"[^"]*"\s*,\s*)?"avg"\s*:')
 
 
-_VERSIONED = re.compile(r'\A\s*\{\s*"aiperf_version"\s*:')
+_VERSIONED = re.compile(r'\A\s*\{\s*(?:"schema_version"\s*:\s*"[^"]*"\s*,\s*)?"aiperf_version"\s*:')
 
 
 def sniff_records(head: str) -> str | None:

