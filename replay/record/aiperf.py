@@ -25,7 +25,16 @@ from replay.record.common import (
     utc_us,
 )
 from replay.record.dcgm import dcgm_hosts
-from replay.record.harness import after, count, duration_us, epoch_us, json_records, number, shown
+from replay.record.harness import (
+    after,
+    count,
+    duration_us,
+    epoch_us,
+    json_records,
+    lines_in,
+    number,
+    shown,
+)
 from replay.record.options import RecordOptions
 
 KINDS = ("aiperf-records", "aiperf-gpu-telemetry", "aiperf-server-metrics", "aiperf-summary")
@@ -136,7 +145,7 @@ def parse_records(path: Path, text: str) -> Parsed:
         meta = r.value["metadata"]
         phase = str(meta.get("benchmark_phase") or meta.get("credit_phase") or "")
         phases[phase] = phases.get(phase, 0) + 1
-    p.lines = text.count("\n") + (not text.endswith("\n")) if text else 0
+    p.lines = lines_in(text)
     kept = {k: n for k, n in phases.items() if k and k != "profiling"}
     errs = sum(1 for q in p.requests if q.status in ("error", "aborted"))
     p.notes.append(f"{path.name}: AIPerf's per-request records: {len(p.requests)} requests at the times it sent them"
@@ -199,7 +208,7 @@ def parse_gpu_telemetry(path: Path, text: str, host: str | None = None, instance
                 p.dcgm_labels.append((len(p.samples), labels))
                 p.samples.append((t, gpu, "dcgm", metric, v * scale))
         p.parsed += 1
-    p.lines = text.count("\n") + (not text.endswith("\n")) if text else 0
+    p.lines = lines_in(text)
     twice = sorted(u for u, s in urls.items() if len(s - {""}) > 1)
     if twice:
         p.notes.append(f"{path.name}: {len(twice)} GPU(s) scraped by several DCGM exporters "
@@ -251,7 +260,7 @@ def parse_server_metrics(path: Path, text: str) -> Parsed:
             continue
         recs.append((r.line, r.value))
         p.parsed += 1
-    p.lines = text.count("\n") + (not text.endswith("\n")) if text else 0
+    p.lines = lines_in(text)
     tags, endpoints = _series_tags(recs)
     others: set[str] = set()
     configs: set[tuple[tuple[str, str], ...]] = set()
@@ -298,7 +307,7 @@ def parse_summary(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     by that) and said so."""
     p = Parsed(kind="aiperf-summary")
     s = as_obj(json_value(path, text))
-    p.lines = p.parsed = text.count("\n") + (not text.endswith("\n"))
+    p.lines = p.parsed = lines_in(text)
     cfg = as_obj(s.get("input_config"))
     models = as_obj(cfg.get("endpoint")).get("model_names") or [  # (0.13: models.items[].name)
         m.get("name") for m in as_list(as_obj(cfg.get("models")).get("items")) if isinstance(m, dict)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from replay.record.common import Parsed, ParsedRequest, Parser, as_list, as_obj, json_value, utc_us
-from replay.record.harness import after, count, number
+from replay.record.harness import after, count, lines_in, number
 from replay.record.options import RecordOptions
 
 
@@ -93,7 +93,7 @@ def parse_result(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     leaves its field unknown for the rest, said in a note), its figures as a note."""
     p = Parsed(kind="vllm-bench-result")
     r: BenchResult = as_obj(json_value(path, text))  # type: ignore[assignment]
-    p.lines = p.parsed = text.count("\n") + (not text.endswith("\n"))
+    p.lines = p.parsed = lines_in(text)
     lens = {k: len(as_list(r.get(k))) for k in ARRAYS if k in r}
     n = max(lens.values(), default=0)
     run = f"run {r['run_number']} of a vllm bench sweep, " if "run_number" in r else ""

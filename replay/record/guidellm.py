@@ -19,7 +19,7 @@ from replay.record.common import (
     as_obj,
     json_value,
 )
-from replay.record.harness import count, epoch_us
+from replay.record.harness import count, epoch_us, lines_in
 from replay.record.options import RecordOptions
 
 LISTS: dict[str, RequestStatus] = {"successful": "ok", "errored": "error", "incomplete": "aborted"}
@@ -88,7 +88,7 @@ def parse_report(path: Path, text: str) -> Parsed:
     time is kept with none (said in a note), as is one a benchmark counts but did not keep (noted)."""
     p = Parsed(kind="guidellm-report")
     report = as_obj(json_value(path, text))
-    p.lines = p.parsed = text.count("\n") + (not text.endswith("\n"))
+    p.lines = p.parsed = lines_in(text)
     lines = _lines_of_ids(text)
     listed, counted = 0, 0
     for b, bench in enumerate(as_list(report.get("benchmarks"))):
