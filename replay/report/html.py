@@ -204,7 +204,7 @@ def _image_lane(fig: go.Figure, img: pl.DataFrame, hits: pl.DataFrame, each: int
                                  name=f"MM cache hits % ({src})", mode="lines", line={"color": "#17becf", "dash": "dot"}),
                       row=5, col=1, secondary_y=True)
     if hits.height:
-        fig.update_yaxes(title_text="% hits", row=5, col=1, secondary_y=True)
+        fig.update_yaxes(title_text="% hits", range=[0, 100], row=5, col=1, secondary_y=True)
 
 
 def _timeline_series(a: Analysis) -> int:
