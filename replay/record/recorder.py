@@ -661,6 +661,41 @@ def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, 
     return None
 
 
+def _device_rows(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(device_source(pl.col("source")) & pl.col("gpu").is_not_null() & pl.col("t_us").is_not_null())
+
+
+def _beside_same_index(g: _Gathered, path: Path, frame: pl.DataFrame) -> str | None:
+    """Where a file's GPU of some index has device samples over the same times as that index's samples of
+    the same source in an earlier file (two times or more each), and they are not the same samples (a
+    capture saved twice), what says so: one GPU is not sampled twice over, so the two are two
+    machines' (nvidia-smi's CSV of each node of a fleet names no host; its GPUs are 0-7 on every
+    node). None where none; this file's spans are kept for the files after it."""
+    mine = _device_rows(frame)
+    spans = mine.group_by("gpu", "source").agg(lo=pl.col("t_us").min(), hi=pl.col("t_us").max()).sort("gpu")
+    said = None
+    for gi, source, lo, hi in spans.iter_rows():
+        for name, fi, a, b in g.gpu_spans.get((gi, source), []):
+            if said is None and name != str(path) and lo <= b and a <= hi:
+                said = _two_machines(mine, _device_rows(g.sample_frames[fi]), gi, source, (max(lo, a), min(hi, b)), name)
+        g.gpu_spans.setdefault((gi, source), []).append((str(path), len(g.sample_frames), lo, hi))
+    return said
+
+
+def _two_machines(mine: pl.DataFrame, theirs: pl.DataFrame, gi: int, source: str, span: tuple[int, int],
+                  name: str) -> str | None:
+    """Why GPU ``gi``'s samples of two files over ``span`` are two machines'; None where they may be one's."""
+    def within(df: pl.DataFrame) -> pl.DataFrame:
+        return df.filter((pl.col("gpu") == gi) & (pl.col("source") == source) & pl.col("t_us").is_between(*span))
+    head, there = within(mine).head(1000), within(theirs)
+    if min(head["t_us"].n_unique(), there["t_us"].n_unique()) < 2:
+        return None  # (a snapshot taken while another file polled: one machine's)
+    if not head.join(there, on=list(head.columns), how="anti").height:
+        return None  # (the same samples: one capture saved twice)
+    return (f"GPU {gi}'s samples run over the same times as GPU {gi}'s of {Path(name).name}, and no UUID, "
+            "host or bus tells the two apart: one GPU is not sampled twice over")
+
+
 SAMPLES_AT_ONCE = 1 << 20  # the evidence's samples are written in frames of about this many
 
 
@@ -954,6 +989,8 @@ class _Gathered:
     quarantine: list[tuple[str, int | None, str, str]] = field(default_factory=list)
     unknown: list[Path] = field(default_factory=list)  # files of no known kind: every line quarantined
     gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    gpu_spans: dict[tuple[int, str], list[tuple[str, int, int, int]]] = field(default_factory=dict)  # each GPU
+    # index's device samples of a source, a file at a time: (file, its frame in sample_frames, first, last µs)
     versions: list[str] = field(default_factory=list)
     ranges: list[tuple[str, str]] = field(default_factory=list)
     metric_ranges: list[tuple[str, str]] = field(default_factory=list)  # the releases each scrape's names allow
@@ -1104,7 +1141,7 @@ def _log_span(g: _Gathered, path: Path, log: _LogFacts, lp: LogParse, rep: FileR
 
 def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, off: int) -> None:
     frame = r.frame()
-    elsewhere = _another_machine(g.gpus, r.gpus)
+    elsewhere = _another_machine(g.gpus, r.gpus) or _beside_same_index(g, path, frame)
     if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
         source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its
         # own name it was one series with this machine's instance of that id)
