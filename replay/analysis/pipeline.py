@@ -24,6 +24,7 @@ from replay.analysis.memory import (
     unchosen,
 )
 from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
+from replay.analysis.replicas import replicas
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -255,6 +256,16 @@ def kill_cause(e: dict[str, Any], events: list[dict[str, Any]]) -> tuple[str, st
     return None if x is None else ("probe", str(x["probe"])) if x.get("probe") else ("evicted", str(x["evicted"]))
 
 
+def _first_replica(b: Bundle) -> list[Finding]:
+    """Which of several replicas (the bundle's vLLM logs) crashed first, and when the others followed."""
+    r = replicas(b)
+    said = r.sentence()
+    if said is None or r.first is None:
+        return []
+    return [Finding("fleet:first_crash", f"Replica {r.first.replica} crashed first", said, "high",
+                    [{"t_us": c.t_us, "what": c.replica, "source": c.source} for c in r.crashes])]
+
+
 def _kills(events: list[dict[str, Any]]) -> list[Finding]:
     """Containers killed with SIGKILL (exit 137) that Kubernetes did not call OOMKilled: of a cause
     unstated, unless the kubelet says it killed that container for a failed probe, or evicted its pod
@@ -452,6 +463,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
             findings.append(Finding("oom:emulated", "EMULATED OOM: actual memory crossed the production capacity",
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
     findings += _kills(b.events)
+    findings += _first_replica(b)
     findings += _vllm_memory_errors(b.events)
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:

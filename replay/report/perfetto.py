@@ -16,6 +16,7 @@ from typing import IO, Any
 import polars as pl
 
 from replay.analysis.outages import starts
+from replay.analysis.replicas import events_of, replica_names, replica_of
 from replay.atomic import written_in_place
 from replay.bundle import Bundle
 
@@ -48,13 +49,23 @@ def _requests(b: Bundle, window: tuple[int, int] | None) -> pl.LazyFrame:
                     args=pl.struct(*REQUEST_ARGS))
 
 
+def _lanes(b: Bundle) -> dict[str | None, int]:
+    """The events' thread of each replica (its vLLM log) where the bundle holds several: one engine a
+    replica on the timeline; 0 for the rest (and for every event of a single engine's bundle)."""
+    names = replica_names(b.meta.inputs)
+    return {name: i + 1 for i, name in enumerate(names)} if len(names) > 1 else {}
+
+
 def _events(b: Bundle, window: tuple[int, int] | None) -> list[dict[str, Any]]:
     named: dict[int, str] = {}  # an engine's start is 'engine start'; 'engine restart' only after a crash or a stop
-    for st in starts(b.events):
-        named[id(st.markers[0])] = f"engine {st.label}"
-        named.update((id(m), "engine start marker") for m in st.markers[1:])
-    return [{"ph": "i", "pid": 3, "tid": 0, "s": "g", "ts": e["t_us"], "name": named.get(id(e), e["kind"]),
-             "args": {"source": e.get("source")}}
+    lanes = _lanes(b)  # (of that replica's own engine: another replica's crash makes no restart of this one)
+    names = tuple(n for n in lanes if n is not None)
+    for evs in events_of(b.events, names).values():
+        for st in starts(evs):
+            named[id(st.markers[0])] = f"engine {st.label}"
+            named.update((id(m), "engine start marker") for m in st.markers[1:])
+    return [{"ph": "i", "pid": 3, "tid": lanes.get(replica_of(e.get("source"), names), 0), "s": "t" if lanes else "g",
+             "ts": e["t_us"], "name": named.get(id(e), e["kind"]), "args": {"source": e.get("source")}}
             for e in b.events if e.get("t_us") is not None and not str(e.get("kind")).startswith("request_")
             and (window is None or window[0] <= e["t_us"] <= window[1])]
 
@@ -88,6 +99,8 @@ def write_perfetto(b: Bundle, out: Path, window: tuple[int, int] | None = None) 
         arr = _Array(fh)
         arr.add([{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}
                  for pid, name in ((1, "memory"), (2, "requests"), (3, "events"))])
+        arr.add([{"ph": "M", "pid": 3, "tid": tid, "name": "thread_name", "args": {"name": f"replica {name}"}}
+                 for name, tid in _lanes(b).items()])
         arr.add_frame(_counters(b, window))
         arr.add_frame(_requests(b, window))
         arr.add(_events(b, window))

@@ -1,0 +1,100 @@
+"""Replicas: a fleet's vLLM logs in one bundle, each log one replica with an engine of its own.
+
+A fleet's postmortem starts at the first domino: which replica went down first, and when the others
+followed. Each vLLM log recorded into the bundle is one replica (its events keep the log they came
+from: 'vllm-3.log:1234'), so its crashes, starts and timeline lane are its own, not the fleet's
+mixed together: a start of replica 5 after a crash of replica 3 is no restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from replay.analysis.outages import DOWN_KINDS
+from replay.bundle import Bundle
+
+LOG_KINDS = ("vllm-log", "log-export")  # the inputs that are a replica's own log
+_WHAT = {"oom": "a CUDA OOM", "engine_death": "its engine died", "emulated_oom": "an emulated OOM",
+         "host_oom_killed": "killed for host memory", "container_killed": "its container was killed (SIGKILL)"}
+
+
+@dataclass(frozen=True)
+class ReplicaCrash:
+    """A replica's first crash (``outages.DOWN_KINDS``), at µs since the bundle's start."""
+
+    replica: str  # its log's file name
+    t_us: int
+    kind: str
+    source: str | None  # 'file:line' where it is stated
+
+    @property
+    def what(self) -> str:
+        return _WHAT.get(self.kind, self.kind)
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """The bundle's replicas (its vLLM logs, by file name, as recorded) and the first crash of each that
+    crashed, earliest first."""
+
+    names: tuple[str, ...]
+    crashes: tuple[ReplicaCrash, ...]
+
+    @property
+    def first(self) -> ReplicaCrash | None:
+        return self.crashes[0] if self.crashes else None
+
+    def sentence(self) -> str | None:
+        """Which replica crashed first and when the others followed, in words; None with fewer than two
+        replicas or no crash."""
+        if len(self.names) < 2 or self.first is None:
+            return None
+        f = self.first
+        then = [f"{c.replica} {(c.t_us - f.t_us) / 1e6:.1f} s later ({c.what})" for c in self.crashes[1:]]
+        spared = len(self.names) - len(self.crashes)
+        return (f"{f.replica} crashed first ({f.what}, at {f.t_us / 1e6:.1f} s, {f.source})"
+                + (f"; then {', '.join(then)}" if then else "")
+                + (f"; {spared} of the {len(self.names)} replicas did not crash" if spared else
+                   f"; every one of the {len(self.names)} replicas crashed"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"replicas": list(self.names), "sentence": self.sentence(),
+                "crashes": [{"replica": c.replica, "s": round(c.t_us / 1e6, 3), "kind": c.kind, "source": c.source}
+                            for c in self.crashes]}
+
+
+def replica_names(inputs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The file names of the recorded vLLM logs, in the order they were recorded, each once."""
+    names = [PurePath(str(i.get("path"))).name for i in inputs if i.get("kind") in LOG_KINDS]
+    return tuple(dict.fromkeys(names))
+
+
+def replica_of(source: str | None, names: tuple[str, ...]) -> str | None:
+    """The replica an event's source ('vllm-3.log:1234') states it in; None where it is none's."""
+    if not source:
+        return None
+    name, _, line = source.rpartition(":")
+    name = name if line.isdigit() else source
+    return name if name in names else None
+
+
+def events_of(events: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str | None, list[dict[str, Any]]]:
+    """The events of each replica (under None those of no replica: Kubernetes', the GPUs')."""
+    out: dict[str | None, list[dict[str, Any]]] = {}
+    for e in events:
+        out.setdefault(replica_of(e.get("source"), names), []).append(e)
+    return out
+
+
+def replicas(b: Bundle) -> Replicas:
+    """Each replica's first crash, earliest first (ties by the order of the logs)."""
+    names = replica_names(b.meta.inputs)
+    firsts: dict[str, ReplicaCrash] = {}
+    for e in sorted((e for e in b.events if e.get("kind") in DOWN_KINDS and e.get("t_us") is not None),
+                    key=lambda e: int(e["t_us"])):
+        name = replica_of(e.get("source"), names)
+        if name is not None and name not in firsts:
+            firsts[name] = ReplicaCrash(name, int(e["t_us"]), str(e["kind"]), e.get("source"))
+    return Replicas(names, tuple(sorted(firsts.values(), key=lambda c: (c.t_us, names.index(c.replica)))))
