@@ -263,4 +263,14 @@ def test_a_template_is_refused_where_a_word_could_end_in_its_hex() -> None:
     assert scan._ends_in_hex(b"INFO 05-19 10:13:00 [core.py:1] Added request blo") is False
     assert scan._ends_in_hex(b"INFO 05-19 10:13:00 [core.py:1] Added request enginedea") is True
     t = scan.template_of(b"INFO 05-19 10:13:00 [core.py:1] Added request cmpl-0f3a-0.")
-    assert t is not None and t.code == scan.ADDED and len(t.digits) == 10 and len(t.hex) == len("-0f3a-0.")
+    assert t is not None and t.code == scan.ADDED and len(t.digits) == 10 and len(t.hex) == len("0f3a0")
+
+
+def test_the_lane_checks_tell_every_byte_as_a_byte_test_does() -> None:
+    """The eight-bytes-at-once digit and hex checks flag exactly the bytes a byte-by-byte test flags."""
+    import numpy as np
+    every = np.arange(256, dtype=np.uint8)
+    not_digit = scan._not_digits(every.view(np.uint64)).view(np.uint8) != 0
+    not_hex = scan._not_hex(every.view(np.uint64)).view(np.uint8) != 0
+    assert (not_digit == ~np.isin(every, list(b"0123456789"))).all()
+    assert (not_hex == ~np.isin(every, list(b"0123456789abcdef"))).all()
