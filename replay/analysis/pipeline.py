@@ -23,8 +23,8 @@ from replay.analysis.memory import (
     machines_frame,
     unchosen,
 )
-from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
-from replay.analysis.replicas import replicas
+from replay.analysis.outages import DOWN_KINDS, Outage
+from replay.analysis.replicas import replica_engine_starts, replica_outages, replicas
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -140,7 +140,7 @@ class Analysis:
                             for a in self.attributions],
             "findings": [f.__dict__ for f in self.findings],
             "unjudged": [u.__dict__ for u in self.unjudged],
-            "engine_starts": engine_starts(self.bundle.events),
+            "engine_starts": replica_engine_starts(self.bundle),
             "downtime_s": round(sum(o.seconds(self.end_us) for o in self.outages), 3) if self.outages else None,
             "outages": [{"down_s": s(o.down_us), "up_s": s(o.up_us), "cause": o.cause, "source": o.source,
                          "seconds": round(o.seconds(self.end_us), 3), "at_least": o.lower_bound} for o in self.outages],
@@ -493,7 +493,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
     findings += cuda.values()
     findings += _shared_gpus(b.meta.gpus)
-    out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), outages(b.events),
+    out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), replica_outages(b),
                    machines=machines, machines_total=machines_total)
     out.unjudged = unjudged(out)
     return out

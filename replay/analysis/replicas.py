@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from replay.analysis.outages import DOWN_KINDS
+from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
 from replay.bundle import Bundle
 
 LOG_KINDS = ("vllm-log", "log-export")  # the inputs that are a replica's own log
@@ -98,3 +98,22 @@ def replicas(b: Bundle) -> Replicas:
         if name is not None and name not in firsts:
             firsts[name] = ReplicaCrash(name, int(e["t_us"]), str(e["kind"]), e.get("source"))
     return Replicas(names, tuple(sorted(firsts.values(), key=lambda c: (c.t_us, names.index(c.replica)))))
+
+
+def replica_outages(b: Bundle) -> list[Outage]:
+    """The outages of each replica's own engine, in time order (a start of one replica ends no outage of
+    another); the events of no replica (Kubernetes', the GPUs') are an engine of their own. With one
+    log or none, the bundle's outages as one engine's."""
+    names = replica_names(b.meta.inputs)
+    if len(names) < 2:
+        return outages(b.events)
+    return sorted((o for evs in events_of(b.events, names).values() for o in outages(evs)), key=lambda o: o.down_us)
+
+
+def replica_engine_starts(b: Bundle) -> int:
+    """How many times the replicas' engines started, each replica's starts counted on its own (two
+    replicas started within a minute of each other are two starts, not one)."""
+    names = replica_names(b.meta.inputs)
+    if len(names) < 2:
+        return engine_starts(b.events)
+    return sum(engine_starts(evs) for evs in events_of(b.events, names).values())

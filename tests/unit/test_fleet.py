@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay.analysis.outages import starts
+from replay.analysis.outages import outages, starts
 from replay.analysis.pipeline import analyze_bundle
 from replay.analysis.replicas import replica_of, replicas
 from replay.bundle import read_bundle
@@ -118,3 +118,16 @@ def test_each_replica_is_an_engine_of_its_own_on_the_timeline(fleet: tuple[Path,
     assert sorted(e["tid"] for e in marks if e["name"] == "engine start") == [1, 2, 3]
     assert any(st.restart for st in starts(read_bundle(bundle).events))  # (the fleet's events as one engine's)
     assert all(e["tid"] == lanes[f"replica {replica_of(e['args']['source'], names)}"] for e in marks)
+
+
+def test_each_replicas_outage_is_its_own(fleet: tuple[Path, list]) -> None:
+    """replica-1's crash (19:05) is not ended by replica-0's start (19:22): every replica's outage runs
+    to the end of the evidence, and the engines' starts are counted a replica at a time (3, where the
+    fleet's events as one engine's would count replica-0's start as replica-1's restart)."""
+    bundle, _ = fleet
+    a = analyze_bundle(read_bundle(bundle))
+    assert len(a.outages) == 3 and all(o.up_us is None and o.lower_bound for o in a.outages)
+    assert [replica_of(o.source, replicas(a.bundle).names) for o in a.outages] == [
+        "replica-1.log", "replica-2.log", "replica-0.log"]
+    assert a.summary()["engine_starts"] == 3
+    assert [o.up_us is None for o in outages(a.bundle.events)] != [True] * 3  # (as one engine's: one closed)
