@@ -17,9 +17,10 @@ which is always right. Tests hold every class given to the reference's reading o
 Cost (``benchmarks/bench_time_to_answer.py --scanners``, on the benchmark's 1 GiB log, CPU time):
 ``scan`` 16 s, x45 of ``grep -c``: the binding calls Python once per match (0.2 us: 2 s for the
 log's 10.8 M lines before any work) and the anchored prefix patterns run an automaton over every line.
-``scan_lines`` 2.3-3.5 s, x6-9 (this 2-core machine was shared while it was measured): reading the
-pieces 0.25 s and finding their LFs 0.3 s (grep's own work), the rest comparing rows of eight-byte
-words, ~60 ns a line.
+``scan_lines`` 1.6-1.9 s, x4.2-4.9 (best of four, this 2-core machine shared while it was measured):
+reading the pieces 0.25 s and finding their LFs 0.3 s (grep's own work), most of the rest comparing
+rows of eight-byte words, ~100 ns a line. An allocation of a piece's size costs a page fault a 4 KiB
+here (2 s a GiB), so the buffers and line arrays are kept from piece to piece.
 """
 
 from __future__ import annotations
@@ -467,43 +468,58 @@ def _equal_to(t: Template, buf: npt.NDArray[np.uint8], starts: Lines) -> npt.NDA
     return out
 
 
+class _ByLength:
+    """A piece's lines grouped by length (a radix sort of lengths that fit 16 bits, lines in file order
+    within a length), the lines of a length not yet placed, and how many are left of each length."""
+
+    def __init__(self, lens: Lines) -> None:
+        short = np.where((lens > 0) & (lens <= TEMPLATE_MAX_BYTES), lens, 0).astype(np.uint16)
+        self.order = np.argsort(short, kind="stable")
+        self.count = np.bincount(short, minlength=TEMPLATE_MAX_BYTES + 1)
+        self.bounds = np.concatenate(([0], np.cumsum(self.count)))
+        self.count[0] = 0  # (empty and long lines: never a template's)
+        self.taken = np.zeros(len(lens), dtype=bool)
+
+    def left(self, length: int) -> Lines:
+        same = self.order[self.bounds[length]:self.bounds[length + 1]]
+        return same[~self.taken[same]]
+
+    def drop(self, length: int, gone: Lines) -> None:
+        self.taken[gone] = True
+        self.count[length] -= len(gone)
+
+
 def _place(buf: npt.NDArray[np.uint8], starts: Lines, lens: Lines, codes: npt.NDArray[np.uint8],
            known: list[Template]) -> None:
     """Give each line of a piece the class of the template it equals (``codes``, REFERENCE elsewhere):
     first the templates of pieces before (a log's shapes repeat), then ones taken from lines of the
     commonest length left (added to ``known``); a length whose lines gave no template three times is
     given up (its lines are left to the reference)."""
-    left = np.flatnonzero((lens > 0) & (lens <= TEMPLATE_MAX_BYTES))
-    taken = np.zeros(len(starts), dtype=bool)
+    by = _ByLength(lens)
 
     def take(t: Template, same: Lines) -> Lines:
-        if not len(same):
-            return same
-        hit = same[_equal_to(t, buf, starts[same])]
+        hit = same[_equal_to(t, buf, starts[same])] if len(same) else same
         codes[hit] = t.code
         return hit
-
-    def drop(gone: Lines) -> Lines:
-        taken[gone] = True
-        return left[~taken[left]]
     for was in known:
-        if len(left):
-            left = drop(take(was, left[lens[left] == len(was.text)]))
+        n = len(was.text)
+        if by.count[n]:
+            by.drop(n, take(was, by.left(n)))
     failed: dict[int, int] = {}
     for _ in range(TEMPLATE_TRIES):
-        if not len(left):
+        length = int(by.count.argmax())
+        if not by.count[length]:
             return
-        of_len = lens[left]
-        length = int(np.bincount(of_len).argmax())
-        same = left[of_len == length]
+        same = by.left(length)
         first = int(same[0])
         t = template_of(buf[starts[first]:starts[first] + length].tobytes())
         if t is None:
             failed[length] = failed.get(length, 0) + 1
-            left = drop(same if failed[length] >= 3 else same[:1])
+            by.drop(length, same if failed[length] >= 3 else same[:1])
         else:
             known.append(t)
-            left = drop(np.append(take(t, same), first))
+            hit = take(t, same)
+            by.drop(length, hit if first in hit[:1] else np.append(hit, first))
 
 
 def scan_lines(data: bytes | mmap.mmap, piece_bytes: int = PIECE_BYTES) -> LineClasses:
@@ -529,8 +545,9 @@ class _Pieces:
 
     def __init__(self, piece_bytes: int) -> None:
         self.pad = TEMPLATE_MAX_BYTES + 8
-        self.buf = np.zeros(piece_bytes + self.pad, np.uint8)
-        self.lf = np.zeros(piece_bytes, dtype=bool)
+        self.buf = np.zeros(piece_bytes + self.pad + min(piece_bytes, 1 << 20), np.uint8)  # (and a part line)
+        self.lf = np.zeros(len(self.buf), dtype=bool)
+        self.starts = np.zeros(0, np.int64)  # (kept from piece to piece, as the buffer is)
         self.codes: list[npt.NDArray[np.uint8]] = []
         self.ends: list[Lines] = []  # each piece's line ends (its LFs, and its end where no LF ends it)
         self.at = [0]  # each piece's offset, and the end of the last
@@ -549,9 +566,14 @@ class _Pieces:
         ends = np.flatnonzero(np.equal(self.buf[:n], 10, out=self.lf[:n]))
         if not len(ends) or ends[-1] != n - 1:
             ends = np.append(ends, n)
-        starts = np.concatenate(([0], ends[:-1] + 1))
+        if len(self.starts) < 2 * len(ends):
+            self.starts = np.zeros(2 * len(ends) + 1024, np.int64)
+        starts, lens = self.starts[:len(ends)], self.starts[len(ends):2 * len(ends)]
+        starts[0] = 0
+        np.add(ends[:-1], 1, out=starts[1:])
+        np.subtract(ends, starts, out=lens)
         codes = np.zeros(len(ends), np.uint8)
-        _place(self.buf, starts, ends - starts, codes, self.known)
+        _place(self.buf, starts, lens, codes, self.known)
         self.codes.append(codes)
         self.ends.append(ends)
         self.at.append(self.at[-1] + n)
