@@ -661,8 +661,8 @@ def _another_machine(known: dict[int, dict[str, Any]], new: dict[int, dict[str, 
     return None
 
 
-def _device_rows(frame: pl.DataFrame) -> pl.DataFrame:
-    return frame.filter(device_source(pl.col("source")) & pl.col("gpu").is_not_null() & pl.col("t_us").is_not_null())
+def _device_rows() -> pl.Expr:
+    return device_source(pl.col("source")) & pl.col("gpu").is_not_null() & pl.col("t_us").is_not_null()
 
 
 def _beside_same_index(g: _Gathered, path: Path, frame: pl.DataFrame) -> str | None:
@@ -671,13 +671,13 @@ def _beside_same_index(g: _Gathered, path: Path, frame: pl.DataFrame) -> str | N
     capture saved twice), what says so: one GPU is not sampled twice over, so the two are two
     machines' (nvidia-smi's CSV of each node of a fleet names no host; its GPUs are 0-7 on every
     node). None where none; this file's spans are kept for the files after it."""
-    mine = _device_rows(frame)
-    spans = mine.group_by("gpu", "source").agg(lo=pl.col("t_us").min(), hi=pl.col("t_us").max()).sort("gpu")
+    spans = (frame.lazy().filter(_device_rows()).group_by("gpu", "source")  # (no copy of the file's rows)
+             .agg(lo=pl.col("t_us").min(), hi=pl.col("t_us").max()).sort("gpu").collect())
     said = None
     for gi, source, lo, hi in spans.iter_rows():
         for name, fi, a, b in g.gpu_spans.get((gi, source), []):
             if said is None and name != str(path) and lo <= b and a <= hi:
-                said = _two_machines(mine, _device_rows(g.sample_frames[fi]), gi, source, (max(lo, a), min(hi, b)), name)
+                said = _two_machines(frame, g.sample_frames[fi], gi, source, (max(lo, a), min(hi, b)), name)
         g.gpu_spans.setdefault((gi, source), []).append((str(path), len(g.sample_frames), lo, hi))
     return said
 
@@ -685,9 +685,10 @@ def _beside_same_index(g: _Gathered, path: Path, frame: pl.DataFrame) -> str | N
 def _two_machines(mine: pl.DataFrame, theirs: pl.DataFrame, gi: int, source: str, span: tuple[int, int],
                   name: str) -> str | None:
     """Why GPU ``gi``'s samples of two files over ``span`` are two machines'; None where they may be one's."""
-    def within(df: pl.DataFrame) -> pl.DataFrame:
-        return df.filter((pl.col("gpu") == gi) & (pl.col("source") == source) & pl.col("t_us").is_between(*span))
-    head, there = within(mine).head(1000), within(theirs)
+    def within(df: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:  # (one filter: no copy of a day's rows)
+        return df.filter((pl.col("gpu") == gi) & (pl.col("source") == source) & pl.col("t_us").is_between(lo, hi))
+    head = within(mine, *span).head(1000)
+    there = within(theirs, int(head["t_us"].min()), int(head["t_us"].max())) if head.height else head  # type: ignore[arg-type]
     if min(head["t_us"].n_unique(), there["t_us"].n_unique()) < 2:
         return None  # (a snapshot taken while another file polled: one machine's)
     if not head.join(there, on=list(head.columns), how="anti").height:
