@@ -9,7 +9,12 @@ import pytest
 
 from replay.bundle import read_bundle
 from replay.engine import catalogue
-from replay.metrics import NEVER_EXISTED_METRICS, VLLM_METRICS, releases_exposing, releases_exposing_all
+from replay.metrics import (
+    NEVER_EXISTED_METRICS,
+    VLLM_METRICS,
+    releases_exposing,
+    releases_exposing_all,
+)
 from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA
 
