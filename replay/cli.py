@@ -340,7 +340,7 @@ def record(
     for n in summary["notes"]:
         err.print(f"[yellow]note:[/] {escape(n)}")
     err.print(f"t0 {summary['t0_utc']}: {summary['samples']} samples, {summary['events']} events, "
-              f"{summary['quarantined']} quarantined lines")
+              f"{summary['requests']} requests, {summary['quarantined']} quarantined lines")
 
 
 @app.command()

@@ -1327,7 +1327,12 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
         w.close(remove)
     _requests_after(into, meta, w, g, t0, opts)
     return {"t0_utc": meta.t0_utc, "samples": w.counts["samples"], "events": w.counts["events"],
-            "quarantined": w.counts["quarantined"], "notes": meta.notes}
+            "requests": _rows(into / "requests.parquet"), "quarantined": w.counts["quarantined"], "notes": meta.notes}
+
+
+def _rows(path: Path) -> int:
+    """A written parquet file's rows, from its metadata (0: no such file)."""
+    return pl.scan_parquet(path).select(pl.len()).collect().item() if path.exists() else 0
 
 
 def _write_events(w: BundleWriter, g: _Gathered, t0: int | None) -> None:

@@ -164,6 +164,7 @@ def test_aiperf_run_on_one_timeline_through_the_cli(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     said = r.stdout + r.stderr
     assert "aiperf-records" in said and "aiperf-gpu-telemetry" in said and "aiperf-summary" in said
+    assert "100 samples" in said and "10 requests" in said  # (the summary line counts what the bundle holds)
     b = read_bundle(tmp_path / "b.bundle")
     rq = _requests(tmp_path / "b.bundle")
     assert b.meta.t0_utc == "2025-11-07T21:38:50.946074Z" and b.samples.height == 100 and rq.height == 10
