@@ -109,7 +109,7 @@ def os_error_message(e: OSError) -> str:
 
 @app.command("import")
 def import_cmd(
-    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, bailian, vidur, splitwise, vllm-bench, sharegpt (the conversations of vLLM's --dataset-name sharegpt, a JSON array or JSON lines: the first turn is the prompt, every request arrives at 0), servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0), or auto to tell it from the file's columns.")],
+    fmt: Annotated[str, typer.Argument(help="Source format: azure, burstgpt, mooncake, vllm-timed-trace (vLLM bench's timed_trace: timestamps in seconds; auto tells it by its decimal timestamps), bailian, vidur, splitwise, vllm-bench, sharegpt (the conversations of vLLM's --dataset-name sharegpt, a JSON array or JSON lines: the first turn is the prompt, every request arrives at 0), servegen-offline (a batch job of Alibaba Model Studio: every request arrives at 0), or auto to tell it from the file's columns.")],
     src: Annotated[Path, typer.Argument(help="The public trace file (.csv, .jsonl, optionally gzip, bzip2 or xz).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Trace to write (replay-trace/1 JSONL).")] = Path("trace.jsonl"),
 ) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
@@ -43,6 +43,8 @@ FORMATS: dict[str, str] = {
     "azure": "Azure LLM inference 2023/2024 and Azure multimodal 2025 CSV (TIMESTAMP, ContextTokens, GeneratedTokens[, NumImages])",
     "burstgpt": "BurstGPT v1/v2 CSV (Timestamp, [Session ID, Elapsed time,] Model, Request tokens, Response tokens, ...)",
     "mooncake": "Mooncake/Kimi JSONL (timestamp ms, input_length, output_length, hash_ids)",
+    "vllm-timed-trace": "vLLM bench's timed_trace JSONL (timestamp s, input_length, output_length, hash_ids of 16 "
+                        "tokens each); auto tells it from Mooncake's by its timestamps written as decimals",
     "bailian": "Alibaba Qwen-Bailian JSONL/CSV (chat_id, parent_chat_id, timestamp s, input_length, output_length, type, turn, hash_ids)",
     "vidur": "Vidur processed-trace CSV (arrived_at s, num_prefill_tokens, num_decode_tokens)",
     "splitwise": "splitwise-sim CSV (request_id, arrival_timestamp s, prompt_size, token_size, ...)",
@@ -755,19 +757,29 @@ def _jint(col: str, schema: pl.Schema) -> pl.Expr:
     return _count(_jcast(col, schema, pl.Float64))
 
 
-def import_mooncake(path: Path, label: Path) -> _Plan:
+def _length_trace(path: Path, label: Path, fmt: str, unit: Literal["ms", "s"], block_size: int) -> _Plan:
+    """A JSONL of timestamp, input_length, output_length and hash_ids: Mooncake's (ms, 512-token blocks)
+    and vLLM bench's timed_trace (s, 16-token blocks) alike."""
     lf, cols = _scan_jsonl(path, label)
-    _require(cols, ["timestamp", "input_length", "output_length"], label, "mooncake")
+    _require(cols, ["timestamp", "input_length", "output_length"], label, fmt)
     schema = lf.collect_schema()
     fields = _common_fields(src_ts=pl.col("timestamp"))
     if "hash_ids" in cols:
         fields["prefix_blocks"] = pl.col("hash_ids")
     extra = [c for c in cols if c not in ("timestamp", "input_length", "output_length", "hash_ids")]
-    abs_us = _us(_jcast("timestamp", schema, pl.Float64) * 1000)
+    abs_us = _us(_jcast("timestamp", schema, pl.Float64) * (1000 if unit == "ms" else 1_000_000))
     return _Plan(lf, abs_us, {"input_tokens": _jint("input_length", schema), "output_tokens": _jint("output_length", schema)},
-                 fields, extra, {"src_unit": "ms", "src_origin": "relative", "tz_assumed": None,
+                 fields, extra, {"src_unit": unit, "src_origin": "relative", "tz_assumed": None,
                                  "clock": "unknown", "quantum_ms": None},
-                 {"block_size": 512, "hash_scope": "global"}, 1)
+                 {"block_size": block_size, "hash_scope": "global"}, 1)
+
+
+def import_mooncake(path: Path, label: Path) -> _Plan:
+    return _length_trace(path, label, "mooncake", "ms", 512)
+
+
+def import_vllm_timed_trace(path: Path, label: Path) -> _Plan:
+    return _length_trace(path, label, "vllm-timed-trace", "s", 16)
 
 
 def import_bailian(path: Path, label: Path) -> _Plan:
@@ -913,6 +925,7 @@ def import_servegen_offline(path: Path, label: Path) -> _Plan:
 
 _IMPORTERS: dict[str, Callable[[Path, Path], _Plan]] = {
     "azure": import_azure, "burstgpt": import_burstgpt, "mooncake": import_mooncake,
+    "vllm-timed-trace": import_vllm_timed_trace,
     "bailian": import_bailian, "vidur": import_vidur, "splitwise": import_splitwise,
     "vllm-bench": import_vllm_bench, "servegen-offline": import_servegen_offline, "sharegpt": import_sharegpt,
 }
@@ -933,6 +946,12 @@ _SIGNATURES: list[tuple[str, str, set[str]]] = [
     ("json", "mooncake", {"timestamp", "input_length", "output_length"}),
     ("json", "servegen-offline", {"request_id", "input_length"}),
 ]
+
+
+def _seconds_or_ms(fmt: str, first: dict[str, Any]) -> str:
+    """Mooncake's columns with a timestamp written as a decimal (``0.0``, ``1.25``) are vLLM bench's
+    timed_trace, in seconds; Mooncake's own are whole milliseconds."""
+    return "vllm-timed-trace" if fmt == "mooncake" and isinstance(first.get("timestamp"), float) else fmt
 
 
 def detect_format(path: Path, label: Path) -> str:
@@ -974,7 +993,7 @@ def detect_format(path: Path, label: Path) -> str:
                               "replay synth --servegen")
     for k, fmt, need in _SIGNATURES:
         if k == kind and need <= cols:
-            return fmt
+            return _seconds_or_ms(fmt, obj) if kind == "json" else fmt
     raise ReplayError(f"{label}: cannot tell the format from its {'columns' if kind == 'csv' else 'keys'} "
                       f"({', '.join(sorted(cols))[:200]}); name it: replay import FORMAT {label}, FORMAT one of "
                       f"{', '.join(_IMPORTERS)}", 2)

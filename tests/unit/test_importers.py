@@ -190,6 +190,24 @@ def test_mooncake_hash_ids_to_prefix_blocks(rel: str, tmp_path: Path) -> None:
     assert read_header(out).prefix["block_size"] == 512
 
 
+def test_a_vllm_timed_trace_is_read_in_seconds(tmp_path: Path) -> None:
+    """GIVEN Mooncake's conversation trace (timestamps in whole ms) exported as vLLM bench's timed_trace
+    (the same keys, timestamps in seconds as decimals) WHEN each is imported with auto THEN the Mooncake
+    file is read as Mooncake and the export as vllm-timed-trace, and both give every request at the same
+    time and length (read as Mooncake's ms, the export's arrivals were a thousand times too close)."""
+    from replay.trace.exporters import export_trace
+    src = shared("traces/mooncake/conversation_trace.jsonl")
+    first = import_trace("auto", src, tmp_path / "m.jsonl")
+    export_trace("vllm-timed-trace", tmp_path / "m.jsonl", tmp_path / "timed.jsonl")
+    again = import_trace("auto", tmp_path / "timed.jsonl", tmp_path / "t.jsonl")
+    assert (first.format, again.format) == ("mooncake", "vllm-timed-trace")
+    a, b = list(iter_requests(tmp_path / "m.jsonl")), list(iter_requests(tmp_path / "t.jsonl"))
+    assert len(a) == len(b) > 100 and max(r["t_us"] for r in b) > 1_000_000_000  # (hours of a real trace)
+    assert [(r["t_us"], r["input_tokens"], r["output_tokens"]) for r in a] == \
+        [(r["t_us"], r["input_tokens"], r["output_tokens"]) for r in b]
+    assert read_header(tmp_path / "t.jsonl").prefix["block_size"] == 16
+
+
 def test_vidur_and_splitwise(tmp_path: Path) -> None:
     src = shared("traces/vidur/splitwise_conv.head500.csv")
     n, s_in, _ = _csv_truth(src, "num_prefill_tokens", "num_decode_tokens")
