@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from replay.analysis.memory import stated_gib
 from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
 from replay.bundle import Bundle
+from replay.units import GiB
 
 LOG_KINDS = ("vllm-log", "log-export")  # the inputs that are a replica's own log
+LOG_SERIES = "vllm-log"  # the source of a log's stats samples; 'vllm-log[NAME]' where they run beside another's
 _WHAT = {"oom": "a CUDA OOM", "engine_death": "its engine died", "emulated_oom": "an emulated OOM",
          "host_oom_killed": "killed for host memory", "container_killed": "its container was killed (SIGKILL)"}
 
@@ -117,3 +120,31 @@ def replica_engine_starts(b: Bundle) -> int:
     if len(names) < 2:
         return engine_starts(b.events)
     return sum(engine_starts(evs) for evs in events_of(b.events, names).values())
+
+
+def series_replicas(sources: list[str], names: tuple[str, ...]) -> dict[str, str]:
+    """The replica of each vLLM log stats series among ``sources``: 'vllm-log[replica-2.log]' (and its
+    data-parallel engines', 'vllm-log[replica-2.log][Engine 001]') is replica-2.log's; 'vllm-log', the
+    series of the first log recorded, is the replica's that has no series of its own, where exactly one
+    has none. Series of no known replica (a Prometheus export's, 'vllm-log' where two logs' stats
+    never overlapped) are left out."""
+    own = {s: _named(s, names) for s in sources if s.startswith(LOG_SERIES)}
+    unnamed = [n for n in names if n not in own.values()]
+    first = unnamed[0] if len(unnamed) == 1 else None
+    return {s: name for s, name in ((s, n or first) for s, n in own.items()) if name is not None}
+
+
+def _named(source: str, names: tuple[str, ...]) -> str | None:
+    """The replica a stats series names ('vllm-log[replica-2.log]…'), None where it names none."""
+    inner = source.removeprefix(LOG_SERIES).removeprefix("[")
+    for n in names:
+        if inner.startswith(n + "]"):
+            return n
+    return None
+
+
+def replica_kv_pools(b: Bundle, names: tuple[str, ...]) -> dict[str, float | None]:
+    """Each replica's KV cache pool in bytes, as its own log states it (None where it states none)."""
+    evs = events_of(b.events, names)
+    pools = {n: stated_gib(evs.get(n, []), "kv_cache_gib") for n in names}
+    return {n: None if gib is None else gib * GiB for n, gib in pools.items()}

