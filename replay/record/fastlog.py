@@ -13,19 +13,31 @@ next line opens a new message, so nothing could attach to it; every other line (
 accounting, OOM messages, tracebacks, wrapped or unusually prefixed lines) goes, in file order, to
 ``vllm_log.LogParser``, which remains the reference for what a line means. Tests check that both
 routes give the same facts.
+
+Before any of that, a piece of vLLM's own lines (not JSON, not opened by an envelope) goes through
+the template scanner (``scan.PieceScanner``): the lines equal to a template, byte for byte but for
+their time, client address or request id's hex, are read at that template's offsets (an Added or
+Finished line's id, time and repeat key; an access or fact-less line only counted), and only the
+others (the stats lines, the rare shapes, each piece's last line) are classified in polars. A
+template is used only where this lane would read its line the same way (``_shape``), and its lines
+are counted in ``FastFacts.template_lines``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from replay.filehash import (
@@ -79,6 +91,9 @@ from replay.record.vllm_log import (
     physical_lines,
     split_line,
 )
+
+if TYPE_CHECKING:  # (``scan`` reads this module's INERT_UNLESS: imported where it is used)
+    from replay.record.scan import PieceClasses, PieceScanner, Template
 
 _PROC = r"\((?P<proc>" + PROC_BODY + r")\) *"
 # the strict shape of a fast-lane line: single spaces, so that plain splitting finds its fields; the
@@ -180,6 +195,7 @@ class FastFacts:
     request_ends: list[tuple[int, str]] = field(default_factory=list)  # (line, ts) of each file's first and
     # last request fact: enough to see where a log turns to a new year without reading them
     lines: int = 0
+    template_lines: int = 0  # of ``lines``: read by their template's fixed shape (``_templated``)
 
     def stats_frame(self, drop: pl.Series | None = None) -> pl.LazyFrame:
         """The stats facts (few: one per 10 s of log), less those whose repeat key is in ``drop``."""
@@ -587,16 +603,20 @@ def _marks(df: pl.DataFrame, esc: bool = True) -> pl.DataFrame:
 
 def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts: bool = False,
               has_esc: bool = True, json_lines: bool = True, request_keys: bool = True, web: bool = True,
-              logged_first: bool = False) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]],
-                         list[tuple[int, str]]]:
+              logged_first: bool = False, known: _Templated | None = None,
+              ) -> tuple[pl.DataFrame, pl.Series, pl.DataFrame, pl.DataFrame, list[tuple[str, int]], list[tuple[int, str]]]:
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), representative lines for version inference, and the first and last fast
-    line that states a time (``_timed_ends``).
+    line that states a time (``_timed_ends``). With ``known``, only the lines its templates left (its
+    ``rest``; the frame and flags returned are theirs), and its facts joined to theirs.
 
     Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
     raw = pl.col("raw")
-    df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
+    if known is None:
+        df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
+    else:
+        df = pl.DataFrame({"raw": lines.gather(known.rest), "line": known.rest.cast(pl.Int64) + first_no})
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
@@ -617,7 +637,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # runtime's own log file) is stripped whole first and marked once. So with colour codes that lost their
     # ESC (a line that opens with one opens no message: where a runtime's time comes first, the
     # line-by-line parser reads it)
-    first = df["raw"][0] if df.height else None
+    first = df["raw"][0] if df.height and known is None else None  # (with ``known``, the piece's first line has none)
     if first is not None and _ENVELOPED.match(first):
         df = _strip_envelopes(df, pl.int_range(0, df.height, dtype=pl.UInt32, eager=True))
         marks = _marks(df, esc)
@@ -629,7 +649,10 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
             df = _strip_envelopes(_take_out_bare_codes(df, at), at)
             again = _marks(df[at], esc)
             marks = marks.with_columns(marks[c].scatter(at, again[c]) for c in marks.columns)
-    clean = marks["opens"].shift(-1).fill_null(False) & ~marks["esc"]
+    opens_next = marks["opens"].shift(-1).fill_null(False)
+    if known is not None:  # (the next line may be a template's, which opens a message, or none of these)
+        opens_next = (opens_next & known.adjacent) | known.before_classed
+    clean = opens_next & ~marks["esc"]
     # (the frames below stay narrow: every filter copies every column; a line as the file has it is
     # fetched by its number for the few that represent the rest)
     cand, heads = _fields(df.select("line", "raw", "iso").filter(clean & marks["want"]))
@@ -688,6 +711,9 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         rq = _heads(rq, heads.select("ts")).with_columns(kind=kind)
     requests = rq.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
                          request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
+    if known is not None and known.requests.height:  # (in line order: sorted only where both hold some)
+        requests = (pl.concat([requests, known.requests.select(requests.columns)]).sort("line") if requests.height
+                    else known.requests.select(requests.columns))
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
     rv = cand.filter(msg.str.starts_with("Received request "))
     rv = _received(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts) \
@@ -699,20 +725,21 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     ac = df.select("line", "raw", "iso").filter(clean & marks["ac"])
     ac = ac.filter(pl.col("raw").str.contains(ACCESS))
     lines_fast = pl.concat([st["line"], rq["line"], rv["line"], ac["line"]])
-    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(lines_fast - first_no, True)
+    is_fast = pl.zeros(df.height, pl.Boolean, eager=True).scatter(_rows(df, lines_fast, first_no, known), True)
     # every other clean, strictly shaped line whose message can say nothing (startup chatter, DEBUG
     # logging): parsed, with no fact
     gen = df.select("line", "raw", "iso").filter(clean & ~is_fast)
     if gen.height:
         gen, gheads = _fields(gen, STRICT_ANY)
         gen = gen.filter(inert(pl.col("msg")))
-        is_fast = is_fast.scatter(gen["line"] - first_no, True)
+        is_fast = is_fast.scatter(_rows(df, gen["line"], first_no, known), True)
     ends = _timed_ends([st, rq, rv, ac.filter(pl.col("iso").is_not_null()),
-                        _heads(gen[[0, -1]], gheads.select("ts")) if gen.height else gen], logged_first)
+                        _heads(gen[[0, -1]], gheads.select("ts")) if gen.height else gen,
+                        *([known.timed] if known is not None else [])], logged_first)
     # one row per (process, call site, shape) of this piece, with its first line and how many lines it
     # stands for; the many request and access lines are counted per prefix or process first (a piece
     # pays a fixed cost for every operation, so the shapes it lacks are skipped)
-    reps: list[pl.DataFrame] = []
+    reps: list[pl.DataFrame] = [known.reps] if known is not None and known.reps.height else []
     if st.height:
         reps.append(st.group_by("proc", "fl", kind="shape", msg=pl.col("msg").str.slice(0, 7)).agg(
             pl.col("line").first(), pl.len().alias("n")))
@@ -738,8 +765,135 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if not reps:
         return df, is_fast, stats, requests, [], ends
     g = pl.concat(reps, how="diagonal_relaxed")
-    return (df, is_fast, stats, requests, _representatives(g.with_columns(orig=df["orig"].gather(g["line"] - first_no))),
+    return (df, is_fast, stats, requests, _representatives(g.with_columns(orig=lines.gather(g["line"] - first_no))),
             ends)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How the fast lane reads every line equal to a template: what their prefix says, and where the
+    parts that vary sit (character offsets; -1 where a line has no such part)."""
+
+    code: int  # the template's class (``scan``'s)
+    kind: str  # its representatives' kind ('Added', 'Finished', 'access', 'inert')
+    proc: str | None
+    fl: str | None
+    rank: str
+    ts_at: int  # vLLM's 'MM-DD HH:MM:SS'
+    msg_at: int
+    msg_len: int
+    id_at: int  # a request line's id
+    id_len: int
+
+
+_REP_KINDS = {2: "access", 1: "inert", 4: "Added", 5: "Finished"}  # (``scan``'s ACCESS, INERT, ADDED, FINISHED)
+TS_CHARS = len("05-19 10:13:01")
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape(t: Template) -> _Shape | None:
+    """How the lines equal to ``t`` read, where this lane reads its line as the scanner classes it (a
+    fact-less line, an access line, an Added or Finished line with its id); else None (its lines are
+    classified as any other)."""
+    from replay.record import scan
+    try:
+        text = t.text.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any(c in text for c in (*ESC_CHARS, NBSP, *INVISIBLE, BOX, "\r")):  # (what this lane takes out of a line first)
+        return None
+    one = pl.Series("raw", [text])
+    if t.code == scan.ACCESS:
+        if not one.str.contains(ACCESS)[0]:
+            return None
+        return _Shape(t.code, "access", one.str.extract(r"^\(([^)]*)\)", 1)[0], None, "", -1, -1, -1, -1, -1)
+    if t.code not in (scan.INERT, scan.ADDED, scan.FINISHED):
+        return None
+    lines, heads = _fields(pl.DataFrame({"line": [0], "raw": one, "iso": pl.Series([None], dtype=pl.Utf8)}),
+                           STRICT_ANY if t.code == scan.INERT else _STRICT)
+    head = scan._HEAD_TIME.match(t.text)
+    if not lines.height or head is None:
+        return None
+    msg, (proc, fl, rank, ts) = str(lines["msg"][0]), heads.row(int(lines["pid"][0]))
+    ts_at, msg_at = len(t.text[:head.start(1)].decode()), text.find("] ") + 2
+    if text[ts_at:ts_at + TS_CHARS] != ts or text[msg_at:msg_at + len(msg)] != msg:
+        return None
+    shape = _Shape(t.code, _REP_KINDS[t.code], proc, fl, rank, ts_at, msg_at, len(msg), -1, -1)
+    if t.code == scan.INERT:
+        return shape if pl.select(inert(pl.lit(msg))).item() else None
+    verb = "Added request " if t.code == scan.ADDED else "Finished request "
+    rid = msg[len(verb):len(msg) - msg.endswith(".")]
+    if not msg.startswith(verb) or not rid or any(c.isspace() or "\x1c" <= c <= "\x1f" for c in rid):
+        return None
+    return dataclasses.replace(shape, id_at=msg_at + len(verb), id_len=len(rid))
+
+
+@dataclass(frozen=True)
+class _Templated:
+    """A piece's lines that equal a template this lane reads by its shape (``_Shape``), what they say,
+    and where the other lines (``rest``, classified as before) sit among them."""
+
+    classed: pl.Series  # per line of the piece: read by its template
+    rest: pl.Series  # the others' places in the piece
+    adjacent: pl.Series  # per rest line: the next line is the next rest line
+    before_classed: pl.Series  # per rest line: the next line is a template's (which opens a message)
+    requests: pl.DataFrame  # their request facts (spill schema)
+    reps: pl.DataFrame  # a representative line a template, with its count
+    timed: pl.DataFrame  # line, ts, iso of the first and the last of them that state a time
+    n: int
+
+
+def _templated(lines: pl.Series, pc: PieceClasses, first_no: int, request_keys: bool) -> _Templated:
+    """What the lines of a piece that equal a template (``pc``) say, read at their shape's offsets."""
+    from replay.record import scan
+    shapes = [_shape(t) for t in pc.templates]
+    usable = np.array([s is not None for s in shapes] + [False], dtype=bool)  # (a line of no template: -1, the last)
+    classed = usable[pc.which]
+    rest, at = np.flatnonzero(~classed), np.flatnonzero(classed)
+    w, codes = pc.which[at], pc.codes[at]
+    count = np.bincount(w, minlength=len(shapes))
+    first = np.zeros(len(shapes), np.int64)
+    first[w[::-1]] = at[::-1]  # (the last write of a place is its first line)
+    used = [cast(_Shape, shapes[k]) for k in np.flatnonzero(count)]
+    reps = pl.DataFrame({"proc": [s.proc for s in used], "fl": [s.fl for s in used],
+                         "line": first[count > 0] + first_no, "n": count[count > 0].astype(np.uint32),
+                         "kind": [s.kind for s in used], "msg": [""] * len(used)},
+                        schema={"proc": pl.Utf8, "fl": pl.Utf8, "line": pl.Int64, "n": pl.UInt32, "kind": pl.Utf8, "msg": pl.Utf8})
+    timed_at = at[codes != scan.ACCESS][[0, -1]] if (codes != scan.ACCESS).any() else at[:0]
+    ts = [str(lines[int(i)])[cast(_Shape, shapes[pc.which[i]]).ts_at:][:TS_CHARS] for i in timed_at]
+    rq = np.isin(codes, (scan.ADDED, scan.FINISHED))
+    return _Templated(
+        classed=pl.Series(classed), rest=pl.Series(rest, dtype=pl.UInt32),
+        adjacent=pl.Series(np.append(np.diff(rest) == 1, False)), before_classed=pl.Series(np.append(classed[1:], False)[rest]),
+        requests=_template_requests(lines, at[rq], w[rq], shapes, first_no, request_keys),
+        reps=reps, timed=pl.DataFrame({"line": timed_at.astype(np.int64) + first_no, "ts": ts, "iso": [None] * len(ts)},
+                                      schema={"line": pl.Int64, "ts": pl.Utf8, "iso": pl.Utf8}),
+        n=len(at))
+
+
+def _template_requests(lines: pl.Series, at: npt.NDArray[np.intp], w: npt.NDArray[np.int32], shapes: list[_Shape | None],
+                       first_no: int, request_keys: bool) -> pl.DataFrame:
+    """The request facts of Added and Finished lines (``at`` in the piece, of templates ``w``) read at their
+    template's offsets, as ``_classify`` gives them (the repeat key's rank and kind hashed once a template)."""
+    def per(f: str) -> npt.NDArray[np.int64]:
+        return np.array([getattr(s, f) if s is not None else -1 for s in shapes], np.int64)[w]
+    kinds = [("request_added" if s.kind == "Added" else "request_finished") if s is not None else "request_added" for s in shapes]
+    ranks = pl.Series([s.rank if s is not None else "" for s in shapes], dtype=pl.Utf8)
+    rank_kind = (ranks.hash(seed=7) ^ pl.Series(kinds).hash(seed=9)).to_numpy()
+    ws = pl.Series(w, dtype=pl.UInt32)
+    s = pl.col("s")
+    rq = pl.DataFrame({"line": at.astype(np.int64) + first_no, "s": lines.gather(pl.Series(at, dtype=pl.UInt32)),
+                       **{f: per(f) for f in ("ts_at", "msg_at", "msg_len", "id_at", "id_len")}}).with_columns(
+        ts=s.str.slice("ts_at", TS_CHARS), msg=s.str.slice("msg_at", "msg_len"), request_id=s.str.slice("id_at", "id_len"))
+    keyed: dict[str, pl.Expr | pl.Series] = {"rank": ranks.gather(ws), "h": pl.lit(pl.Series(rank_kind[w])).xor(pl.col("ts").hash(seed=8)).xor(
+        pl.col("msg").hash(seed=10)), "repeatable": pl.lit(True)} if request_keys else {}
+    return rq.select("line", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind=pl.Series(kinds, dtype=REQUEST_KINDS).gather(ws),
+                     **keyed, request_id="request_id", rh=ID_HASH)
+
+
+def _rows(df: pl.DataFrame, lines: pl.Series, first_no: int, known: _Templated | None) -> pl.Series:
+    """The rows of ``df`` (a piece's lines, or with ``known`` the rest of them) that hold ``lines``."""
+    return lines - first_no if known is None else df["line"].search_sorted(lines)
 
 
 def _timed_ends(frames: list[pl.DataFrame], logged_first: bool = False) -> list[tuple[int, str]]:
@@ -776,14 +930,17 @@ class _Piece:
     representatives: list[tuple[str, int]]
     long_line: LongLine | None = None  # the piece is this one line, too long to read
     timed_ends: list[tuple[int, str]] = field(default_factory=list)  # of its fast lines (``_timed_ends``)
+    template_lines: int = 0  # of ``fast_lines``: read by their template's shape
 
 
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
-             keep_prompts: bool = False, request_keys: bool = True, logged_first: bool = False) -> tuple[_Piece, int, int]:
+             keep_prompts: bool = False, request_keys: bool = True, logged_first: bool = False,
+             scanner: PieceScanner | None = None) -> tuple[_Piece, int, int]:
     """The vectorised lane's work on one piece (in a worker thread): cut its lines, number them from
     the line after the last piece's (``start``, which this publishes in ``end`` for the next as soon
     as it has cut them), classify, spill the fast facts. Returns the piece, its first line number and
-    its lines."""
+    its lines. With ``scanner``, a plain piece's lines that equal a template are read by its shape,
+    and only the others are classified."""
     try:
         has_cr = b"\r" in piece
         lines = _lines(piece, has_cr)
@@ -802,12 +959,17 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     # apart in polars, without the GIL; an ASCII piece holds none of those characters)
     esc = b"\x1b" in piece or b"^" in piece or (b"#" in piece and b"#033[" in piece)
     web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
+    known = None
+    if scanner is not None and not json_lines and not _ENVELOPED.match(lines[0] or ""):  # (the scanner reads vLLM's own lines)
+        pc = scanner.classify(piece)
+        known = _templated(lines, pc, first_no, request_keys) if len(pc.codes) == len(lines) else None
     df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web,
-                                                logged_first)
-    slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
-        pl.col("raw").fill_null(""))
-    return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,
-                   timed_ends=ends), first_no, len(lines))
+                                                logged_first, known)
+    every = is_fast if known is None else known.classed.scatter(known.rest, is_fast)  # (each line of the piece)
+    prev = every.shift(1) if known is None else every.shift(1).gather(known.rest)
+    slow = df.select("line", raw="orig").with_columns(prev=prev).filter(~is_fast).with_columns(pl.col("raw").fill_null(""))
+    return (_Piece(slow, bool(every[-1]), int(every.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,
+                   timed_ends=ends, template_lines=known.n if known is not None else 0), first_no, len(lines))
 
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
@@ -830,6 +992,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
     ff = FastFacts()
+    from replay.record.scan import PieceScanner
+    scanner = PieceScanner()
     prev_fast = False
     seen = 0  # res.facts before this index hold no stats or request facts
 
@@ -854,8 +1018,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
             end.set_result(no + 1)
             return (_Piece(pl.DataFrame(), False, 0, _Spilled(None, None, []), [], piece), no, 1,
                     piece.n_bytes + 1)
-        return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats, parser.logged_first),
-                len(piece))
+        return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats, parser.logged_first,
+                          scanner), len(piece))
 
     for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
                                                            ahead=WORKERS + 1)):
@@ -878,6 +1042,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
             parser.barrier()
         if p.fast_lines:
             ff.lines += p.fast_lines
+            ff.template_lines += p.template_lines
             parser.res.lines_parsed += p.fast_lines
             parser.res.lines_read = max(parser.res.lines_read, first_no + n - 1)
             for raw, weight in p.representatives:

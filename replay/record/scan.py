@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import mmap
 import re
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,6 +201,17 @@ def database() -> hyperscan.Database:
     return _database()
 
 
+_THREAD = threading.local()
+
+
+def _scratch(db: hyperscan.Database) -> hyperscan.Scratch:
+    """This thread's scratch space for ``db`` (a scan needs one of its own: threads share the database)."""
+    held = getattr(_THREAD, "scratch", None)
+    if held is None or held[0] is not db:
+        held = _THREAD.scratch = (db, hyperscan.Scratch(db))
+    return held[1]
+
+
 Lines = npt.NDArray[np.int64]
 
 
@@ -247,7 +259,7 @@ def _matches(db: hyperscan.Database, piece: memoryview) -> tuple[npt.NDArray[np.
     def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
         put_id(i)
         put_at(to)
-    db.scan(cast(bytes, piece), match_event_handler=on_match)
+    db.scan(cast(bytes, piece), match_event_handler=on_match, scratch=_scratch(db))
     return np.asarray(ids, dtype=np.uint8), np.asarray(at, dtype=np.int64)
 
 
@@ -490,25 +502,28 @@ class _ByLength:
 
 
 def _place(buf: npt.NDArray[np.uint8], starts: Lines, lens: Lines, codes: npt.NDArray[np.uint8],
-           known: list[Template]) -> None:
+           known: list[Template], which: npt.NDArray[np.int32] | None = None, min_lines: int = 1) -> None:
     """Give each line of a piece the class of the template it equals (``codes``, REFERENCE elsewhere):
     first the templates of pieces before (a log's shapes repeat), then ones taken from lines of the
     commonest length left (added to ``known``); a length whose lines gave no template three times is
-    given up (its lines are left to the reference)."""
+    given up (its lines are left to the reference); no template is looked for among fewer than ``min_lines``
+    lines of a length. With ``which``, each placed line's template (its index in ``known``)."""
     by = _ByLength(lens)
 
-    def take(t: Template, same: Lines) -> Lines:
+    def take(t: Template, same: Lines, k: int) -> Lines:
         hit = same[_equal_to(t, buf, starts[same])] if len(same) else same
         codes[hit] = t.code
+        if which is not None:
+            which[hit] = k
         return hit
-    for was in known:
+    for k, was in enumerate(list(known)):
         n = len(was.text)
         if by.count[n]:
-            by.drop(n, take(was, by.left(n)))
+            by.drop(n, take(was, by.left(n), k))
     failed: dict[int, int] = {}
     for _ in range(TEMPLATE_TRIES):
         length = int(by.count.argmax())
-        if not by.count[length]:
+        if by.count[length] < max(1, min_lines):
             return
         same = by.left(length)
         first = int(same[0])
@@ -518,7 +533,7 @@ def _place(buf: npt.NDArray[np.uint8], starts: Lines, lens: Lines, codes: npt.ND
             by.drop(length, same if failed[length] >= 3 else same[:1])
         else:
             known.append(t)
-            hit = take(t, same)
+            hit = take(t, same, len(known) - 1)
             by.drop(length, hit if first in hit[:1] else np.append(hit, first))
 
 
@@ -639,6 +654,19 @@ def _next_opens(codes: npt.NDArray[np.uint8], raw: bytes | mmap.mmap,
     """A class holds where the next line opens a message of its own (a line of a class does; the
     reference is asked of the rest); the incident lines, among those left to the reference (``bounds``:
     a line's first and end offsets in ``raw``)."""
+    _next_line_rule(codes, raw, bounds)
+    left = np.flatnonzero(codes == REFERENCE)
+    incident = np.zeros(0, np.int64)
+    if len(left):  # (a run of them read as one slice: a line at a time cost 0.2 s a GiB)
+        runs = np.split(left, np.flatnonzero(np.diff(left) != 1) + 1)
+        found = scan(b"\n".join(raw[bounds(int(r[0]))[0]:bounds(int(r[-1]))[1]] for r in runs)).incident
+        incident = left[found].astype(np.int64)
+    return LineClasses(codes, incident)
+
+
+def _next_line_rule(codes: npt.NDArray[np.uint8], raw: bytes | mmap.mmap,
+                    bounds: Callable[[int], tuple[int, int]]) -> None:
+    """Leave to the reference (in ``codes``) each line of a class whose next line does not open a message."""
     n_lines = len(codes)
     opens = np.append(codes != REFERENCE, True)
     asked = np.flatnonzero((codes[:-1] != REFERENCE) & ~opens[1:n_lines]) + 1
@@ -650,10 +678,62 @@ def _next_opens(codes: npt.NDArray[np.uint8], raw: bytes | mmap.mmap,
         text = line.decode("utf-8", errors="replace")  # (else the reference is asked)
         opens[k] = bool(text.strip()) and split_line(0, text)[0].prefixed
     codes[~opens[1:]] = REFERENCE
-    left = np.flatnonzero(codes == REFERENCE)
-    incident = np.zeros(0, np.int64)
-    if len(left):  # (a run of them read as one slice: a line at a time cost 0.2 s a GiB)
-        runs = np.split(left, np.flatnonzero(np.diff(left) != 1) + 1)
-        found = scan(b"\n".join(raw[bounds(int(r[0]))[0]:bounds(int(r[-1]))[1]] for r in runs)).incident
-        incident = left[found].astype(np.int64)
-    return LineClasses(codes, incident)
+
+
+# --- the template scanner a piece at a time, for the fast lane ---------------------------------------------
+KNOWN_MAX = 256  # templates kept from piece to piece (each costs a comparison of its length's lines a piece)
+PIECE_MIN_LINES = 1024  # the fewest lines of a length a template is looked for among: asking ``scan`` about one
+# line costs ~1 ms, what ~1,000 lines cost the fast lane's classification
+
+
+@dataclass(frozen=True)
+class PieceClasses:
+    """Each line's class in one piece of a log, and the template each classed line equals (its index in
+    ``templates``; -1 for a line left to the reference). The piece's last line is the reference's: the
+    next piece may continue it."""
+
+    codes: npt.NDArray[np.uint8]
+    which: npt.NDArray[np.int32]
+    templates: tuple[Template, ...]
+
+
+class PieceScanner:
+    """``scan_lines`` over a log's pieces as they come (from worker threads, in any order): the templates
+    found are kept for the pieces after, each thread classifies in a buffer of its own, kept (a buffer a
+    piece costs a page fault every 4 KiB), and no incident lines are looked for."""
+
+    def __init__(self) -> None:
+        self.known: list[Template] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _buffer(self, n: int) -> npt.NDArray[np.uint8]:
+        buf: npt.NDArray[np.uint8] | None = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < n:
+            buf = np.zeros(n + (n >> 2), np.uint8)
+            self._local.buf = buf
+        return buf
+
+    def classify(self, piece: bytes) -> PieceClasses:
+        """The classes of ``piece``'s lines (cut at LF, as ``vllm_log.physical_lines`` cuts them)."""
+        n, pad = len(piece), TEMPLATE_MAX_BYTES + 8
+        buf = self._buffer(n + pad)
+        buf[:n] = np.frombuffer(piece, np.uint8)
+        buf[n:n + pad] = 0
+        ends = np.flatnonzero(buf[:n] == 10)
+        if not len(ends) or ends[-1] != n - 1:
+            ends = np.append(ends, n)
+        starts = np.zeros(len(ends), np.int64)
+        starts[1:] = ends[:-1] + 1
+        codes = np.zeros(len(ends), np.uint8)
+        which = np.full(len(ends), -1, np.int32)
+        known = list(self.known)
+        had = len(known)
+        _place(buf, starts, (ends - starts).astype(np.int64), codes, known, which, PIECE_MIN_LINES)
+        if len(known) > had:
+            with self._lock:
+                self.known.extend(known[had:][:max(0, KNOWN_MAX - len(self.known))])
+        codes[-1] = REFERENCE
+        _next_line_rule(codes, piece, lambda k: (int(starts[k]), int(ends[k])))
+        which[codes == REFERENCE] = -1
+        return PieceClasses(codes, which, tuple(known))
