@@ -34,6 +34,13 @@ def minmax(df: pl.DataFrame, x: str, y: str, max_points: int = MAX_POINTS, keep:
 
 
 LANE_MARKS = 1000  # event marks drawn in a lane of many (preemptions, say): one per stretch of time
+MIN_LANE_MARKS = 100  # the fewest a lane gets where several share LANE_MARKS (a fleet's replicas)
+
+
+def lane_marks(lanes: int) -> int:
+    """The marks each of ``lanes`` lanes of one kind of event gets: a fleet's replicas, each a lane of a
+    day's preemptions, share LANE_MARKS (a lane alone has them all)."""
+    return max(MIN_LANE_MARKS, LANE_MARKS // max(1, lanes))
 
 
 def thin_marks(xs: list[float], most: int = LANE_MARKS) -> list[tuple[int, int]]:

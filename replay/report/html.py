@@ -44,7 +44,7 @@ from replay.analysis.verdict import (
 )
 from replay.atomic import written_in_place
 from replay.bundle import Bundle, read_bundle
-from replay.report.downsample import minmax, points_each, thin_marks
+from replay.report.downsample import LANE_MARKS, lane_marks, minmax, points_each, thin_marks
 from replay.report.escape import plotly_safe
 from replay.units import GiB
 
@@ -305,9 +305,11 @@ def _event_lane(fig: go.Figure, events: list[dict[str, Any]], fleet: FleetView |
         cls = _lane_of(k)
         at = (fleet.lane_of(e) if fleet else None) or cls
         by_lane.setdefault((at, cls), []).append((e["t_us"] / 1e6, f"{k} @ {e.get('source')}", bool(fleet and fleet.is_first(e))))
+    shared = lane_marks(len(fleet.reps.names)) if fleet else LANE_MARKS  # (a replica's lane: LANE_MARKS shared)
     for (lane, cls), marks in by_lane.items():  # (a lane of many marks, a fleet's day of preemptions, is thinned;
         marks.sort(key=lambda mk: mk[0])  # crashes and OOMs never are)
-        for i, n in thin_marks([x for x, *_ in marks]) if cls != "crash / OOM" else [(i, 1) for i in range(len(marks))]:
+        most = shared if lane != cls else LANE_MARKS
+        for i, n in thin_marks([x for x, *_ in marks], most) if cls != "crash / OOM" else [(i, 1) for i in range(len(marks))]:
             x, text, first = marks[i]
             m.add(x, lane, ("the fleet's first crash: " if first else "") + text
                   + (f" (and {n - 1} more {cls} marks after it, to the next mark)" if n > 1 else ""),

@@ -21,9 +21,10 @@ import pytest
 from replay.analysis.outages import outages, starts
 from replay.analysis.pipeline import analyze_bundle
 from replay.analysis.replicas import replica_of, replicas
-from replay.bundle import read_bundle
+from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.record.recorder import RecordOptions, record
-from replay.report.html import write_report
+from replay.report.downsample import LANE_MARKS, lane_marks
+from replay.report.html import timeline_figure, write_report
 from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
 from tests.conftest import DATA
@@ -253,3 +254,27 @@ def test_the_fleet_report_opens_in_chromium_with_a_lane_per_replica(fleet_report
     ticks = re.findall(r'<g class="y\d*tick"><text[^>]*>([^<]*)</text>', r.stdout)
     assert {f"replica replica-{j}.log" for j in SHIFT_S} <= set(ticks)
     assert "first crash: replica-2.log" in r.stdout
+
+
+def test_a_fleets_replica_lanes_share_the_marks_of_a_lane(tmp_path: Path) -> None:
+    """GIVEN 8 replicas' logs holding 20,000 preemptions and three engines' deaths THEN each replica's
+    lane draws its own preemptions as at most lane_marks(8) marks that count them all (the 8 lanes
+    together no more than LANE_MARKS, as one lane of a single engine), and every death is drawn."""
+    n_rep, n_pre, s = 8, 20_000, 3 * 3600
+    meta = BundleMeta(kind="production", t0_utc="2026-05-01T00:00:00Z",
+                      inputs=[{"path": f"/logs/vllm-{r}.log", "kind": "vllm-log"} for r in range(n_rep)])
+    w = BundleWriter(tmp_path / "b", meta)
+    for i in range(n_pre):
+        w.event({"t_us": i * (s * 1_000_000 // n_pre), "kind": "preemption", "source": f"vllm-{i % n_rep}.log:{i}"})
+    for r in (1, 4, 6):
+        w.event({"t_us": (3000 + r) * 1_000_000, "kind": "engine_death", "source": f"vllm-{r}.log:9"})
+    w.close()
+    marks = [(y, t) for y, t, _ in _event_marks(json.loads(timeline_figure(analyze_bundle(read_bundle(tmp_path / "b"))).to_json()))]
+    assert lane_marks(n_rep) * n_rep <= LANE_MARKS
+    for r in range(n_rep):
+        pre = [t for y, t in marks if y == f"replica vllm-{r}.log" and t.startswith("preemption")]
+        assert len(pre) <= lane_marks(n_rep) and all(f"@ vllm-{r}.log:" in t for t in pre)
+        counted = sum(1 + int(m[1]) if (m := re.search(r"and (\d+) more", t)) else 1 for t in pre)
+        assert counted == len(range(r, n_pre, n_rep))
+    deaths = sorted(t.removeprefix("the fleet's first crash: ") for _, t in marks if "engine_death" in t)
+    assert deaths == [f"engine_death @ vllm-{r}.log:9" for r in (1, 4, 6)]
