@@ -4,12 +4,12 @@ For every vLLM release on PyPI from 0.6.0 on (no yanked, dev or rc ones) it read
 importing vLLM: the release date, ``EngineArgs``' fields and defaults and the flags that
 ``add_cli_args`` registers (``vllm/engine/arg_utils.py``), the server-only flags
 (``vllm/entrypoints/*/cli_args.py``), the deprecations the source states, the torch, transformers,
-tokenizers and xformers requirements, the default engine (``VLLM_USE_V1``'s default in
-``vllm/envs.py``), and from every other module of vLLM but its model code (the *harvest*) the
-Prometheus metric names it defines and its log calls. The sources come from the release's sdist,
-streamed whole; a release without an sdist is read from its smallest wheel through HTTP range
-requests. What is kept of them is cached under ``<replay home>/sdists``, so a rebuild reads no
-package (about 30 s here).
+tokenizers and xformers requirements, the Python versions it allows, the default engine
+(``VLLM_USE_V1``'s default in ``vllm/envs.py``), and from every other module of vLLM but its
+model code (the *harvest*) the Prometheus metric names it defines and its log calls. The sources
+come from the release's sdist, streamed whole; a release without an sdist is read from its
+smallest wheel through HTTP range requests. What is kept of them is cached under ``<replay
+home>/sdists``, so a rebuild reads no package (about 30 s here).
 
     python -m replay.engine.catalogue build -o replay/data/vllm_catalogue.json
 
@@ -25,6 +25,7 @@ The built JSON is shipped in the package (``replay/data/vllm_catalogue.json``) a
   of a JSON config argument), ``"new_name=…"`` (a value to write by hand), or null (none named);
 - ``aliases``: another long flag of an argument -> the argument; ``requires``: the torch,
   transformers, tokenizers and xformers specifiers of the CUDA package (those it states);
+  ``requires_python``: the package's own Requires-Python (``">=3.9,<3.13"``; absent where unstated);
   ``date``: the first file's upload day; ``engine``: ``"V0"`` or ``"V1"``.
 
 Two tables beside the releases hold, by runs of releases (``"0.6.0..0.11.2,0.13.0"``): ``metrics``
@@ -89,6 +90,7 @@ class Release:
     engine: Engine | None = None  # the engine it runs unless told otherwise (None: not read)
     metrics: dict[str, MetricKind | None] = field(default_factory=dict)  # "vllm:…" -> its kind
     logs: dict[str, list[str]] = field(default_factory=dict)  # fingerprint -> its call sites
+    requires_python: str | None = None  # its Requires-Python, e.g. ">=3.9,<3.13" (None: not stated)
 
     @cached_property
     def known(self) -> frozenset[str]:
@@ -106,6 +108,8 @@ class Release:
         if self.aliases:
             out["aliases"] = self.aliases
         out["requires"] = self.requires
+        if self.requires_python is not None:
+            out["requires_python"] = self.requires_python
         out["source"] = self.source
         return out
 
@@ -115,7 +119,7 @@ class Release:
         return cls(version, d["date"], d["engine_args"], list(d["server_args"]),
                    dict(d.get("deprecated", {})), dict(d.get("aliases", {})),
                    dict(d.get("requires", {})), d.get("source", ""), d.get("engine"),
-                   metrics or {}, logs or {})
+                   metrics or {}, logs or {}, d.get("requires_python"))
 
 
 @dataclass
@@ -1068,7 +1072,8 @@ def read_release(version: str, date: str, members: dict[str, str], source: str =
                 harvest.add(name, members[name])
     return Release(version, date, engine, sorted(server), dict(sorted(deprecated.items())),
                    dict(sorted(aliases.items())), requires(members), source,
-                   default_engine_of(members, harvest), metrics_of(harvest), fingerprints_of(harvest))
+                   default_engine_of(members, harvest), metrics_of(harvest), fingerprints_of(harvest),
+                   requires_python(members))
 
 
 _REQUIRED = ("torch", "transformers", "tokenizers", "xformers")
@@ -1078,11 +1083,22 @@ _REQ = re.compile(r"^[ \t]*(?:Requires-Dist:[ \t]*)?(" + "|".join(_REQUIRED) + r
 _ELSEWHERE = re.compile(r"platform_machine\s*==\s*['\"](?!x86_64)|sys_platform\s*==\s*.darwin")
 
 
+def _metadata(members: dict[str, str]) -> list[str]:
+    """The names of a package's metadata members: an sdist's PKG-INFO, a wheel's METADATA."""
+    return [n for n in members if n == "PKG-INFO" or n.endswith(".dist-info/METADATA")]
+
+
+def _specifier(spec: str) -> str:
+    """A version specifier as the catalogue writes it: no spaces, lower bounds first."""
+    parts = (p.replace(" ", "") for p in spec.split(",") if p.strip())
+    return ",".join(sorted(parts, key=lambda p: (not p.startswith((">", "=", "~")), p)))
+
+
 def requires(members: dict[str, str]) -> dict[str, str]:
     """The torch, transformers, tokenizers and xformers requirements of a release (those it states;
     for an x86_64 host): its metadata's Requires-Dist (what pip installs with the CUDA package),
     else its requirements files."""
-    order = [n for n in members if n == "PKG-INFO" or n.endswith(".dist-info/METADATA")]
+    order = _metadata(members)
     order += [n for n in ("requirements/cuda.txt", "requirements-cuda.txt", "requirements/common.txt",
                           "requirements-common.txt", "requirements.txt") if n in members]
     out: dict[str, str] = {}
@@ -1091,10 +1107,37 @@ def requires(members: dict[str, str]) -> dict[str, str]:
             pkg, spec, marker = m.group(1), m.group(3), m.group(4)
             if pkg in out or (marker and _ELSEWHERE.search(marker)):
                 continue
-            parts = sorted((p.replace(" ", "") for p in spec.split(",") if p.strip()),
-                           key=lambda p: (not p.startswith((">", "=", "~")), p))
-            out[pkg] = ",".join(parts)
+            out[pkg] = _specifier(spec)
     return dict(sorted(out.items(), key=lambda kv: _REQUIRED.index(kv[0])))
+
+
+_REQUIRES_PYTHON = re.compile(r"^Requires-Python:[ \t]*([^\n]*?)[ \t]*$", re.M)
+_PYPROJECT_PYTHON = re.compile(r"""^requires-python[ \t]*=[ \t]*(["'])([^"'\n]*)\1""", re.M)
+_TOML_TABLE = re.compile(r"^\[[^\n]*\][ \t]*$", re.M)
+
+
+def requires_python(members: dict[str, str]) -> str | None:
+    """The Python versions a release allows (``">=3.9,<3.13"``): its metadata's Requires-Python
+    (read from the headers, before the description), else ``requires-python`` of pyproject.toml's
+    ``[project]`` table. None where the package states neither."""
+    for name in _metadata(members):
+        headers = members[name].split("\n\n", 1)[0]
+        m = _REQUIRES_PYTHON.search(headers)
+        if m and m.group(1):
+            return _specifier(m.group(1))
+    project = _toml_table(members.get("pyproject.toml", ""), "project")
+    m = _PYPROJECT_PYTHON.search(project)
+    return _specifier(m.group(2)) if m and m.group(2).strip() else None
+
+
+def _toml_table(text: str, name: str) -> str:
+    """The body of one top-level table of a TOML text ('' where it has none)."""
+    heads = list(_TOML_TABLE.finditer(text))
+    for i, h in enumerate(heads):
+        if h.group(0).strip() == f"[{name}]":
+            end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+            return text[h.end():end]
+    return ""
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ def test_shipped_catalogue_covers_every_release_from_0_6() -> None:
         assert r.requires["transformers"].startswith(">="), v
         assert "max_model_len" in r.engine_args and "port" in r.server_args, v
         assert not set(r.server_args) & set(r.engine_args), v
+        assert r.requires_python is not None and r.requires_python.startswith(">=3."), v
 
 
 def test_shipped_catalogue_facts_of_real_releases() -> None:
@@ -43,6 +44,12 @@ def test_shipped_catalogue_facts_of_real_releases() -> None:
     assert r.requires == {"torch": "==2.4.0", "transformers": ">=4.45.0", "tokenizers": ">=0.19.1",
                           "xformers": "==0.0.27.post2"}  # xformers: for x86_64 (its marker)
     assert c.releases["0.6.3.post1"].requires["transformers"] == ">=4.45.2"
+    # Requires-Python as PyPI's files of each release state it (an sdist's PKG-INFO, a wheel's METADATA)
+    assert r.requires_python == ">=3.8"
+    assert c.releases["0.8.5"].requires_python == ">=3.9,<3.13"
+    assert c.releases["0.10.2"].requires_python == ">=3.9,<3.14"
+    assert c.releases["0.15.0"].requires_python == ">=3.10,<3.14"  # read from its wheel
+    assert c.releases["0.34.0"].requires_python == ">=3.11,<3.15"
     assert r.engine_args["max_model_len"] == {"default": None}
     assert r.engine_args["max_num_seqs"] == {"default": 256}
     assert r.engine_args["gpu_memory_utilization"] == {"default": 0.9}
@@ -230,7 +237,7 @@ def make_arg_parser(parser):
     return parser
 '''
 
-PKG_INFO = ("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n"
+PKG_INFO = ("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\nRequires-Python: <3.15, >=3.10\n"
             "Requires-Dist: transformers<5,>=4.56.0\nRequires-Dist: torch==2.9.1\n"
             "Requires-Dist: torchaudio==2.9.1\nRequires-Dist: llguidance<1.4.0,>=1.3.0; "
             "platform_machine == \"x86_64\"\n")
@@ -321,6 +328,7 @@ def test_read_release_fields_defaults_flags_and_server_args() -> None:
     assert r.server_args == ["api_server_count", "enable_reasoning", "host", "port", "reasoning_parser"]
     assert r.aliases == {"max_seq_len": "max_model_len"}  # a short option (-tp) is no name
     assert r.requires == {"torch": "==2.9.1", "transformers": ">=4.56.0,<5"}  # metadata, not files
+    assert r.requires_python == ">=3.10,<3.15"
     assert r.known >= {"max_seq_len", "host", "tensor_parallel_size"}
 
 
@@ -335,6 +343,26 @@ def test_read_release_deprecations() -> None:
         "enable_reasoning": "reasoning_parser",  # the server's FrontendArgs
     }  # not swap_space ("Enable deprecated metrics"), nor "will be deprecated in the next release"
     assert ev["old_flag"].startswith("--old-flag is deprecated")
+
+
+def test_requires_python_from_metadata_headers_else_pyproject() -> None:
+    pyproject = ('[build-system]\nrequires-python = ">=2.7"\n\n[project]\nname = "vllm"\n'
+                 'requires-python = ">=3.9,<3.14"\n\n[tool.ruff]\nline-length = 80\n')
+    assert cat.requires_python({"PKG-INFO": PKG_INFO, "pyproject.toml": pyproject}) == ">=3.10,<3.15"
+    assert cat.requires_python({"pyproject.toml": pyproject}) == ">=3.9,<3.14"  # [project]'s, not another table's
+    described = "Metadata-Version: 2.1\nName: vllm\n\nInstall it: Requires-Python: >=3.7\nRequires-Python: >=3.6\n"
+    assert cat.requires_python({"PKG-INFO": described}) is None  # the description's text is no header
+    assert cat.requires_python({"vllm-9.9.9.dist-info/METADATA": "Name: vllm\nRequires-Python: >=3.9\n"}) == ">=3.9"
+    assert cat.requires_python({"PKG-INFO": "Name: vllm\nRequires-Python: \n"}) is None
+
+
+def test_a_catalogue_without_requires_python_loads() -> None:
+    r = load().releases["0.6.3"]
+    line = r.to_json()
+    assert line["requires_python"] == ">=3.8" and list(line).index("requires_python") == list(line).index("requires") + 1
+    del line["requires_python"]
+    old = cat.Release.from_json("0.6.3", line)
+    assert old.requires_python is None and "requires_python" not in old.to_json()
 
 
 def test_requirements_files_when_no_metadata() -> None:
