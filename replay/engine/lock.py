@@ -4,7 +4,9 @@
 code cannot use. The lock resolves the same requirement with uv, counting only the packages
 uploaded before the end of the release's day (``--exclude-newer``), for one target (Python
 minor version, Linux, machine) that does not depend on the host, so one version gives one lock
-everywhere. A package whose old files were removed and re-published later (``pyairports``) has
+everywhere. The target's Python is the host's, where the release's own Requires-Python (as the
+version catalogue states it) allows that Python; a release that does not is refused before
+anything is downloaded. A package whose old files were removed and re-published later (``pyairports``) has
 nothing before the cutoff: it gets a cutoff of its own, the day after its oldest file that fits,
 as uv's hint names it, and the lock's header says so. A user's constraints file (production's
 ``pip freeze``) narrows the resolution further.
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from replay.errors import EXIT_ENGINE, ReplayError
+from replay.errors import EXIT_ENGINE, EXIT_USAGE, ReplayError
 
 LOCK_FORMAT = "replay-lock/1"
 # Packages an environment needs beyond what vLLM declares: triton (torch's dependency) imports
@@ -111,9 +113,71 @@ def uv_version() -> str:
     return p.stdout.strip().removeprefix("uv ").split(" ")[0]
 
 
-def target_python() -> str:
-    """The Python minor version of the environments this interpreter creates."""
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
+def target_python(release: str | None = None, host: str | None = None) -> str:
+    """The Python minor version of the environments this interpreter creates (``host``: another
+    interpreter's version, '3.10.12'). With a vLLM ``release``: refused in one line (exit 2) where
+    the release's Requires-Python does not allow it."""
+    host = host or host_python()
+    if release is not None:
+        refuse_python(release, host, "this host's Python")
+    return ".".join(host.split(".")[:2])
+
+
+def host_python() -> str:
+    """This interpreter's version, '3.11.7' (the Python of the environments it creates)."""
+    return ".".join(str(n) for n in sys.version_info[:3])
+
+
+def refuse_python(release: str, python: str, whose: str = "the target Python") -> None:
+    """Refuse a Python vLLM ``release`` does not allow, by its Requires-Python as the shipped
+    catalogue states it (a release the catalogue does not hold, or one that states none, passes)."""
+    from replay.engine.catalogue import load
+    rel = load().releases.get(release)
+    spec = rel.requires_python if rel is not None else None
+    if spec is None:
+        return
+    try:
+        allowed = python_allows(spec, python)
+    except ValueError as e:
+        raise ReplayError(f"vLLM {release}'s Requires-Python {spec!r} in the catalogue: {e}", EXIT_ENGINE) from e
+    if not allowed:
+        raise ReplayError(f"vLLM {release} requires Python {spec} (its Requires-Python); {whose} is "
+                          f"{python}: run replay under a Python that version allows", EXIT_USAGE)
+
+
+_PY_SPEC = re.compile(r"(~=|===|==|!=|<=|>=|<|>)(\d+(?:\.\d+)*)(\.\*)?")
+
+
+def python_allows(spec: str, python: str) -> bool:
+    """Whether a Python version ('3.11', '3.11.7') is within a Requires-Python specifier
+    ('>=3.9,<3.13', '~=3.10', '!=3.9.*'); a version's missing parts count as 0. ValueError for a
+    part that is no such specifier."""
+    have = _release_numbers(python)
+    return all(_allows_one(part, have) for part in (p.strip() for p in spec.split(",")) if part)
+
+
+def _allows_one(part: str, have: tuple[int, ...]) -> bool:
+    m = _PY_SPEC.fullmatch(part.replace(" ", ""))
+    if m is None:
+        raise ValueError(f"{part!r} is not a version specifier")
+    op, want, star = m.group(1), _release_numbers(m.group(2)), m.group(3)
+    if star:
+        if op not in ("==", "!="):
+            raise ValueError(f"{part!r}: a wildcard goes with == or != only")
+        return (have[:len(want)] == want) == (op == "==")
+    n = max(len(have), len(want))
+    a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
+    if op == "~=":
+        return a >= b and have[:len(want) - 1] == want[:-1]
+    return {"==": a == b, "===": a == b, "!=": a != b, "<=": a <= b, ">=": a >= b,
+            "<": a < b, ">": a > b}[op]
+
+
+def _release_numbers(version: str) -> tuple[int, ...]:
+    m = re.match(r"\d+(?:\.\d+)*", version.strip())
+    if m is None:
+        raise ValueError(f"{version!r} is not a Python version")
+    return tuple(int(x) for x in m.group(0).split("."))
 
 
 def target_platform() -> str:
@@ -275,7 +339,10 @@ def resolve(dist: str, version: str, cache_dir: Path, *, constraints: Path | Non
 
     uv is asked with ``--offline`` first (its cache holds the index pages of an earlier
     resolution; with the cutoff they cannot have changed), then online."""
-    python = python or target_python()
+    if python is None:
+        python = target_python(version if dist == "vllm" else None)
+    elif dist == "vllm":
+        refuse_python(version, python)
     plat = plat or target_platform()
     sha = constraints_digest(constraints) if constraints else ""
     path = lock_path(cache_dir, dist, version, python, plat, sha)
