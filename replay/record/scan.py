@@ -127,7 +127,8 @@ def not_starting_with(words: tuple[str, ...]) -> str:
         if any(w == prefix for w in words):
             return ""  # a whole word: no way on
         other = "[^\n" + "".join(re.escape(c) for c in nexts) + "]"
-        alts = ["$", other] + [f"{_lit(c)}{node(prefix + c)}" for c in nexts if node(prefix + c)]
+        after = [(c, node(prefix + c)) for c in nexts]  # (each once: asking twice a level cost 2^depth calls)
+        alts = ["$", other] + [f"{_lit(c)}{rest}" for c, rest in after if rest]
         return "(?:" + "|".join(alts) + ")"
     return node("")
 
