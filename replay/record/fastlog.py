@@ -974,7 +974,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
                    progress: Callable[[int], None] | None = None, hasher: Any = None,
-                   request_repeats: bool = True) -> tuple[LogParse, FastFacts]:
+                   request_repeats: bool = True, templates: bool = True) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse.
@@ -988,12 +988,13 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
-    WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read."""
+    WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read. Without
+    ``templates``, no line is read by a template (every line is classified in polars)."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
     ff = FastFacts()
     from replay.record.scan import PieceScanner
-    scanner = PieceScanner()
+    scanner = PieceScanner() if templates else None
     prev_fast = False
     seen = 0  # res.facts before this index hold no stats or request facts
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,13 +16,6 @@ from tests.unit.test_fastlog import _canon, _messy_log, _real_logs, _reference
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-
-def _without_templates(monkeypatch: pytest.MonkeyPatch, path: Path, spill: Path, chunk: int) -> tuple[Any, Any]:
-    """The fast lane's parse with no piece read by templates (every line classified in polars)."""
-    with monkeypatch.context() as m:
-        m.setattr(scan, "PieceScanner", lambda: None)
-        return parse_log_file(path, spill, chunk_bytes=chunk)
 
 
 def _logs() -> list[Path]:
@@ -39,7 +31,7 @@ def test_every_real_log_read_by_templates_equals_the_reference(monkeypatch: pyte
     for p in _logs():
         res, ff = parse_log_file(p, tmp_path / p.stem, chunk_bytes=4096)
         assert _canon(res, ff) == _canon(_reference(p)), p.name
-        old, old_ff = _without_templates(monkeypatch, p, tmp_path / f"{p.stem}-polars", 4096)
+        old, old_ff = parse_log_file(p, tmp_path / f"{p.stem}-polars", chunk_bytes=4096, templates=False)
         assert _canon(res, ff) == _canon(old, old_ff) and ff.lines == old_ff.lines, p.name
         assert old_ff.template_lines == 0 and ff.template_lines <= ff.lines
         read[p.name] = ff.template_lines
