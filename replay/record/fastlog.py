@@ -36,8 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from replay.filehash import (
@@ -92,7 +90,11 @@ from replay.record.vllm_log import (
     split_line,
 )
 
-if TYPE_CHECKING:  # (``scan`` reads this module's INERT_UNLESS: imported where it is used)
+if TYPE_CHECKING:  # (``scan`` reads this module's INERT_UNLESS: imported where it is used, as numpy is, which
+    # only template reading needs: 0.2 s of every command's start)
+    import numpy as np
+    import numpy.typing as npt
+
     from replay.record.scan import PieceClasses, PieceScanner, Template
 
 _PROC = r"\((?P<proc>" + PROC_BODY + r")\) *"
@@ -140,6 +142,9 @@ ESC_CHARS = ("\x1b", "^[", "#033")  # how a colour code opens: the byte, its car
 # (``vllm_log.ESC_OPEN``)
 CHUNK_BYTES = 16 << 20  # a piece pays a fixed ~20 ms of polars calls (8 MiB pieces spent about a quarter
 # of their time on them)
+TEMPLATE_MIN_BYTES = 256 << 20  # a smaller file's lines are not read by templates: the scanner's fixed cost
+# (compiling its patterns, learning a log's templates: ~0.5 s) is more than they save it (~6 s a GiB of INFO
+# log, less where long request lines or DEBUG lines of many ranks are most of it)
 WORKERS = 2  # pieces prepared side by side (polars releases the GIL); one more is read ahead
 BUCKET_FACTS = 350_000  # request or repeat-key facts held in memory at once
 
@@ -845,6 +850,8 @@ class _Templated:
 
 def _templated(lines: pl.Series, pc: PieceClasses, first_no: int, request_keys: bool) -> _Templated:
     """What the lines of a piece that equal a template (``pc``) say, read at their shape's offsets."""
+    import numpy as np
+
     from replay.record import scan
     shapes = [_shape(t) for t in pc.templates]
     usable = np.array([s is not None for s in shapes] + [False], dtype=bool)  # (a line of no template: -1, the last)
@@ -875,6 +882,8 @@ def _template_requests(lines: pl.Series, at: npt.NDArray[np.intp], w: npt.NDArra
                        first_no: int, request_keys: bool) -> pl.DataFrame:
     """The request facts of Added and Finished lines (``at`` in the piece, of templates ``w``) read at their
     template's offsets, as ``_classify`` gives them (the repeat key's rank and kind hashed once a template)."""
+    import numpy as np
+
     def per(f: str) -> npt.NDArray[np.int64]:
         return np.array([getattr(s, f) if s is not None else -1 for s in shapes], np.int64)[w]
     kinds = [("request_added" if s.kind == "Added" else "request_finished") if s is not None else "request_added" for s in shapes]
@@ -974,7 +983,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
                    progress: Callable[[int], None] | None = None, hasher: Any = None,
-                   request_repeats: bool = True, templates: bool = True) -> tuple[LogParse, FastFacts]:
+                   request_repeats: bool = True, templates: bool | None = None) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse.
@@ -988,13 +997,14 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
-    WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read. Without
-    ``templates``, no line is read by a template (every line is classified in polars)."""
+    WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read. Lines
+    are read by templates where ``templates`` says, else in a file of TEMPLATE_MIN_BYTES or more."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
     ff = FastFacts()
     from replay.record.scan import PieceScanner
-    scanner = PieceScanner() if templates else None
+    big = path.stat().st_size >= TEMPLATE_MIN_BYTES
+    scanner = PieceScanner() if (big if templates is None else templates) else None
     prev_fast = False
     seen = 0  # res.facts before this index hold no stats or request facts
 

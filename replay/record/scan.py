@@ -21,6 +21,9 @@ log's 10.8 M lines before any work) and the anchored prefix patterns run an auto
 reading the pieces 0.25 s and finding their LFs 0.3 s (grep's own work), most of the rest comparing
 rows of eight-byte words, ~100 ns a line. An allocation of a piece's size costs a page fault a 4 KiB
 here (2 s a GiB), so the buffers and line arrays are kept from piece to piece.
+
+The fast lane uses the template scanner a piece at a time (``PieceScanner``, from its worker threads):
+the lines it classes are read at their template's offsets there, the rest classified as before.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def test_every_real_log_read_by_templates_equals_the_reference(monkeypatch: pyte
     monkeypatch.setattr(scan, "PIECE_MIN_LINES", 1)
     read: dict[str, int] = {}
     for p in _logs():
-        res, ff = parse_log_file(p, tmp_path / p.stem, chunk_bytes=4096)
+        res, ff = parse_log_file(p, tmp_path / p.stem, chunk_bytes=4096, templates=True)
         assert _canon(res, ff) == _canon(_reference(p)), p.name
         old, old_ff = parse_log_file(p, tmp_path / f"{p.stem}-polars", chunk_bytes=4096, templates=False)
         assert _canon(res, ff) == _canon(old, old_ff) and ff.lines == old_ff.lines, p.name
@@ -48,7 +48,7 @@ def test_the_messy_log_read_by_templates_equals_the_reference(seed: int, monkeyp
     real = [p.read_text(errors="replace").splitlines() for p in _real_logs()]
     log = tmp_path / "messy.log"
     _messy_log(log, seed, real)
-    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=8192)
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=8192, templates=True)
     assert ff.template_lines > 0
     assert _canon(res, ff) == _canon(_reference(log))
 
@@ -61,7 +61,7 @@ def test_the_benchmark_log_is_read_by_templates(debug: bool, v0: bool, tmp_path:
     from bench_record import lifetime
     log = tmp_path / "bench.log"
     log.write_text(lifetime(0, requests=3000, debug=debug, v0=v0) + lifetime(1, requests=3000, debug=debug, v0=v0))
-    res, ff = parse_log_file(log, tmp_path / "spill")
+    res, ff = parse_log_file(log, tmp_path / "spill", templates=True)
     lines = res.lines_read
     assert ff.template_lines > (0.4 if v0 else 0.75 if debug else 0.9) * lines, (ff.template_lines, lines)
     assert _canon(res, ff) == _canon(_reference(log))
@@ -84,3 +84,15 @@ def test_a_template_the_lane_reads_otherwise_is_not_used() -> None:
     assert shape("(EngineCore_DP0 pid=12) DEBUG 05-19 10:13:01 [core.py:10] colour #033 num_reqs=1") is None
     access = shape('INFO:     127.0.0.1:59542 - "POST /v1/completions HTTP/1.1" 200 OK')
     assert access is not None and access.kind == "access" and access.proc is None
+
+
+def test_a_small_log_is_read_without_templates_unless_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Below TEMPLATE_MIN_BYTES the scanner's fixed cost is more than it saves: a small log's lines are
+    not read by templates, a log of that size or more's are, and asking for them reads them in any log."""
+    from bench_record import lifetime
+    log = tmp_path / "bench.log"
+    log.write_text(lifetime(0, requests=2000))
+    assert parse_log_file(log, tmp_path / "a")[1].template_lines == 0
+    assert parse_log_file(log, tmp_path / "b", templates=True)[1].template_lines > 0
+    monkeypatch.setattr(fastlog, "TEMPLATE_MIN_BYTES", log.stat().st_size)
+    assert parse_log_file(log, tmp_path / "c")[1].template_lines > 0
