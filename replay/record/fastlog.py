@@ -791,7 +791,6 @@ class _Shape:
     id_len: int
 
 
-_REP_KINDS = {2: "access", 1: "inert", 4: "Added", 5: "Finished"}  # (``scan``'s ACCESS, INERT, ADDED, FINISHED)
 TS_CHARS = len("05-19 10:13:01")
 
 
@@ -823,7 +822,8 @@ def _shape(t: Template) -> _Shape | None:
     ts_at, msg_at = len(t.text[:head.start(1)].decode()), text.find("] ") + 2
     if text[ts_at:ts_at + TS_CHARS] != ts or text[msg_at:msg_at + len(msg)] != msg:
         return None
-    shape = _Shape(t.code, _REP_KINDS[t.code], proc, fl, rank, ts_at, msg_at, len(msg), -1, -1)
+    kind = {scan.INERT: "inert", scan.ADDED: "Added", scan.FINISHED: "Finished"}[t.code]
+    shape = _Shape(t.code, kind, proc, fl, rank, ts_at, msg_at, len(msg), -1, -1)
     if t.code == scan.INERT:
         return shape if pl.select(inert(pl.lit(msg))).item() else None
     verb = "Added request " if t.code == scan.ADDED else "Finished request "
