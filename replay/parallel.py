@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar, cast
@@ -91,11 +91,34 @@ def background_removal() -> Iterator[Callable[[Path], None]]:
 
     Spilled intermediate files are hundreds of megabytes. Once the kernel has written them back,
     unlinking them waits on the file system's journal: 0.3-0.5 s for 400 MB on a virtual disk, with
-    next to no CPU. The work that follows need not wait for that."""
+    next to no CPU. The work that follows need not wait for that.
+
+    Ctrl-C or SIGTERM while the block is left waits on too, then is raised: a removal still running
+    when the caller's own cleanup removes the folder around it made the two race, and left that folder
+    (a recorder's partial bundle and its spill) behind."""
     with ThreadPoolExecutor(1, thread_name_prefix="remove") as pool:
+        handed: list[Future[None]] = []
+
         def remove(path: Path) -> None:
-            pool.submit(_remove, path)
-        yield remove
+            handed.append(pool.submit(_remove, path))
+        try:
+            yield remove
+        finally:
+            wait_through_interrupts(handed)
+
+
+def wait_through_interrupts(futures: list[Future[None]]) -> None:
+    """Wait until every one of ``futures`` is done; an interrupt (KeyboardInterrupt, or the command
+    line's SIGTERM) that comes meanwhile is raised once they are."""
+    stopped: BaseException | None = None
+    while True:
+        try:
+            wait(futures)
+            break
+        except KeyboardInterrupt as e:
+            stopped = stopped or e
+    if stopped is not None:
+        raise stopped
 
 
 def _remove(path: Path) -> None:

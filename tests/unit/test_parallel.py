@@ -85,6 +85,34 @@ def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.json"]
 
 
+def test_ctrl_c_as_the_removal_block_is_left_waits_for_the_removals(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a removal that takes a while (a big spill on a journalling file system) WHEN Ctrl-C (or
+    SIGTERM, raised as an interrupt) comes while leaving the block waits for it THEN the interrupt
+    reaches the caller only once the removal is done. Before, it came at once, the removal ran on, and
+    the caller's cleanup of the folder around it raced with it: a recorder stopped by SIGTERM as it
+    wrote its bundle left the partial bundle folder and its spill behind."""
+    import os
+    import signal
+
+    import replay.parallel as parallel
+    from replay.parallel import background_removal
+    spill = tmp_path / ".spill"
+    spill.mkdir()
+    (spill / "piece.arrow").write_bytes(b"x" * 1000)
+    slow_remove = parallel._remove
+
+    def slow(path: Path) -> None:
+        time.sleep(0.5)
+        slow_remove(path)
+    monkeypatch.setattr(parallel, "_remove", slow)
+    threading.Timer(0.15, os.kill, (os.getpid(), signal.SIGINT)).start()  # (a real signal: it breaks a wait)
+    with pytest.raises(KeyboardInterrupt):
+        with background_removal() as remove:
+            remove(spill)
+    assert not spill.exists()
+
+
 def test_in_order_runs_calls_in_order_beside_this_thread() -> None:
     """GIVEN calls of varying length handed on faster than they run THEN they ran one after another in
     the order given, the first in this thread and the rest in one other, never more than ``ahead``
