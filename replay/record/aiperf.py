@@ -22,6 +22,7 @@ from replay.record.common import (
     as_obj,
     checks_values,
     json_value,
+    lines_in,
     utc_us,
 )
 from replay.record.dcgm import dcgm_hosts
@@ -31,7 +32,6 @@ from replay.record.harness import (
     duration_us,
     epoch_us,
     json_records,
-    lines_in,
     number,
     shown,
 )

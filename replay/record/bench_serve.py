@@ -14,8 +14,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypedDict
 
-from replay.record.common import Parsed, ParsedRequest, Parser, as_list, as_obj, json_value, utc_us
-from replay.record.harness import after, count, lines_in, number
+from replay.record.common import (
+    Parsed,
+    ParsedRequest,
+    Parser,
+    as_list,
+    as_obj,
+    json_value,
+    lines_in,
+    utc_us,
+)
+from replay.record.harness import after, count, number
 from replay.record.options import RecordOptions
 
 

@@ -36,6 +36,11 @@ def renamed_note(path: Path, names: set[str]) -> list[str]:
             "collector or exporter on their way replaced 'vllm:'): read as vLLM's own"]
 
 
+def lines_in(text: str) -> int:
+    """How many lines ``text`` has, as an editor numbers them (a last line without its line end counts)."""
+    return text.count("\n") + (not text.endswith("\n")) if text else 0
+
+
 def a_gpu(index: int | None) -> bool:
     """Whether a sample's GPU index is one a machine can have (or none: a sample of no GPU)."""
     return index is None or 0 <= index <= MAX_GPU_INDEX

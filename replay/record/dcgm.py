@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from replay.bundle import SAMPLES_SCHEMA, mig_source
-from replay.record.common import Parsed, Parser, checks_values, parse_time
+from replay.record.common import Parsed, Parser, checks_values, lines_in, parse_time
 from replay.record.options import RecordOptions
 from replay.units import MiB, is_uint
 
@@ -186,7 +186,7 @@ def parse_dcgm_counters(path: Path, text: str) -> Parsed:
     about device memory is noted (a field left out, such as FB_RESERVED in its older default list, is
     absent from every scrape, not zero); a line of another shape is quarantined."""
     p = Parsed(kind="dcgm-counters")
-    p.lines = text.count("\n") + (not text.endswith("\n"))
+    p.lines = lines_in(text)
     fields: list[str] = []
     for i, ln in enumerate(text.splitlines(), start=1):
         s = ln.strip()

@@ -8,7 +8,16 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from replay.record.common import Parsed, Parser, as_list, as_obj, checks_values, parse_time, utc_us
+from replay.record.common import (
+    Parsed,
+    Parser,
+    as_list,
+    as_obj,
+    checks_values,
+    lines_in,
+    parse_time,
+    utc_us,
+)
 from replay.record.options import RecordOptions
 from replay.record.vllm_log import ANSI
 from replay.units import MiB, is_uint
@@ -30,7 +39,7 @@ def parse_gpustat(path: Path, text: str, tz_offset_s: int = 0) -> Parsed:
     (MiB) at the query's time, a local time (``--tz``), and each process's memory where its pid shows
     (``-p``). Its figures are NVML's, so the samples are the nvml source's."""
     p = Parsed(kind="gpustat")
-    p.lines = text.count("\n") + (not text.endswith("\n"))
+    p.lines = lines_in(text)
     if text.lstrip().startswith("{"):
         return _gpustat_json(text, tz_offset_s, p)
     t: int | None = None

@@ -18,8 +18,9 @@ from replay.record.common import (
     as_list,
     as_obj,
     json_value,
+    lines_in,
 )
-from replay.record.harness import count, epoch_us, lines_in
+from replay.record.harness import count, epoch_us
 from replay.record.options import RecordOptions
 
 LISTS: dict[str, RequestStatus] = {"successful": "ok", "errored": "error", "incomplete": "aborted"}

@@ -62,11 +62,6 @@ def json_records(text: str) -> Iterator[JsonRecord]:
         pos = end
 
 
-def lines_in(text: str) -> int:
-    """How many lines ``text`` has, as an editor numbers them (a last line without its line end counts)."""
-    return text.count("\n") + (not text.endswith("\n")) if text else 0
-
-
 def number(x: Any) -> float | None:
     """``x`` where it is a finite number (not a bool), else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):

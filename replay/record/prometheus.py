@@ -31,6 +31,7 @@ from replay.record.common import (
     checks_values,
     impossible,
     json_value,
+    lines_in,
     parse_time,
     scrape_time,
 )
@@ -70,7 +71,7 @@ def parse_exposition(path: Path, text: str, *, at: str | None = None, tz_offset_
     marks = [m.start() for m in SCRAPED_AT.finditer(text)]
     if len(marks) < 2:
         return dcgm_hosts(_parse_scrape(path, text, at, tz_offset_s, want, 0), path, host, instance)
-    whole = Parsed(kind="prometheus-text", lines=text.count("\n") + (0 if text.endswith("\n") else 1))
+    whole = Parsed(kind="prometheus-text", lines=lines_in(text))
     if marks[0] > 0 and text[:marks[0]].strip():  # lines before the first mark: a scrape of its own
         marks.insert(0, 0)
     for a, b in zip(marks, [*marks[1:], len(text)], strict=True):
@@ -98,7 +99,7 @@ def _parse_scrape(path: Path, text: str, at: str | None, tz_offset_s: int, want:
                   line0: int) -> Parsed:
     """One scrape's text (its first line is file line ``line0 + 1``)."""
     p = Parsed(kind="prometheus-text")
-    p.lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    p.lines = lines_in(text)
     t, how = scrape_time(path, text, at, tz_offset_s)
     # OpenMetrics (what /metrics sends when asked for it): '# EOF' at the end, timestamps in seconds,
     # exemplars after '#'; the text format has timestamps in milliseconds

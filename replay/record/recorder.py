@@ -1203,7 +1203,6 @@ def _place_relative(g: _Gathered, files: list[FileRead]) -> None:
         g.notes.append(timecol.placed_note(f.path, u, start, f"the earliest time of the other evidence, {name}'s"))
 
 
-
 _TIMES = ("arrival_us", "first_token_us", "finish_us")
 
 
@@ -1220,7 +1219,6 @@ def _gather_requests(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport
         g.lows.append(lo)
         rep.t_first_us = lo if rep.t_first_us is None else min(rep.t_first_us, lo)
         rep.t_last_us = hi if rep.t_last_us is None else max(rep.t_last_us, hi)
-
 
 
 def _access_beside_harness(g: _Gathered, notes: list[str]) -> None:
