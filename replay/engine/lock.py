@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from replay.errors import EXIT_ENGINE, EXIT_USAGE, ReplayError
 
 LOCK_FORMAT = "replay-lock/1"
@@ -145,39 +148,18 @@ def refuse_python(release: str, python: str, whose: str = "the target Python") -
                           f"{python}: run replay under a Python that version allows", EXIT_USAGE)
 
 
-_PY_SPEC = re.compile(r"(~=|===|==|!=|<=|>=|<|>)(\d+(?:\.\d+)*)(\.\*)?")
-
-
 def python_allows(spec: str, python: str) -> bool:
     """Whether a Python version ('3.11', '3.11.7') is within a Requires-Python specifier
-    ('>=3.9,<3.13', '~=3.10', '!=3.9.*'); a version's missing parts count as 0. ValueError for a
-    part that is no such specifier."""
-    have = _release_numbers(python)
-    return all(_allows_one(part, have) for part in (p.strip() for p in spec.split(",")) if part)
-
-
-def _allows_one(part: str, have: tuple[int, ...]) -> bool:
-    m = _PY_SPEC.fullmatch(part.replace(" ", ""))
-    if m is None:
-        raise ValueError(f"{part!r} is not a version specifier")
-    op, want, star = m.group(1), _release_numbers(m.group(2)), m.group(3)
-    if star:
-        if op not in ("==", "!="):
-            raise ValueError(f"{part!r}: a wildcard goes with == or != only")
-        return (have[:len(want)] == want) == (op == "==")
-    n = max(len(have), len(want))
-    a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
-    if op == "~=":
-        return a >= b and have[:len(want) - 1] == want[:-1]
-    return {"==": a == b, "===": a == b, "!=": a != b, "<=": a <= b, ">=": a >= b,
-            "<": a < b, ">": a > b}[op]
-
-
-def _release_numbers(version: str) -> tuple[int, ...]:
-    m = re.match(r"\d+(?:\.\d+)*", version.strip())
-    if m is None:
-        raise ValueError(f"{version!r} is not a Python version")
-    return tuple(int(x) for x in m.group(0).split("."))
+    ('>=3.9,<3.13', '~=3.10', '!=3.9.*'), as pip reads it (PEP 440). ValueError for a specifier or
+    version that is none."""
+    try:
+        allowed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        raise ValueError(f"{spec!r} is not a version specifier") from None
+    try:
+        return allowed.contains(Version(python))
+    except InvalidVersion:
+        raise ValueError(f"{python!r} is not a Python version") from None
 
 
 def target_platform() -> str:
