@@ -397,13 +397,16 @@ def _heads(df: pl.DataFrame, heads: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(heads.get_columns()[i].gather(df["pid"]) for i in range(heads.width))
 
 
+KEY_SEEDS = {"rank": 7, "ts": 8, "kind": 9, "msg": 10}  # the repeat key's hash of each of its fields
+
+
 def _key(rank_ts: pl.Expr | None = None) -> pl.Expr:
     """The repeat key of a fact: a hash of (rank, key_ts, kind, msg), the same from either lane. It is
     the four fields' own hashes combined, so that a run of lines sharing a prefix can hash its rank and
     time once (``rank_ts``); a struct hash costs as much as hashing every field twice over."""
     if rank_ts is None:
-        rank_ts = pl.col("rank").hash(seed=7).xor(pl.col("key_ts").hash(seed=8))
-    return rank_ts.xor(pl.col("kind").hash(seed=9)).xor(pl.col("msg").hash(seed=10))
+        rank_ts = pl.col("rank").hash(seed=KEY_SEEDS["rank"]).xor(pl.col("key_ts").hash(seed=KEY_SEEDS["ts"]))
+    return rank_ts.xor(pl.col("kind").hash(seed=KEY_SEEDS["kind"])).xor(pl.col("msg").hash(seed=KEY_SEEDS["msg"]))
 
 
 _KEY = _key()
@@ -709,7 +712,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     # (request facts' repeat keys, and the rank that only they need)
     keyed = {"rank": pl.col("rank"), "h": pl.col("h"), "repeatable": pl.lit(True)} if request_keys else {}
     if request_keys:
-        head_key = heads.select(pl.col("rank").hash(seed=7).xor(pl.col("ts").hash(seed=8)))[:, 0]
+        head_key = heads.select(pl.col("rank").hash(seed=KEY_SEEDS["rank"]).xor(pl.col("ts").hash(seed=KEY_SEEDS["ts"])))[:, 0]
         rq = _heads(rq, heads.select("rank", "ts")).with_columns(kind=kind)
         rq = rq.with_columns(h=_key(pl.lit(head_key.gather(rq["pid"]))))
     else:
@@ -888,14 +891,14 @@ def _template_requests(lines: pl.Series, at: npt.NDArray[np.intp], w: npt.NDArra
         return np.array([getattr(s, f) if s is not None else -1 for s in shapes], np.int64)[w]
     kinds = [("request_added" if s.kind == "Added" else "request_finished") if s is not None else "request_added" for s in shapes]
     ranks = pl.Series([s.rank if s is not None else "" for s in shapes], dtype=pl.Utf8)
-    rank_kind = (ranks.hash(seed=7) ^ pl.Series(kinds).hash(seed=9)).to_numpy()
+    rank_kind = (ranks.hash(seed=KEY_SEEDS["rank"]) ^ pl.Series(kinds).hash(seed=KEY_SEEDS["kind"])).to_numpy()
     ws = pl.Series(w, dtype=pl.UInt32)
     s = pl.col("s")
     rq = pl.DataFrame({"line": at.astype(np.int64) + first_no, "s": lines.gather(pl.Series(at, dtype=pl.UInt32)),
                        **{f: per(f) for f in ("ts_at", "msg_at", "msg_len", "id_at", "id_len")}}).with_columns(
         ts=s.str.slice("ts_at", TS_CHARS), msg=s.str.slice("msg_at", "msg_len"), request_id=s.str.slice("id_at", "id_len"))
-    keyed: dict[str, pl.Expr | pl.Series] = {"rank": ranks.gather(ws), "h": pl.lit(pl.Series(rank_kind[w])).xor(pl.col("ts").hash(seed=8)).xor(
-        pl.col("msg").hash(seed=10)), "repeatable": pl.lit(True)} if request_keys else {}
+    keyed: dict[str, pl.Expr | pl.Series] = {"rank": ranks.gather(ws), "h": pl.lit(pl.Series(rank_kind[w])).xor(
+        pl.col("ts").hash(seed=KEY_SEEDS["ts"])).xor(pl.col("msg").hash(seed=KEY_SEEDS["msg"])), "repeatable": pl.lit(True)} if request_keys else {}
     return rq.select("line", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind=pl.Series(kinds, dtype=REQUEST_KINDS).gather(ws),
                      **keyed, request_id="request_id", rh=ID_HASH)
 
