@@ -21,7 +21,7 @@ from replay.bundle import DEVICE_SOURCES, SAMPLES_SCHEMA
 from replay.errors import ReplayError
 from replay.record.events import ParsedEvent
 from replay.record.options import RecordOptions
-from replay.record.timecol import Unplaced
+from replay.record.timecol import Unplaced, utc_text
 from replay.units import MAX_GPU_INDEX, MiB
 
 P = ParamSpec("P")
@@ -202,7 +202,7 @@ def _shown(t: int | None) -> str:
     if t is None:
         return "no time"
     try:
-        return datetime.fromtimestamp(t / 1e6, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return utc_text(t)
     except (OverflowError, OSError, ValueError):
         return f"{t} µs since 1970"
 
