@@ -1,7 +1,8 @@
 """One-clock sampler for a running engine (a replay's, or the one ``record --live`` watches): vLLM
 ``/metrics``, actual memory (process-tree RSS on CPU, NVML device and per-process on CUDA), from its
-own thread. It measures its own CPU time so the run can report the sampler's overhead next to the
-engine's."""
+own threads: memory in one, the scrape in another, so that a server too busy to answer ``/metrics`` at
+once does not hold back the memory samples (those are what an incident is read from). It measures its
+own CPU time so the run can report the sampler's overhead next to the engine's."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ class Sampler:
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="replay-sampler", daemon=True)
-        self.cpu_s = 0.0
+        self._scraper = threading.Thread(target=self._scrape_loop, name="replay-scraper", daemon=True)
+        self._client: httpx.Client | None = None
+        self._cpu_s = {"memory": 0.0, "metrics": 0.0}
         self.n = 0
         self.last_rss: int | None = None
         self.peak_rss: int | None = None
@@ -58,14 +61,34 @@ class Sampler:
     def t_us(self) -> int:
         return int((time.time() - self.t0) * 1_000_000)
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU time of the sampler's threads so far, seconds."""
+        return sum(self._cpu_s.values())
+
     def start(self) -> None:
         self._thread.start()
+        if self.metrics_url:
+            self._client = httpx.Client(timeout=2.0)  # (made here, not on the scraper's clock)
+            self._scraper.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+        if self._scraper.is_alive():
+            self._scraper.join(timeout=10)
+        if self._client is not None:
+            self._client.close()
 
     def sample_once(self, client: httpx.Client | None) -> None:
+        """One tick: memory, and the scrape where ``client`` is given."""
+        self.sample_memory()
+        if client is not None:
+            self.scrape(client)
+        self.n += 1
+
+    def sample_memory(self) -> None:
+        """Actual memory (process RSS, NVML) and the probe's figures, at one time."""
         t = self.t_us()
         if self.rss is not None:
             v = self.rss()
@@ -102,7 +125,11 @@ class Sampler:
                     self.w.sample(*s)
                 for e in pe:
                     self.w.event(e)
-        if client is not None and self.metrics_url:
+
+    def scrape(self, client: httpx.Client) -> None:
+        """vLLM's /metrics, at the time it was asked for (a failed scrape is counted, not fatal)."""
+        t = self.t_us()
+        if self.metrics_url:
             try:
                 r = client.get(self.metrics_url)
                 r.raise_for_status()  # (an error page holds no metrics: a failed scrape, not an empty one)
@@ -113,14 +140,21 @@ class Sampler:
                             self.last_kv = value
             except httpx.HTTPError:
                 self.metrics_errors += 1
-        self.n += 1
+
+    def _every(self, what: str, tick: Callable[[], None]) -> None:
+        """``tick`` every interval until stopped (a late tick is not made up), its thread's CPU time kept."""
+        start_cpu = time.thread_time()
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            tick()
+            self._cpu_s[what] = time.thread_time() - start_cpu
+            nxt = max(nxt + self.interval_s, time.monotonic())
+            self._stop.wait(max(0.0, nxt - time.monotonic()))
 
     def _loop(self) -> None:
-        start_cpu = time.thread_time()
-        with httpx.Client(timeout=2.0) as client:
-            nxt = time.monotonic()
-            while not self._stop.is_set():
-                self.sample_once(client)
-                self.cpu_s = time.thread_time() - start_cpu
-                nxt += self.interval_s
-                self._stop.wait(max(0.0, nxt - time.monotonic()))
+        self._every("memory", lambda: self.sample_once(None))
+
+    def _scrape_loop(self) -> None:
+        client = self._client
+        if client is not None:
+            self._every("metrics", lambda: self.scrape(client))

@@ -14,6 +14,7 @@ from replay.engine.envs import resolve
 from replay.errors import ReplayError
 from replay.nvml import FakeNvml, GpuMemory
 from replay.sampler import Sampler
+from tests.conftest import metrics_server
 
 
 def test_resolve_versions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,6 +72,29 @@ def test_sampler_with_fake_nvml(tmp_path) -> None:  # type: ignore[no-untyped-de
     assert used == [10 * 2**30, 20 * 2**30, 30 * 2**30]
     other = b.samples.filter(b.samples["metric"] == "other_processes_bytes")["value"].to_list()
     assert other == [2**30] * 3
+
+
+def test_a_slow_metrics_endpoint_does_not_hold_back_memory_samples(tmp_path: Path) -> None:
+    """GIVEN a server whose /metrics answers only after 0.6 s (an engine busy with a long prefill) WHEN the
+    sampler runs 1.2 s at 50 ms THEN memory is sampled at its own interval (it was one sample per slow
+    scrape), the scrapes are kept with the time they were asked for, and both threads stop."""
+    import time
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="replay"))
+    with metrics_server(b'vllm:kv_cache_usage_perc{engine="0"} 0.5\n', delay_s=0.6) as url:
+        s = Sampler(w, time.time(), metrics_url=f"{url}/metrics", rss=lambda: 2**30, interval_s=0.05)
+        try:
+            s.start()
+            time.sleep(1.2)
+        finally:
+            s.stop()
+    w.close()
+    b = read_bundle(tmp_path / "b")
+    rss = b.samples.filter(b.samples["metric"] == "process_rss_bytes")
+    kv = b.samples.filter(b.samples["metric"] == "kv_usage_ratio")
+    assert rss.height >= 12, rss.height
+    assert 1 <= kv.height <= 3 and kv["value"].to_list()[0] == 0.5
+    assert not s._thread.is_alive() and not s._scraper.is_alive()
+    assert s.cpu_s > 0
 
 
 def test_engine_args_file_must_hold_an_object(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from replay.bundle import BundleMeta, BundleWriter, bundle_written, check_out, r
 from replay.errors import ReplayError
 from replay.record.recorder import RecordOptions, record
 from replay.text import console, printable
-from tests.conftest import DATA, ROOT
+from tests.conftest import DATA, ROOT, metrics_server
 
 SMALL_LOG = DATA / "v072_80gb_qwen25_72b_awq_runtime_oom_head.log"
 GiB = 1 << 30
@@ -483,25 +483,8 @@ def test_an_error_is_one_line_off_a_terminal(tmp_path: Path) -> None:
 @pytest.fixture()
 def metrics_url() -> Iterator[str]:
     """A /metrics endpoint answering a real vLLM exposition excerpt."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from threading import Thread
-    body = (DATA / "vllm_v0_metrics_excerpt.prom").read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with metrics_server((DATA / "vllm_v0_metrics_excerpt.prom").read_bytes()) as url:
+        yield url
 
 
 def test_a_live_recording_over_a_bundle_replaces_it_only_when_it_stops(
