@@ -229,3 +229,32 @@ def test_a_death_of_unstated_cause_is_no_oom_and_what_cannot_be_judged_is_said(t
     c = analyze_bundle(read_bundle(tmp_path / "c"))
     assert c.summary()["oom_s"] == 7.0 and c.summary()["crash"]["kind"] == "oom"
     assert [u.id for u in c.unjudged] == ["memory:unaccounted"]
+
+
+MIB = 2**20
+
+
+def _detect(mib: list[float], step_us: int = 250_000):  # type: ignore[no-untyped-def]
+    from replay.analysis.divergence import detect
+    return detect(pl.DataFrame({"t_us": [i * step_us for i in range(len(mib))], "gap_bytes": [float(v) * MIB for v in mib],
+                                "actual_bytes": [3000.0 * MIB + v * MIB for v in mib]}))
+
+
+def test_a_level_step_before_a_sudden_rise_is_not_its_onset() -> None:
+    """GIVEN a CPU replay's gap as measured (a fresh server's first requests creep it up 10 MiB, one more
+    request steps it 10 MiB above the baseline and it stays level, then a long prompt_logprobs prefill
+    raises it by hundreds of MiB a sample) WHEN detected THEN the onset is the first sample of the rise,
+    not the level step that kept the cumulative excess above zero; without the step, the same sample."""
+    creep = [6, 8, 14, 14, 16, 16.7, 16.7, 17, 17]
+    rise = [120, 330, 540, 990, 1400, 1800, 2100]
+    stepped = _detect(creep + [26, 26, 26, 26] + rise)
+    plain = _detect(creep + [17, 17, 17, 17] + rise)
+    assert stepped.onset_us == plain.onset_us == 13 * 250_000, (stepped.onset_us, plain.onset_us)
+
+
+def test_a_slow_leak_keeps_its_onset_where_it_began() -> None:
+    """A clean leak of 1 MiB a sample from sample 100 on crosses long after it began: its onset stays at its
+    start however level its last samples look."""
+    d = _detect([0.0] * 100 + [float(i) for i in range(1, 400)], step_us=1_000_000)
+    assert d.first_crossing_us is not None and d.first_crossing_us > 150_000_000
+    assert d.onset_us is not None and abs(d.onset_us - 100_000_000) <= 10_000_000, d.onset_us
