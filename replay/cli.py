@@ -443,6 +443,7 @@ def run(
     emulate_capacity: Annotated[bool, typer.Option(help="On a bigger GPU than production's: hold the difference in a ballast and scale gpu_memory_utilization.")] = False,
     torch_history: Annotated[bool, typer.Option(help="Record allocation history in the engine so the OOM snapshot shows stacks (slower).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
+    warmup: Annotated[int | None, typer.Option(help="Plain requests sent before the trace, so the server's first allocations are behind it (not in the bundle's requests). Default: with a bundle cut by --window or --before-crash, as many as production had served before it, up to 3; else none. 0: none.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (version env, engine arguments after translation, model, requests, window, notes) and start nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Write the bundle into a folder that holds other files (they are kept).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as one JSON object.")] = False,
@@ -466,7 +467,7 @@ def run(
                       constraints=constraints,
                       vocab=vocab, seed=seed, interval_s=interval, kv_cache_gib=kv_cache_gib,
                       capacity_bytes=_capacity_bytes(capacity_gib),
-                      emulate_capacity=emulate_capacity, torch_history=torch_history)
+                      emulate_capacity=emulate_capacity, torch_history=torch_history, warmup=warmup)
     trace_path, opts.window = _trace_for_run(trace, out, dry_run, window, before_crash)
     if dry_run:
         p = do_plan(trace_path, opts, err)

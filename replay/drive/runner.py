@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ class RunOptions:
     output_policy: str = "observed"
     torch_history: bool = False  # record allocation history in the engine for the OOM snapshot (costs time)
     emulate_capacity: bool = False  # on a bigger GPU: hold the difference in a ballast, scale the budget
+    warmup: int | None = None  # requests sent before the trace (None: as many as production had served, up to 3)
 
     def check(self) -> None:
         """Refuse, by the option's name, a value that cannot make a replay: a time scale of zero
@@ -97,12 +98,55 @@ class RunOptions:
             ("--kv-cache-gib", positive(self.kv_cache_gib), "a KV cache size above 0 GiB", self.kv_cache_gib),
             ("--capacity-gib", self.capacity_bytes is None or self.capacity_bytes > 0, "a limit above 0 GiB",
              None if self.capacity_bytes is None else self.capacity_bytes / 2**30),
+            ("--warmup", self.warmup is None or self.warmup >= 0, "0 or more requests", self.warmup),
             ("--vocab", self.model is not None or self.vocab >= PROMPT_VOCAB,
              f"at least {PROMPT_VOCAB} (synthesised prompts use token ids below {PROMPT_VOCAB})", self.vocab),
         ])
 
 
 MIN_INTERVAL_S = 0.01  # (NVML and /metrics answer in milliseconds; faster sampling measures the sampler)
+WARMUP_MAX = 3  # (the warm-up a windowed incident gets by default: its server's first allocations behind it)
+WARMUP_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """Requests sent one after another once the server is ready and before the trace's clock starts, so the
+    server's one-off first-request allocations are behind the replay, as they were behind production's
+    incident when its server had served before the trace's window. Not in the bundle's requests; an event
+    states them."""
+
+    requests: int
+    input_tokens: int
+    max_tokens: int
+    why: str
+
+    def bodies(self, seed: int) -> list[tuple[int, str, dict[str, Any]]]:
+        return [(0, f"warmup-{i}", {"prompt": synth_prompt_ids(self.input_tokens, seed, f"warmup-{i}"),
+                                    "max_tokens": self.max_tokens, "temperature": 0.0})
+                for i in range(self.requests)]
+
+
+def _requests(n: int, what: str = "") -> str:
+    return f"{n:,} {what}request" + ("" if n == 1 else "s")
+
+
+def plan_warmup(header: TraceHeader, reqs: list[dict[str, Any]], asked: int | None,
+                max_model_len: int | None) -> Warmup | None:
+    """The warm-up: ``asked`` requests (0: none); by default as many as production had served before the
+    trace's window, up to WARMUP_MAX, none for a trace that starts where its server did or does not say. Each
+    of production's median prompt before the window (else the trace's), plain: no logprobs, no images."""
+    served = (header.production or {}).get("served_before") or {}
+    n = asked if asked is not None else min(WARMUP_MAX, int(served.get("requests") or 0))
+    if n <= 0:
+        return None
+    lens = sorted(int(r["input_tokens"]) for r in reqs if r.get("input_tokens"))
+    tokens = served.get("input_tokens") or (lens[len(lens) // 2] if lens else 256)
+    cap = max(1, int(max_model_len or 8192) - WARMUP_MAX_TOKENS - 1)
+    out = min(WARMUP_MAX_TOKENS, int(served.get("max_tokens") or WARMUP_MAX_TOKENS))
+    why = (f"--warmup {n}" if asked is not None else
+           f"production's server had served {_requests(int(served['requests']))} before the trace's window")
+    return Warmup(n, max(1, min(int(tokens), cap)), max(1, out), why)
 
 
 @dataclass
@@ -202,6 +246,7 @@ class RunPlan:
     model_kind: str  # tiny | weights | config (production's architecture, dummy weights)
     vocab: int | None
     notes: list[str]
+    warmup: Warmup | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"vllm": {"version": self.spec.version, "dist": self.spec.dist, "device": self.spec.device,
@@ -211,6 +256,7 @@ class RunPlan:
                           "production": (self.header.production or {}).get("model")},
                 "requests": len(self.requests),
                 "window_us": list(self.window_us) if self.window_us else None,
+                "warmup": asdict(self.warmup) if self.warmup else None,
                 "notes": self.notes}
 
     @property
@@ -310,7 +356,11 @@ def plan(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     engine_args.update(user_args)
     if known is not None:
         eargs.to_argv(engine_args, known, spec.version)  # (refuses an unknown argument now, by name)
-    return RunPlan(spec, header, reqs, engine_args, model, kind, vocab, notes)
+    warmup = plan_warmup(header, reqs, opts.warmup, engine_args.get("max_model_len"))
+    if warmup is not None:
+        notes.append(f"warm-up: {_requests(warmup.requests, 'plain ')} of {warmup.input_tokens} prompt tokens before the trace "
+                     f"({warmup.why}; --warmup 0 for none): the server's first allocations are behind the replay")
+    return RunPlan(spec, header, reqs, engine_args, model, kind, vocab, notes, warmup)
 
 
 def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> RunResult:
@@ -326,6 +376,25 @@ def run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> R
             _keep_server_log(e, into / "server.log", opts.out)
             raise
     return replace(res, bundle=opts.out)
+
+
+def _warm_up(url: str, model: str, w: Warmup, seed: int, writer: BundleWriter, t_wall0: float,
+             console: Console) -> None:
+    """Send the warm-up, one request after another, before the sampler and the trace's clock start; an
+    event states it and how it went (a warm-up that failed is said, and the replay goes on)."""
+    driver = Driver(url, model, concurrency=1)
+    t_us = int((time.time() - t_wall0) * 1e6)
+    with console.status(f"warming the server up: {w.requests} requests of {w.input_tokens} prompt tokens"):
+        outcomes = asyncio.run(driver.run(w.bodies(seed)))
+    ok = sum(1 for o in outcomes.values() if o.status == "ok")
+    errors = sorted({o.error for o in outcomes.values() if o.error})
+    writer.event({"t_us": t_us, "kind": "warmup", "source": "replay", "requests": w.requests, "ok": ok,
+                  "input_tokens": w.input_tokens, "max_tokens": w.max_tokens,
+                  "end_us": int((time.time() - t_wall0) * 1e6),
+                  "note": f"before the trace, not in its requests: {w.why}" + (f"; failed: {errors[0]}" if errors else "")})
+    if ok < w.requests:
+        console.print(f"[yellow]warm-up: {w.requests - ok} of {w.requests} requests failed[/]"
+                      + (f" ({escape(errors[0])})" if errors else ""))
 
 
 def _keep_server_log(e: ReplayError, log: Path, out: Path) -> None:
@@ -450,6 +519,8 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
         writer.event({"t_us": ready_us, "kind": "engine_ready", "source": "replay", "rss_bytes": baseline,
                       "device": spec.device, "note": "engine memory at ready: weights + KV pool + runtime, "
                       "everything vLLM sized at startup"})
+        if p.warmup is not None and not interrupted:
+            _warm_up(server.url, str(model_dir), p.warmup, opts.seed, writer, t_wall0, console)
         sampler.start()
 
         def watchdog() -> None:

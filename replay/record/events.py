@@ -23,6 +23,7 @@ EvidenceEventKind = Literal[
 ]
 ReplayEventKind = Literal[
     "engine_ready", "emulated_oom", "interrupted",  # a replay run's, and ``record --live``'s
+    "warmup",  # a replay run's requests before its trace
     "torch_oom", "probe_error",  # the in-engine probe's
 ]
 EventKind = LogEventKind | EvidenceEventKind | ReplayEventKind

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import polars as pl
 
@@ -130,8 +130,10 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
         fields["t_us"].count("observed", df.height - len(placed))
         fields["t_us"].count("inferred", len(placed))
         fields["t_us"].sources += sorted(set(placed))
+    served = None
     if window_us is not None:
         a, z = window_us
+        served = served_before(df.filter(pl.col("arrival_us") < a))
         df = df.filter(pl.col("arrival_us").is_between(a, z, closed="left"))
         if df.height == 0:
             raise ReplayError(f"{b.path}: no request arrives in the window {a / 1e6:.1f}s..{z / 1e6:.1f}s of its "
@@ -152,7 +154,28 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
         notes.append(f"{fields['input_tokens'].default} requests' prompt lengths are stated nowhere in the evidence "
                      f"(no prompt_token_ids, no prompt-token counter): {DEFAULT_INPUT_TOKENS} tokens each, a default")
     header = _header(b, reqs, fields, notes, base, window_us, crash, sha256, whole, t0)
+    if served is not None:
+        header.production = {**(header.production or {}), "served_before": served}
     return BundleTrace(header, reqs, notes, window_us, crash)
+
+
+class ServedBefore(TypedDict):
+    """What production's server had served before a trace's window: the replay's warm-up is sized from it."""
+
+    requests: int
+    input_tokens: int | None  # the median prompt of them, tokens (None: no prompt length stated)
+    max_tokens: int | None  # the median output cap of them
+
+
+def served_before(df: pl.DataFrame) -> ServedBefore | None:
+    """The requests production served before the window (None where there were none)."""
+    if df.height == 0:
+        return None
+
+    def median(col: str) -> int | None:
+        v = df[col].median() if col in df.columns else None
+        return None if v is None else int(round(float(v)))  # type: ignore[arg-type]
+    return ServedBefore(requests=df.height, input_tokens=median("input_tokens"), max_tokens=median("max_tokens"))
 
 
 def _request(r: dict[str, Any], base: int, crash: int | None, finished_any: bool, mean: tuple[int, str] | None,

@@ -139,6 +139,11 @@ def test_replay_of_the_bundle_reproduces_production(production: Path, tmp_path: 
     reps = [read_bundle(x) for x in runs]
     incident = {i for i in prod.requests["id"].to_list() if not i.startswith("cmpl-warmup")}
     assert set(reps[0].requests["id"]) == incident  # the production ids, replayed
+    for rb in reps:  # (production had served 3 requests before the window: the replays' servers too, first)
+        warm = [e for e in rb.events if e["kind"] == "warmup"]
+        assert len(warm) == 1 and warm[0]["ok"] == 3 and warm[0]["input_tokens"] == 300, warm
+        rss = rb.samples.filter(rb.samples["metric"] == "process_rss_bytes")
+        assert warm[0]["end_us"] <= min(int(rss["t_us"].min()), int(rb.requests["arrival_us"].min()))  # (before both)
     vs = verdicts(prod, reps)
     for v in vs:
         assert v.reproduced is True, v

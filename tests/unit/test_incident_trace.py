@@ -87,6 +87,8 @@ def test_trace_window_keeps_production_ids(v032_bundle: Path) -> None:
     bt = trace_of_bundle(v032_bundle, window_us=(first + 1_000_000, first + 2_000_000))
     assert [r["id"] for r in bt.requests] == ["cmpl-chat-1-0", "cmpl-chat-2-0"]
     assert bt.requests[0]["t_us"] == 0 and bt.header.production["window_us"] == [first + 1_000_000, first + 2_000_000]
+    # what the server had served before the window: chat-0 alone (228 prompt tokens, max_tokens 64)
+    assert bt.header.production["served_before"] == {"requests": 1, "input_tokens": 228, "max_tokens": 64}
     with pytest.raises(ReplayError, match="states no crash"):
         trace_of_bundle(v032_bundle, before_crash_us=60_000_000)
 
@@ -134,7 +136,8 @@ def test_dry_run_json_plan_of_a_bundle(v032_bundle: Path, tmp_path: Path) -> Non
     r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json", "-o", str(tmp_path / "r"))
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
-    assert set(plan) == {"vllm", "engine_args", "model", "requests", "window_us", "notes"}
+    assert set(plan) == {"vllm", "engine_args", "model", "requests", "window_us", "warmup", "notes"}
+    assert plan["warmup"] is None  # (the whole incident: its server served nothing before it)
     assert plan["requests"] == 4 and plan["vllm"]["version"] == "0.32.0"
     assert plan["model"]["kind"] == "tiny" and any("tiny local Llama" in n for n in plan["notes"])
     assert not (tmp_path / "r").exists()  # a dry run starts and writes nothing
@@ -215,3 +218,40 @@ def test_dry_run_with_production_model_config(v032_bundle: Path, tmp_path: Path)
     assert any("Qwen2ForCausalLM" in n and "dummy" in n for n in gpu["notes"])
     r = _cli("run", str(v032_bundle), "--dry-run", "--model-config", str(tmp_path / "nowhere"))
     assert r.returncode == 2 and "--model-config" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_window_of_a_serving_server_is_replayed_after_a_warm_up(v032_bundle: Path, tmp_path: Path) -> None:
+    """GIVEN an incident cut from a server that had served before it WHEN its replay is planned THEN the
+    replay's server is warmed up first (as many requests as production had served, up to 3, at their median
+    prompt, plain and short), said in a note; --warmup N asks for N, --warmup 0 for none, and below 0 is refused."""
+    first = int(read_bundle(v032_bundle).requests["arrival_us"].min())
+    window = f"{first + 1_000_000}us:"
+    r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json", "--window", window)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["requests"] == 3
+    assert plan["warmup"] == {"requests": 1, "input_tokens": 228, "max_tokens": 16,
+                              "why": "production's server had served 1 request before the trace's window"}
+    assert any(n.startswith("warm-up: 1 plain request of 228 prompt tokens") for n in plan["notes"])
+    r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json", "--window", window, "--warmup", "0")
+    assert r.returncode == 0 and json.loads(r.stdout)["warmup"] is None, r.stderr
+    r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json", "--warmup", "5")
+    w = json.loads(r.stdout)["warmup"]
+    assert w["requests"] == 5 and w["why"] == "--warmup 5" and w["input_tokens"] == 286  # (the trace's median)
+    r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--warmup", "-1")
+    assert r.returncode == 2 and "--warmup" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_warm_up_bodies_are_plain_and_fit_the_model() -> None:
+    from replay.drive.runner import plan_warmup
+    from replay.trace.format import TraceHeader
+    header = TraceHeader(source={}, time={}, production={"served_before": {"requests": 40, "input_tokens": 20_000,
+                                                                             "max_tokens": 512}})
+    w = plan_warmup(header, [{"input_tokens": 10}], None, 4096)
+    assert w is not None and (w.requests, w.input_tokens, w.max_tokens) == (3, 4096 - 16 - 1, 16)
+    bodies = w.bodies(seed=0)
+    assert [rid for _, rid, _ in bodies] == ["warmup-0", "warmup-1", "warmup-2"]
+    assert all(len(b["prompt"]) == w.input_tokens and set(b) == {"prompt", "max_tokens", "temperature"}
+               for _, _, b in bodies)
+    assert bodies[0][2]["prompt"] != bodies[1][2]["prompt"]  # (no prefix-cache hit between them)
+    assert plan_warmup(TraceHeader(source={}, time={}), [{"input_tokens": 10}], None, 4096) is None
