@@ -73,19 +73,20 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
         later = [ti for ti in t if ti > onset]
         onset = later[0] if later else onset
     if onset is not None and first_cross is not None:
-        onset = _after_level(t, x, t.index(onset), t.index(first_cross), k / 2, thr / 2, confirm)
+        onset = _rise_start(t, x, t.index(onset), t.index(first_cross), k, thr / 2)
     imax = max(range(len(x)), key=lambda i: x[i])
     return Divergence(onset if first_cross else None, first_cross, base, thr, x[imax], t[imax], episodes)
 
 
-def _after_level(t: list[int], x: list[float], i_onset: int, i_cross: int, tol: float, jump: float, n: int) -> int:
-    """The onset, moved past a level stretch that a sudden rise follows: ``n`` samples within ``tol`` of
-    each other, ending at most ``n`` samples before the first crossing, which is above them by more than
-    ``jump``. (A step of a few MiB that then stays level, one request's one-off allocation, keeps the
-    cumulative excess above zero and would date the onset to it; the divergence began where the rise did.
-    A slow leak crosses only a little above the samples before it: its onset stays.)"""
-    for j in range(i_cross - 1, max(i_onset, i_cross - n - 1), -1):
-        window = x[max(0, j - n + 1):j + 1]
-        if len(window) == n and max(window) - min(window) <= tol and x[i_cross] - max(window) > jump:
-            return t[j + 1]
+def _rise_start(t: list[int], x: list[float], i_onset: int, i_cross: int, step: float, jump: float) -> int:
+    """The onset, moved up to the start of a sudden rise: the run of samples, each above the one before by
+    more than ``step``, that ends at the first crossing, where that run rose by more than ``jump``. (A
+    creep of a few MiB a request, or a step that then stays level, keeps the cumulative excess above zero
+    and would date the onset to it; the divergence began where the rise did. A leak rises a little a
+    sample: its onset stays.)"""
+    j = i_cross
+    while j - 1 >= max(i_onset, 1) and x[j - 1] - x[j - 2] > step:
+        j -= 1
+    if j > i_onset and x[i_cross] - x[j - 1] > jump:
+        return t[j]
     return t[i_onset]

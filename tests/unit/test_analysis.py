@@ -244,12 +244,20 @@ def test_a_level_step_before_a_sudden_rise_is_not_its_onset() -> None:
     """GIVEN a CPU replay's gap as measured (a fresh server's first requests creep it up 10 MiB, one more
     request steps it 10 MiB above the baseline and it stays level, then a long prompt_logprobs prefill
     raises it by hundreds of MiB a sample) WHEN detected THEN the onset is the first sample of the rise,
-    not the level step that kept the cumulative excess above zero; without the step, the same sample."""
+    not the creep or the level step that kept the cumulative excess above zero; without the step, the
+    same sample."""
     creep = [6, 8, 14, 14, 16, 16.7, 16.7, 17, 17]
     rise = [120, 330, 540, 990, 1400, 1800, 2100]
     stepped = _detect(creep + [26, 26, 26, 26] + rise)
     plain = _detect(creep + [17, 17, 17, 17] + rise)
     assert stepped.onset_us == plain.onset_us == 13 * 250_000, (stepped.onset_us, plain.onset_us)
+    # (as measured in a clean run: each chat request 2.4 MiB more, the last step held for two samples only)
+    crept = _detect([10.2, 12.1, 12.1, 12.2, 12.2, 14.5, 14.5, 14.5, 14.5, 16.9, 16.9, 22.2, 22.3, 151.0, 350.2,
+                     589.5, 1081.3, 1618.6])
+    assert crept.onset_us == 13 * 250_000, crept.onset_us
+    # a rise over two samples begins at the first of them
+    two = _detect(creep + [17, 17, 60] + rise)
+    assert two.onset_us == 11 * 250_000, two.onset_us
 
 
 def test_a_slow_leak_keeps_its_onset_where_it_began() -> None:
