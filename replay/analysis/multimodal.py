@@ -5,7 +5,8 @@ encoder cache and the processor's tensors grow with the image tokens being prefi
 ``kv_cache_usage_perc`` does not show. The image tokens in flight (each request's, from its send to
 its finish) are drawn beside actual memory so that a high-resolution stretch is seen where it ran;
 vLLM's processor-cache counters (``vllm:mm_cache_queries`` / ``vllm:mm_cache_hits``, V1 0.11+) say
-how often an image was processed again rather than reused.
+how often an image was processed again rather than reused; where only a log is evidence, its stats
+lines' "MM cache hit rate" (over vLLM's recent requests) says it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import polars as pl
 
 CACHE_QUERIES = "mm_cache_queries_total"
 CACHE_HITS = "mm_cache_hits_total"
+LOG_HIT_RATIO = "mm_cache_hit_ratio"  # (a stats line's, ``recorder.STATS_SAMPLES``)
 
 
 def image_tokens_in_flight(requests: pl.LazyFrame) -> pl.DataFrame:
@@ -36,10 +38,12 @@ def image_tokens_in_flight(requests: pl.LazyFrame) -> pl.DataFrame:
 
 def mm_cache_hit_ratio(samples: pl.DataFrame) -> pl.DataFrame:
     """(t_us, source, hit_ratio): vLLM's multimodal processor cache, hits over queries since the server
-    started, at each scrape that counted a query. Empty where the server did not expose them."""
+    started, at each scrape that counted a query; without scrapes, the hit rate its log's stats lines
+    state. Empty where the evidence says neither."""
     s = samples.filter(pl.col("metric").is_in([CACHE_QUERIES, CACHE_HITS]))
     if s.height == 0:
-        return pl.DataFrame(schema={"t_us": pl.Int64, "source": pl.Utf8, "hit_ratio": pl.Float64})
+        return (samples.filter(pl.col("metric") == LOG_HIT_RATIO).sort("t_us")
+                .select(pl.col("t_us").cast(pl.Int64), pl.col("source").cast(pl.Utf8), hit_ratio=pl.col("value").cast(pl.Float64)))
     wide = (s.group_by("t_us", "source", "metric").agg(pl.col("value").sum())
             .pivot(on="metric", index=["t_us", "source"], values="value"))
     if CACHE_QUERIES not in wide.columns or CACHE_HITS not in wide.columns:

@@ -62,8 +62,10 @@ from replay.record.vllm_log import (
     ISO_TIME,
     KUBECTL_PREFIX,
     LEVEL_TIME,
+    MM_HIT,
     NBSP,
     OTEL_LEVELS,
+    PREFIX_HIT,
     PROC_BODY,
     R_DP,
     R_IMAGE,
@@ -157,7 +159,8 @@ def buckets_for(n_facts: int) -> int:
 _STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.Int64, "engine": pl.Utf8, "dp": pl.Utf8,
                "h": pl.UInt64, "repeatable": pl.Boolean, "running": pl.Float64, "waiting": pl.Float64,
                "swapped": pl.Float64, "preemptions": pl.Float64, "kv_usage_pct": pl.Float64,
-               "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64}
+               "cpu_kv_usage_pct": pl.Float64, "prompt_tps": pl.Float64, "gen_tps": pl.Float64,
+               "prefix_cache_hit_pct": pl.Float64, "mm_cache_hit_pct": pl.Float64}
 REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64,
                    "n": pl.Int64, "best_of": pl.Int64, "prompt_chars": pl.Int64, "prompt_sha256": pl.Utf8,
                    "prompt": pl.Utf8, "mm_items": pl.Int64}
@@ -691,7 +694,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         swapped=pl.when(v0).then(pl.col("v0").struct.field("swapped")).cast(pl.Float64),
         preemptions=pl.when(~v0).then(pl.col("v1").struct.field("pre")).cast(pl.Float64),
         kv_usage_pct=_num(pick("kv")), cpu_kv_usage_pct=_num(pl.when(v0).then(pl.col("v0").struct.field("cpu_kv"))),
-        prompt_tps=_num(pl.col("tp").struct.field("ptps")), gen_tps=_num(pl.col("tp").struct.field("gtps")))
+        prompt_tps=_num(pl.col("tp").struct.field("ptps")), gen_tps=_num(pl.col("tp").struct.field("gtps")),
+        prefix_cache_hit_pct=_num(msg.str.extract(PREFIX_HIT, 1)), mm_cache_hit_pct=_num(msg.str.extract(MM_HIT, 1)))
     # Added / Finished lines (split, not matched: a capture per line is slow); the id is one word after
     # the verb, without its full stop
     added, rid = msg.str.starts_with("Added request "), pl.col("request_id")
@@ -1115,7 +1119,7 @@ def _slow_frames(res: LogParse, keep_prompts: bool = False, start: int = 0) -> t
                 "msg": [f.text for f in fs], "repeatable": [f.logged_ts or f.kind != "stats" for f in fs]}
 
     keys = ("engine", "dp", "running", "waiting", "swapped", "preemptions", "kv_usage_pct", "cpu_kv_usage_pct",
-            "prompt_tps", "gen_tps")
+            "prompt_tps", "gen_tps", "prefix_cache_hit_pct", "mm_cache_hit_pct")
     sdf = pl.DataFrame({**base(st), **{k: [f.data.get(k) for f in st] for k in keys}},
                        schema_overrides={**_STATS_COLS, "key_ts": pl.Utf8, "msg": pl.Utf8, "kind": pl.Utf8})
     for f in rq:  # the prompt leaves the parser only as its length and hash, unless --keep-prompts

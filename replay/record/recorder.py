@@ -72,7 +72,8 @@ from replay.versioning import version_key
 # Log facts that become samples (metric, scale) or events.
 STATS_SAMPLES = (("kv_usage_pct", "kv_usage_ratio", 0.01), ("running", "requests_running", 1.0),
                   ("waiting", "requests_waiting", 1.0), ("swapped", "requests_swapped", 1.0),
-                  ("preemptions", "preemptions_total", 1.0))
+                  ("preemptions", "preemptions_total", 1.0), ("prefix_cache_hit_pct", "prefix_cache_hit_ratio", 0.01),
+                  ("mm_cache_hit_pct", "mm_cache_hit_ratio", 0.01))
 
 
 @dataclass

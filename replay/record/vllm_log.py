@@ -207,11 +207,17 @@ STATS_V1 = (r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs(?:,
             r"(?:GPU|CPU|XPU|\w+) KV cache usage: (?P<kv>" + NUMBER + ")%")
 THROUGHPUT = (r"Avg prompt throughput: (?P<ptps>" + NUMBER + r") tokens/s, Avg generation throughput: (?P<gtps>"
               + NUMBER + ")")
+# the caches' hit rates a stats line states: prefix caching's (V0: 'GPU: x%, CPU: y%'), and from 0.11 the
+# multimodal processor cache's (V1 computes both over its recent requests, not since the start)
+PREFIX_HIT = r"Prefix cache hit rate: (?:GPU: )?(?P<prefix>" + NUMBER + ")%"
+MM_HIT = r"MM cache hit rate: (?P<mm>" + NUMBER + ")%"
 R_STATS_V0 = re.compile(STATS_V0)
 R_STATS_V1 = re.compile(STATS_V1)
 # which engine a V1 stats line speaks for, with data parallelism ('Engine 001:', '2 Engines Aggregated:')
 R_DP = re.compile(r"^(Engine \d+|\d+ Engines Aggregated):")
 R_THROUGHPUT = re.compile(THROUGHPUT)
+R_PREFIX_HIT = re.compile(PREFIX_HIT)
+R_MM_HIT = re.compile(MM_HIT)
 R_PREEMPT = re.compile(r"Sequence group (\S+) is preempted by PreemptionMode\.(\w+).*?total_num_cumulative_preemption=(\d+)")
 R_ADDED = re.compile(r"Added request (\S+?)\.?$")
 R_RECEIVED = re.compile(r"Received request (\S+?):")
@@ -752,6 +758,10 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
             t = R_THROUGHPUT.search(text)
             if t:
                 out[-1][1].update(prompt_tps=_f(t.group(1)), gen_tps=_f(t.group(2)))
+            for key, rx in (("prefix_cache_hit_pct", R_PREFIX_HIT), ("mm_cache_hit_pct", R_MM_HIT)):
+                h = rx.search(text)
+                if h:
+                    out[-1][1][key] = _f(h.group(1))
             return out
     if "blocks:" in text:
         m = R_BLOCKS.search(text)

