@@ -90,6 +90,10 @@ import signal, sys, threading, time
 from pathlib import Path
 import replay.parallel as parallel
 spill = Path(sys.argv[1])
+# (Ctrl-C as an interactive command has it: a process started in the background of a script inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt for it)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 slow_remove, main = parallel._remove, threading.main_thread().ident
 
 def slow(path):
