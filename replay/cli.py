@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -31,6 +31,9 @@ from replay.atomic import WRITE_WHY, unpart, write_error
 from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, EXIT_TERMINATED, ReplayError, Terminated
 from replay.text import console as _console
 from replay.text import printable
+
+if TYPE_CHECKING:
+    from replay.engine.model import VisionTower
 
 app = typer.Typer(
     name="replay", no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
@@ -443,6 +446,9 @@ def run(
     emulate_capacity: Annotated[bool, typer.Option(help="On a bigger GPU than production's: hold the difference in a ballast and scale gpu_memory_utilization.")] = False,
     torch_history: Annotated[bool, typer.Option(help="Record allocation history in the engine so the OOM snapshot shows stacks (slower).")] = False,
     seed: Annotated[int, typer.Option(help="Seed for synthesised prompts.")] = 0,
+    vision_patch: Annotated[int | None, typer.Option(help="With --vllm X+vision: the tiny Qwen2-VL's patch, in pixels (default 14).")] = None,
+    vision_merge: Annotated[int | None, typer.Option(help="With --vllm X+vision: patches a side merged into one image token (default 2).")] = None,
+    vision_max_pixels: Annotated[int | None, typer.Option(help="With --vllm X+vision: the largest image the tower takes, in pixels; larger ones are resized down (default 3211264 = 1792 x 1792, 4,096 tokens). Image tokens, and their memory, grow with resolution up to it.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Plain requests sent before the trace, so the server's first allocations are behind it (not in the bundle's requests). Default: with a bundle cut by --window or --before-crash, as many as production had served before it, up to 3; else none. 0: none.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (version env, engine arguments after translation, model, requests, window, notes) and start nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Write the bundle into a folder that holds other files (they are kept).")] = False,
@@ -467,7 +473,8 @@ def run(
                       constraints=constraints,
                       vocab=vocab, seed=seed, interval_s=interval, kv_cache_gib=kv_cache_gib,
                       capacity_bytes=_capacity_bytes(capacity_gib),
-                      emulate_capacity=emulate_capacity, torch_history=torch_history, warmup=warmup)
+                      emulate_capacity=emulate_capacity, torch_history=torch_history, warmup=warmup,
+                      tower=_tower(vision_patch, vision_merge, vision_max_pixels))
     trace_path, opts.window = _trace_for_run(trace, out, dry_run, window, before_crash)
     if dry_run:
         p = do_plan(trace_path, opts, err)
@@ -483,6 +490,16 @@ def run(
                   f"(sampler {res.sampler_cpu_s:.2f} s)")
     err.print(f"bundle: {res.bundle}", markup=False)
     raise typer.Exit(res.exit_code)
+
+
+def _tower(patch: int | None, merge: int | None, max_pixels: int | None) -> VisionTower | None:
+    """The tiny Qwen2-VL's tower the options ask for (None: the default one, none asked)."""
+    if patch is None and merge is None and max_pixels is None:
+        return None
+    from replay.engine.model import VisionTower
+    d = VisionTower()
+    return VisionTower(patch if patch is not None else d.patch, merge if merge is not None else d.merge,
+                       max_pixels if max_pixels is not None else d.max_pixels)
 
 
 def _trace_for_run(given: Path, out: Path, dry_run: bool, window: str | None,

@@ -36,7 +36,13 @@ from replay.drive.probe import ProbeReader, probe_env
 from replay.engine import args as eargs
 from replay.engine import envs
 from replay.engine.ballast import Ballast, scaled_utilization
-from replay.engine.model import DEFAULT_VOCAB, ensure_tiny_model, takes_images, tiny_model_dir
+from replay.engine.model import (
+    DEFAULT_VOCAB,
+    VisionTower,
+    ensure_tiny_model,
+    takes_images,
+    tiny_model_dir,
+)
 from replay.engine.server import EngineServer
 from replay.engine.translate import translate
 from replay.errors import (
@@ -82,6 +88,7 @@ class RunOptions:
     torch_history: bool = False  # record allocation history in the engine for the OOM snapshot (costs time)
     emulate_capacity: bool = False  # on a bigger GPU: hold the difference in a ballast, scale the budget
     warmup: int | None = None  # requests sent before the trace (None: as many as production had served, up to 3)
+    tower: VisionTower | None = None  # the tiny Qwen2-VL's vision tower (None: the default one)
 
     def check(self) -> None:
         """Refuse, by the option's name, a value that cannot make a replay: a time scale of zero
@@ -99,6 +106,7 @@ class RunOptions:
             ("--capacity-gib", self.capacity_bytes is None or self.capacity_bytes > 0, "a limit above 0 GiB",
              None if self.capacity_bytes is None else self.capacity_bytes / 2**30),
             ("--warmup", self.warmup is None or self.warmup >= 0, "0 or more requests", self.warmup),
+            *(self.tower.problems() if self.tower is not None else []),
             ("--vocab", self.model is not None or self.vocab >= PROMPT_VOCAB,
              f"at least {PROMPT_VOCAB} (synthesised prompts use token ids below {PROMPT_VOCAB})", self.vocab),
         ])
@@ -282,6 +290,9 @@ def _choose_model(spec: envs.EnvSpec, opts: RunOptions, prod_model: str | None,
     """The model the replay serves: real weights (--model), production's architecture with dummy weights
     (--model-config on a GPU host), or the tiny local Llama (at production's vocabulary, where the config
     gives it). Returns path, kind, vocabulary and engine arguments it needs."""
+    if opts.tower is not None and (opts.model is not None or opts.model_config is not None):
+        raise ReplayError("--vision-patch/--vision-merge/--vision-max-pixels: they shape the tiny model; with --model or "
+                          "--model-config the model's own processor decides", 2)
     if opts.model is not None:
         return str(opts.model), "weights", None, {}
     if opts.model_config is not None:
@@ -301,7 +312,14 @@ def _choose_model(spec: envs.EnvSpec, opts: RunOptions, prod_model: str | None,
     notes.append(f"the replay runs the tiny local {tiny} (vocabulary {opts.vocab:,}), not {what}: its memory is "
                  "the tiny model's, its traffic production's" if spec.device == "cpu" else
                  f"the replay runs the tiny local {tiny}, not {what} (--model DIR or --model-config DIR for it)")
-    return str(tiny_model_dir(opts.vocab, opts.seed, spec)), "tiny", opts.vocab, {}
+    if opts.tower is not None and spec.variant != envs.VISION:
+        raise ReplayError(f"--vision-patch/--vision-merge/--vision-max-pixels: they shape the tiny Qwen2-VL of a vision "
+                          f"env (--vllm {'.'.join(spec.version.split('.')[:2])}+{envs.VISION}); vLLM {spec.version} "
+                          f"({spec.variant or spec.device}) serves the text Llama", 2)
+    if opts.tower is not None:
+        notes.append(f"the tiny Qwen2-VL's vision tower: {opts.tower.patch}-pixel patches, {opts.tower.merge} x "
+                     f"{opts.tower.merge} merged into a token, images up to {opts.tower.max_pixels:,} pixels")
+    return str(tiny_model_dir(opts.vocab, opts.seed, spec, opts.tower)), "tiny", opts.vocab, {}
 
 
 def _no_vision_note(reqs: list[dict[str, Any]], spec: envs.EnvSpec, kind: str) -> str:
@@ -428,7 +446,7 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
     argv = eargs.to_argv(engine_args, allowed, spec.version)
     if p.model_kind == "tiny":
         with console.status("building the tiny local model (once)"):
-            model_dir: Path | str = ensure_tiny_model(spec, opts.vocab, opts.seed)
+            model_dir: Path | str = ensure_tiny_model(spec, opts.vocab, opts.seed, opts.tower)
     else:
         model_dir = p.model
     out = opts.out

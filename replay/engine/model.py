@@ -15,6 +15,7 @@ import fcntl
 import json
 import re
 import subprocess
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +26,33 @@ DEFAULT_VOCAB = 131072
 DEFAULT_SEED = 0
 VL_MIN_PIXELS = 56 * 56  # (4 tokens)
 VL_MAX_PIXELS = 1792 * 1792  # (4096 tokens: half the tiny models' 8192 positions)
+VL_MAX_IMAGE_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """The tiny Qwen2-VL's vision tower: an image resized to multiples of ``patch * merge`` pixels within
+    [min_pixels, max_pixels] and cut into ``patch``-pixel patches, ``merge`` x ``merge`` of them one token;
+    so its image tokens, and their memory, grow with resolution up to ``max_pixels``."""
+
+    patch: int = 14
+    merge: int = 2
+    max_pixels: int = VL_MAX_PIXELS
+    min_pixels: int = VL_MIN_PIXELS
+
+    def problems(self) -> list[tuple[str, bool, str, object]]:
+        """(option, holds, what it must be, value) of each setting, for ``errors.refuse_options``."""
+        per_token = (self.patch * self.merge) ** 2
+        return [("--vision-patch", 2 <= self.patch <= 64, "a patch of 2 to 64 pixels", self.patch),
+                ("--vision-merge", 1 <= self.merge <= 4, "1 to 4 patches a side merged into one token", self.merge),
+                ("--vision-max-pixels", per_token <= self.max_pixels <= VL_MAX_IMAGE_TOKENS * per_token,
+                 f"from one token's {per_token:,} pixels to {VL_MAX_IMAGE_TOKENS:,} tokens' "
+                 f"{VL_MAX_IMAGE_TOKENS * per_token:,} (the tiny model's positions hold 8,192)", self.max_pixels)]
+
+    @property
+    def tag(self) -> str:
+        """'' for the default tower, else what sets it apart in the model's folder name ('-p16m2x1048576')."""
+        return "" if self == VisionTower() else f"-p{self.patch}m{self.merge}x{self.max_pixels}"
 
 
 def transformers_tag(spec: EnvSpec) -> str | None:
@@ -36,18 +64,22 @@ def transformers_tag(spec: EnvSpec) -> str | None:
 
 
 def tiny_model_dir(vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED,
-                   spec: EnvSpec | None = None) -> Path:
+                   spec: EnvSpec | None = None, tower: VisionTower | None = None) -> Path:
     """The tiny model's folder. With ``spec``: the one that env reads, named by its transformers
     version (``tiny-llama-v131072-s0-tf4.45``) once the env or its lock says which; without,
-    or before that is known, the name without it."""
-    base = f"tiny-qwen2-vl-v{vocab}-s{seed}" if spec is not None and spec.variant == VISION else f"tiny-llama-v{vocab}-s{seed}"
+    or before that is known, the name without it. A vision env's is a Qwen2-VL, named by its tower
+    where that is not the default one."""
+    vl = spec is not None and spec.variant == VISION
+    base = (f"tiny-qwen2-vl-v{vocab}-s{seed}{(tower or VisionTower()).tag}" if vl else f"tiny-llama-v{vocab}-s{seed}")
     tag = transformers_tag(spec) if spec is not None else None
     return replay_home() / "models" / (f"{base}-{tag}" if tag else base)
 
 
-def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED) -> Path:
-    """The tiny model that env serves (a Qwen2-VL in a vision env, else a Llama), built once."""
-    out = tiny_model_dir(vocab, seed, spec)
+def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEFAULT_SEED,
+                      tower: VisionTower | None = None) -> Path:
+    """The tiny model that env serves (a Qwen2-VL with ``tower`` in a vision env, else a Llama), built once."""
+    tower = tower or VisionTower()
+    out = tiny_model_dir(vocab, seed, spec, tower)
     if transformers_tag(spec) is None:
         raise ReplayError(f"cannot build the tiny model: no transformers in {spec.path} "
                           f"(install the env first: replay versions install {spec.version})", EXIT_ENGINE)
@@ -60,7 +92,8 @@ def ensure_tiny_model(spec: EnvSpec, vocab: int = DEFAULT_VOCAB, seed: int = DEF
             return out
         vl = spec.variant == VISION
         script = resources.files("replay.engine.scripts") / ("build_tiny_vl_model.py" if vl else "build_tiny_model.py")
-        pixels = ["--min-pixels", str(VL_MIN_PIXELS), "--max-pixels", str(VL_MAX_PIXELS)] if vl else []
+        pixels = ["--patch", str(tower.patch), "--merge", str(tower.merge), "--min-pixels", str(tower.min_pixels),
+                  "--max-pixels", str(tower.max_pixels)] if vl else []
         p = subprocess.run([str(spec.python), str(script), str(out), "--vocab", str(vocab),
                             "--seed", str(seed), *pixels], capture_output=True, text=True, check=False)
         if p.returncode != 0:

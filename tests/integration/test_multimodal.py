@@ -139,3 +139,36 @@ def test_items_the_model_cannot_take_are_reported_with_the_servers_error(
     assert req["two-images"]["error"] == "HTTP 400: At most 1 image(s) may be provided in one prompt. (parameter=image)"
     assert req["audio"]["status"] == "error"
     assert req["audio"]["error"].startswith("HTTP 400: Unsupported chat content part type: 'audio'")
+
+
+def test_the_vision_towers_patch_and_size_are_options(mm_bundle: tuple[Path, Path, subprocess.CompletedProcess[str]],
+                                                       tmp_path: Path) -> None:
+    """GIVEN `replay run --vision-patch 16 --vision-max-pixels 1048576` (after the default tower's replay, so
+    its env is there) WHEN the same two resolutions are replayed THEN the tiny Qwen2-VL is built with that tower
+    (a model of its own beside the default one), and the server's prompt tokens are the text's and the
+    image's as that tower's processor counts them: 49 and 1,024 image tokens (were 64 and 4,096)."""
+    from replay.engine.envs import resolve
+    header = {"kind": "header", "schema": "replay-trace/1", "source": {"format": "synth"}, "time": {"src_unit": "us"}}
+    reqs = [_request("low-0", 0, _image(LOW)), _request("high-0", 2, _image(HIGH))]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(json.dumps(x) for x in [header, *reqs]) + "\n")
+    out = tmp_path / "tower.bundle"
+    r = _replay("run", str(trace), "--vllm", VLLM, "--vision-patch", "16", "--vision-max-pixels", "1048576",
+                "-o", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    b = read_bundle(out)
+    assert b.meta.model.split("/")[-1].startswith("tiny-qwen2-vl-v131072-s0-p16m2x1048576")
+    assert b.meta.model != read_bundle(mm_bundle[1]).meta.model
+    req = {x["id"]: x for x in b.requests.iter_rows(named=True)}
+    ask = {"model": b.meta.model, "requests": [[*size, " ".join(f"w{t}" for t in synth_prompt_ids(TEXT_TOKENS, 0, rid))]
+                                               for rid, size in (("low-0", LOW), ("high-0", HIGH))]}
+    p = subprocess.run([str(resolve(VLLM).python), "-c", COUNT], input=json.dumps(ask), capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    want = dict(zip(("low-0", "high-0"), json.loads(p.stdout.strip().splitlines()[-1]), strict=True))
+    assert [want[i]["image_tokens"] for i in ("low-0", "high-0")] == [49, 1024]
+    for i in ("low-0", "high-0"):
+        assert req[i]["status"] == "ok", req[i]["error"]
+        assert req[i]["input_tokens"] == want[i]["text_only"] + want[i]["image_tokens"] + 2, i
+        assert req[i]["image_tokens"] == want[i]["image_tokens"], i
+    assert not _vision_servers()

@@ -255,3 +255,24 @@ def test_warm_up_bodies_are_plain_and_fit_the_model() -> None:
                for _, _, b in bodies)
     assert bodies[0][2]["prompt"] != bodies[1][2]["prompt"]  # (no prefix-cache hit between them)
     assert plan_warmup(TraceHeader(source={}, time={}), [{"input_tokens": 10}], None, 4096) is None
+
+
+def test_the_vision_tower_options_shape_the_tiny_qwen2_vl_only(tmp_path: Path) -> None:
+    """The tower options name a model of their own in a vision env's plan; elsewhere, with --model, or out of
+    range (more image tokens than the tiny model's positions hold) they are refused by name, before anything
+    starts."""
+    trace = ROOT / "traces" / "example_mm_incident.jsonl"
+    r = _cli("run", str(trace), "--vllm", "0.32+vision", "--dry-run", "--json", "--vision-patch", "16",
+             "--vision-max-pixels", "1048576")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert Path(plan["model"]["path"]).name.startswith("tiny-qwen2-vl-v131072-s0-p16m2x1048576")
+    assert any("16-pixel patches, 2 x 2 merged into a token, images up to 1,048,576 pixels" in n for n in plan["notes"])
+    r = _cli("run", str(trace), "--vllm", "0.32+vision", "--dry-run", "--json")
+    assert r.returncode == 0 and "-p" not in Path(json.loads(r.stdout)["model"]["path"]).name.split("-s0")[1]
+    for args, said in ((["--vllm", "0.32", "--vision-patch", "16"], "serves the text Llama"),
+                       (["--vllm", "0.32+vision", "--vision-max-pixels", "100"], "--vision-max-pixels: expected from"),
+                       (["--vllm", "0.32+vision", "--vision-patch", "1"], "--vision-patch: expected a patch of 2 to 64"),
+                       (["--vllm", "0.32+vision", "--vision-merge", "2", "--model", str(tmp_path)], "the model's own processor")):
+        r = _cli("run", str(trace), *args, "--dry-run")
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
