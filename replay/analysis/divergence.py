@@ -73,20 +73,22 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
         later = [ti for ti in t if ti > onset]
         onset = later[0] if later else onset
     if onset is not None and first_cross is not None:
-        onset = _rise_start(t, x, t.index(onset), t.index(first_cross), k, thr / 2)
+        onset = _rise_start(t, x, t.index(onset), t.index(first_cross), k, thr / 2, base + thr / 4)
     imax = max(range(len(x)), key=lambda i: x[i])
     return Divergence(onset if first_cross else None, first_cross, base, thr, x[imax], t[imax], episodes)
 
 
-def _rise_start(t: list[int], x: list[float], i_onset: int, i_cross: int, step: float, jump: float) -> int:
+def _rise_start(t: list[int], x: list[float], i_onset: int, i_cross: int, step: float, jump: float,
+                near: float) -> int:
     """The onset, moved up to the start of a sudden rise: the run of samples, each above the one before by
-    more than ``step``, that ends at the first crossing, where that run rose by more than ``jump``. (A
-    creep of a few MiB a request, or a step that then stays level, keeps the cumulative excess above zero
-    and would date the onset to it; the divergence began where the rise did. A leak rises a little a
-    sample: its onset stays.)"""
+    more than ``step``, that ends at the first crossing, where that run rose by more than ``jump`` from a
+    level still ``near`` the baseline (at most that). (A creep of a few MiB a request, or a step that then
+    stays level, keeps the cumulative excess above zero and would date the onset to it; the divergence
+    began where the rise did. A leak rises a little a sample, and a staircase of steps is well above the
+    baseline before its last: their onsets stay.)"""
     j = i_cross
     while j - 1 >= max(i_onset, 1) and x[j - 1] - x[j - 2] > step:
         j -= 1
-    if j > i_onset and x[i_cross] - x[j - 1] > jump:
+    if j > i_onset and x[i_cross] - x[j - 1] > jump and x[j - 1] <= near:
         return t[j]
     return t[i_onset]

@@ -255,6 +255,10 @@ def test_a_level_step_before_a_sudden_rise_is_not_its_onset() -> None:
     crept = _detect([10.2, 12.1, 12.1, 12.2, 12.2, 14.5, 14.5, 14.5, 14.5, 16.9, 16.9, 22.2, 22.3, 151.0, 350.2,
                      589.5, 1081.3, 1618.6])
     assert crept.onset_us == 13 * 250_000, crept.onset_us
+    # a staircase (each image request's step stays) is on its way well before its last step: its onset stays
+    # at its first (as measured: the CI gate's workload through the vision env)
+    stairs = _detect(creep + [17, 17, 17, 17, 60, 60, 60, 60, 80, 80, 80, 150, 160, 170])
+    assert stairs.onset_us == 13 * 250_000, stairs.onset_us
     # a rise over two samples begins at the first of them
     two = _detect(creep + [17, 17, 60] + rise)
     assert two.onset_us == 11 * 250_000, two.onset_us
