@@ -88,6 +88,7 @@ from replay.record.vllm_log import (
     LogParser,
     dump_head,
     fact_time_us,
+    image_tokens,
     physical_lines,
     split_line,
 )
@@ -163,7 +164,7 @@ _STATS_COLS = {"line": pl.Int64, "rank": pl.Utf8, "ts": pl.Utf8, "t_exact": pl.I
                "prefix_cache_hit_pct": pl.Float64, "mm_cache_hit_pct": pl.Float64}
 REQUEST_DETAILS = {"input_tokens": pl.Int64, "max_tokens": pl.Int64, "prompt_logprobs": pl.Int64, "logprobs": pl.Int64,
                    "n": pl.Int64, "best_of": pl.Int64, "prompt_chars": pl.Int64, "prompt_sha256": pl.Utf8,
-                   "prompt": pl.Utf8, "mm_items": pl.Int64}
+                   "prompt": pl.Utf8, "mm_items": pl.Int64, "image_tokens": pl.Int64}
 # a request fact's kind, spilled as an enum: as text it was a fifth of every request file's bytes, and
 # comparing it was most of the time it took to read them back (its repeat key hashes the text)
 REQUEST_KINDS = pl.Enum(["request_received", "request_added", "request_finished", "request_aborted"])
@@ -443,12 +444,26 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
         input_tokens=pl.when(ids.is_not_null() & ~cut_short).then(
             pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
         prompt=pl.when(prompt != "None").then(prompt),
+        _listed=pl.when(ids.is_not_null() & ~cut_short).then(listed),
         kind=pl.lit("request_received"), key_ts=pl.col("ts"), msg=msg.str.slice(0, 2000),
     ).drop("_params", "_ids", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars(),
                                                       mm_items=_images(pl.col("prompt")))
+    rv = _image_tokens(rv).drop("_listed")
     sha = [None if t is None else hashlib.sha256(t.encode()).hexdigest() for t in rv["prompt"].to_list()]
     rv = rv.with_columns(prompt_sha256=pl.Series(sha, dtype=pl.Utf8))
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
+
+
+def _image_tokens(rv: pl.DataFrame) -> pl.DataFrame:
+    """``image_tokens`` of the requests whose prompts held images, from their complete id lists
+    (``vllm_log.image_tokens``, in Python: only those rows, a regex with a back-reference)."""
+    imaged = rv.select(pl.arg_where(pl.col("mm_items").is_not_null() & pl.col("_listed").is_not_null())).to_series()
+    got = [image_tokens(ids, n) for ids, n in zip(rv["_listed"].gather(imaged).to_list(),
+                                                  rv["mm_items"].gather(imaged).to_list(), strict=True)]
+    col = pl.Series("image_tokens", [None] * rv.height, dtype=pl.Int64)
+    if imaged.len():
+        col = col.scatter(imaged, pl.Series(got, dtype=pl.Int64))
+    return rv.with_columns(col)
 
 
 def _images(prompt: pl.Expr) -> pl.Expr:

@@ -231,6 +231,23 @@ R_PARAM = {k: re.compile(rf"\b{k}=(\d+|None)") for k in ("n", "best_of", "max_to
 # tokenizer tests list them; a run of them is one image, whether or not the processor expanded it):
 # Qwen2-VL / Qwen2.5-VL / Qwen3-VL, LLaVA and InternVL, Llama 3.2 Vision, Phi-3-vision
 R_IMAGE = re.compile(r"<\|vision_start\|>(?:<\|image_pad\|>)+<\|vision_end\|>|(?:<image>)+|(?:<\|image\|>)+|<\|?image_\d+\|?>")
+# one token id repeated four times or more in a logged id list: where vLLM logs the processed prompt (V1
+# does), each image's placeholder is such a run of the model's image token, one per image token
+R_ID_RUN = re.compile(r"(?<!\d)(\d+)(?:, \1(?!\d)){3,}")
+
+
+def image_tokens(ids: str, images: int) -> int | None:
+    """The tokens a logged prompt's ``images`` took, from its complete id list (``"4, 94, 6, 8, 8, …"``):
+    the runs of one repeated id that are as many as the images (that id the image token; of several
+    such ids, the one of the most tokens). None where no id repeats in exactly that many runs: the ids
+    were logged before the images were expanded (V0), or two images' runs touch."""
+    if images <= 0:
+        return None
+    runs: dict[str, list[int]] = {}
+    for m in R_ID_RUN.finditer(ids):
+        runs.setdefault(m.group(1), []).append((len(m.group(0)) + 2) // (len(m.group(1)) + 2))
+    totals = [sum(n) for n in runs.values() if len(n) == images]
+    return max(totals) if totals else None
 
 # --- OOM --------------------------------------------------------------------------------------
 R_OOM_MODERN = re.compile(
@@ -718,7 +735,8 @@ def _oom_of(text: str, modern: re.Pattern[str], old: re.Pattern[str], proc_has: 
 def request_details(text: str) -> dict[str, Any]:
     """What a 'Received request' / 'Request … details' line says about the request's memory shape:
     sampling parameters, prompt length in tokens, the prompt as logged (``prompt``; the recorder
-    keeps only its length and hash unless --keep-prompts), and the images its placeholders hold (``mm_items``)."""
+    keeps only its length and hash unless --keep-prompts), and the images its placeholders hold (``mm_items``) with the tokens they took where the ids show them
+    (``image_tokens``)."""
     out: dict[str, Any] = {}
     params = text[text.rfind("params: "):] if "params: " in text else text  # after the prompt
     for k, rx in R_PARAM.items():
@@ -726,14 +744,18 @@ def request_details(text: str) -> dict[str, Any]:
         if m:
             out[k] = None if m.group(1) == "None" else int(m.group(1))
     m = R_TOKEN_IDS.search(text)
+    ids = None
     if m:
         ids = m.group(1).strip()
         out["input_tokens"] = (ids.count(",") + 1 if ids else 0) if m.group(2) == "]" else None
         out["input_tokens_truncated"] = m.group(2) != "]"
+        ids = ids if m.group(2) == "]" else None
     m = R_PROMPT.search(text)
     if m and m.group(1) != "None":
         out["prompt"] = m.group(1)
         out["mm_items"] = len(R_IMAGE.findall(m.group(1))) or None  # (images its placeholders say; None: none seen)
+        if out["mm_items"] and ids is not None:
+            out["image_tokens"] = image_tokens(ids, out["mm_items"])
     return out
 
 

@@ -145,11 +145,7 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
         mean = _mean_prompt_tokens(b, min(arrivals), max(arrivals), df.height)
     finished_any = df["finish_us"].is_not_null().any()
     reqs = [_request(r, base, crash, finished_any, mean, fields, b.meta.keep_prompts) for r in df.iter_rows(named=True)]
-    imaged = sum(1 for r in reqs if r.get("mm"))
-    if imaged:
-        notes.append(f"{imaged} requests' images are counted from the placeholders of their logged prompts; their sizes "
-                     "are not logged: each is replayed as a 448 x 448 image (replay run --vllm 0.32+vision), beside the "
-                     "prompt's logged tokens (which count the images' own where vLLM logs the processed prompt, as V1 does)")
+    notes.extend(_image_notes(reqs))
     if fields["input_tokens"].default:
         notes.append(f"{fields['input_tokens'].default} requests' prompt lengths are stated nowhere in the evidence "
                      f"(no prompt_token_ids, no prompt-token counter): {DEFAULT_INPUT_TOKENS} tokens each, a default")
@@ -157,6 +153,24 @@ def build_trace(b: Bundle, *, window_us: tuple[int, int] | None = None, before_c
     if served is not None:
         header.production = {**(header.production or {}), "served_before": served}
     return BundleTrace(header, reqs, notes, window_us, crash)
+
+
+def _image_notes(reqs: list[dict[str, Any]]) -> list[str]:
+    """What a trace's images were made from: the logged prompts' placeholders, their tokens where the logged
+    ids show them (V1 logs the processed prompt), else a default size."""
+    items = [m for r in reqs for m in r.get("mm") or []]
+    if not items:
+        return []
+    sized = sum(1 for m in items if m.get("tokens"))
+    out = [f"{len(items)} requests' images are counted from the placeholders of their logged prompts; their sizes are not "
+           "logged (replay run --vllm 0.32+vision sends them)"]
+    if sized:
+        out.append(f"{sized} of them state the tokens their images took (runs of the image token in the logged prompt ids): "
+                   "each is replayed as a square image of that many tokens, a request's tokens shared by its images")
+    if sized < len(items):
+        out.append(f"{len(items) - sized} of them state no image tokens (ids logged before the images were expanded, cut "
+                   "short, or not logged): each image is replayed as 448 x 448")
+    return out
 
 
 class ServedBefore(TypedDict):
@@ -206,8 +220,11 @@ def _request(r: dict[str, Any], base: int, crash: int | None, finished_any: bool
     else:
         out["output_tokens"], out["output_kind"] = None, "unknown"
         fields["output_tokens"].count("default")
-    if r.get("mm_items"):  # (images its logged prompt's placeholders held: their sizes are not logged)
-        out["mm"] = [{"type": "image", "count": int(r["mm_items"])}]
+    if r.get("mm_items"):  # (images its logged prompt's placeholders held; their sizes are not logged, their tokens may be)
+        item: dict[str, Any] = {"type": "image", "count": int(r["mm_items"])}
+        if r.get("image_tokens"):
+            item["tokens"] = int(r["image_tokens"])
+        out["mm"] = [item]
     out["status"] = _status(r, crash, finished_any)
     if out["status"] == "aborted":
         out["output_kind"] = "aborted"
