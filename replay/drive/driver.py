@@ -24,6 +24,7 @@ from typing import Any
 
 from replay.drive import images
 from replay.drive.http import HttpClient, HttpError, RawHttpClient
+from replay.trace.prompts import PROMPT_VOCAB
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -253,14 +254,22 @@ def server_error(text: bytes) -> str:
     return (msg if isinstance(msg, str) else text[:300].decode(errors="replace"))[:300]
 
 
+def chat_text(ids: list[int]) -> str:
+    """Token ids as text the tiny models' tokenizers read as as many tokens: ``w<id>`` is two tokens to
+    them ('w' or ' w', then the number, below PROMPT_VOCAB), so a word stands for each pair of ids and a
+    lone ' w' for an odd one (``[11, 12, 13]`` -> ``'w11 w'``)."""
+    words = [f"w{t % PROMPT_VOCAB}" for t in ids[::2][:len(ids) // 2]] + (["w"] if len(ids) % 2 else [])
+    return " ".join(words)
+
+
 def chat_body(body: dict[str, Any]) -> dict[str, Any]:
     """A body with multimodal items -> a chat completions body: one user message of the items as content
-    parts (images made now, from the items' sizes and the request's seed) and the prompt as text (token
-    ids as the words ``w<id>``, which the tiny models' tokenizers hold one token each)."""
+    parts (images made now, from the items' sizes and the request's seed) and the prompt as text of as
+    many tokens (``chat_text``)."""
     out = {k: v for k, v in body.items() if k not in (MM_KEY, "prompt", "logprobs", "best_of")}
     mm = body[MM_KEY]
     prompt = body.get("prompt")
-    text = " ".join(f"w{t}" for t in prompt) if isinstance(prompt, list) else str(prompt or "")
+    text = chat_text(prompt) if isinstance(prompt, list) else str(prompt or "")
     parts = images.content_parts(mm["items"], mm["seed"])
     out["messages"] = [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
     if isinstance(body.get("logprobs"), int):  # (chat's logprobs are a flag and a count)
@@ -283,7 +292,8 @@ def request_body(r: dict[str, Any], prompt_ids: list[int] | None, *, output_poli
             body[k] = s[k]
     if r.get("mm"):
         body[MM_KEY] = {"items": r["mm"], "seed": str(r["id"])}
-        taken = images.recorded_tokens(r["mm"])  # (a prompt's tokens count its items' where the trace says how many:
-        if taken and isinstance(body["prompt"], list):  # the text is the rest; the images bring their own)
+        taken = images.recorded_tokens(r["mm"])  # (a prompt's tokens count its items' where the trace says how many,
+        if taken and isinstance(body["prompt"], list):  # and the chat template's: the text is the rest)
+            taken += images.chat_frame_tokens(images.images_per_request(r["mm"]))
             body["prompt"] = body["prompt"][:max(1, len(body["prompt"]) - taken)]
     return body

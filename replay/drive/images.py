@@ -27,6 +27,8 @@ from typing import Any, Literal, TypeGuard
 PIXELS_PER_TOKEN = 28 * 28  # Qwen2-VL and its kin: 14-pixel patches, 2 x 2 merged into one token
 DEFAULT_SIDE = 448  # an image item of no recorded size (Azure's counts): 448 x 448
 TILE = 64  # pixels of the seeded tile repeated along each row
+CHAT_TEMPLATE_TOKENS = 16  # the tiny Qwen2-VL's '<|im_start|>user\n' … '<|im_end|>\n<|im_start|>assistant\n'
+IMAGE_MARKER_TOKENS = 2  # its '<|vision_start|>' and '<|vision_end|>' around each image's tokens
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,13 @@ def images_per_request(mm: list[dict[str, Any]] | None) -> int:
     """How many images a request's items hold."""
     return sum(int(m.get("count", 1)) if _positive_int(m.get("count", 1)) else 1
                for m in mm or [] if m.get("type", "image") == "image")
+
+
+def chat_frame_tokens(images: int) -> int:
+    """The tokens the tiny Qwen2-VL's chat template puts around one user message's text (its role
+    markers, 16) and each image's tokens (``<|vision_start|>`` and ``<|vision_end|>``, 2): a prompt
+    count a server made of a chat request holds them, and the replay's chat template adds them again."""
+    return CHAT_TEMPLATE_TOKENS + IMAGE_MARKER_TOKENS * images
 
 
 def recorded_tokens(mm: list[dict[str, Any]] | None) -> int:

@@ -55,8 +55,9 @@ def _completion(req: dict[str, Any], chat: bool = False) -> bytes:
 
 
 def _prompt_tokens(req: dict[str, Any]) -> int:
-    """A prompt's tokens: its ids, or a word a token; a chat message's text parts by words and its PNG
-    data-URL images by their size on Qwen2-VL's grid."""
+    """A prompt's tokens: its ids, or a word a token; a chat message's text parts as the tiny models'
+    tokenizer reads ``chat_text`` ('w12' two tokens, a lone 'w' one) and its PNG data-URL images by their
+    size on Qwen2-VL's grid (no chat template's tokens)."""
     prompt = req.get("prompt")
     if isinstance(prompt, list):
         return len(prompt)
@@ -70,7 +71,7 @@ def _prompt_tokens(req: dict[str, Any]) -> int:
             if not isinstance(part, dict):
                 continue
             if part.get("type") == "text":
-                used += len(str(part.get("text") or "").split())
+                used += sum(min(2, len(w)) for w in str(part.get("text") or "").split())
             elif part.get("type") == "image_url":
                 used += _png_tokens(str((part.get("image_url") or {}).get("url") or ""))
     return used

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from replay.drive import images
-from replay.drive.driver import CHAT, COMPLETIONS, Driver, request_body
+from replay.drive.driver import CHAT, COMPLETIONS, Driver, chat_text, request_body
 from replay.drive.http import FakeHttpClient
 
 
@@ -115,7 +115,7 @@ def test_driver_sends_images_as_chat_and_records_the_servers_counts_and_refusals
     assert paths == {"t": COMPLETIONS, "i": CHAT, "many": CHAT}
     chat = next(b for p, b in seen if p == CHAT and len(b["messages"][0]["content"]) == 2)
     assert chat["messages"][0]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
-    assert chat["messages"][0]["content"][1] == {"type": "text", "text": "w11 w12 w13"}
+    assert chat["messages"][0]["content"][1] == {"type": "text", "text": "w11 w"}  # (3 tokens to the tiny tokenizer)
     assert "_mm" not in chat and "prompt" not in chat and (chat["logprobs"], chat["top_logprobs"]) == (True, 2)
     # AND the server's prompt tokens (image tokens in them) and output tokens are recorded, the role chunk no token
     assert (out["i"].status, out["i"].input_tokens, out["i"].output_tokens) == ("ok", 105, 2)
@@ -144,12 +144,20 @@ def test_trace_with_a_bad_mm_item_is_refused_at_its_line(mm: str, says: str, tmp
     assert e.value.message.startswith(f"{t}:3: ") and says in e.value.message
 
 
+@pytest.mark.parametrize("ids,text", [
+    ([11, 12, 13], "w11 w"), ([5], "w"), ([5, 6], "w5"), ([], ""), ([4001, 2, 9, 9], "w1 w9"),
+])
+def test_chat_text_is_a_word_for_each_pair_of_ids(ids: list[int], text: str) -> None:
+    assert chat_text(ids) == text
+
+
 def test_text_of_a_request_whose_items_recorded_their_tokens_is_the_rest_of_its_prompt() -> None:
     # GIVEN a ServeGen request: 300 prompt tokens, of which its two images took 256
     r = {"id": "sg", "t_us": 0, "input_tokens": 300, "output_tokens": 1, "mm": [{"type": "image", "count": 2, "tokens": 256}]}
     body = request_body(r, list(range(10, 310)))
-    # THEN its text is the other 44 tokens (the images, 128 tokens each: some 317 x 317 pixels, bring theirs)
-    assert body["prompt"] == list(range(10, 54)) and images.image_size(r["mm"][0]).width == 317
+    # THEN its text is the other 24 tokens: the images, 128 tokens each (some 317 x 317 pixels), bring theirs,
+    # and the chat template its 16 and 2 an image
+    assert body["prompt"] == list(range(10, 34)) and images.image_size(r["mm"][0]).width == 317
     # AND a request whose items recorded sizes only keeps all its text
     r = {**r, "mm": [{"type": "image", "count": 1, "width": 64, "height": 64}]}
     assert len(request_body(r, list(range(10, 310)))["prompt"]) == 300

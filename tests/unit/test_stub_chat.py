@@ -33,5 +33,5 @@ def test_image_requests_come_back_with_their_image_tokens() -> None:
     # THEN all complete, each with its output tokens (the role chunk is none), and the images' tokens counted
     assert {k: (o.status, o.output_tokens) for k, o in out.items()} == dict.fromkeys(("text", "low", "high"), ("ok", 2))
     assert out["text"].input_tokens == 3
-    assert out["low"].input_tokens == 3 + 64  # (the text's three words 'w1 w2 w3', 8 x 8 tokens of 28 px)
+    assert out["low"].input_tokens == 3 + 64  # (the text's three tokens 'w1 w', 8 x 8 tokens of 28 px)
     assert out["high"].input_tokens == 3 + 4096  # (64 x 64 tokens: within Qwen2-VL's max_pixels)
