@@ -13,6 +13,7 @@ import bisect
 import functools
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1005,6 +1006,7 @@ class _Gathered:
     fact_seen: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
     stats_keys: list[pl.Series] = field(default_factory=list)
     stats_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # each log's stats, first and last time
+    stats_series: dict[str, str] = field(default_factory=dict)  # each log's stats series, of those that have stats
     col_span: list[tuple[int, int]] = field(default_factory=list)
     request_frames: list[pl.DataFrame] = field(default_factory=list)  # benchmark harnesses' requests (epoch µs)
 
@@ -1080,21 +1082,40 @@ def _gather_log(g: _Gathered, path: Path, read: LogRead, rep: FileReport, off: i
     _log_span(g, path, log, lp, rep, turns, off, opts)
 
 
+ROTATED = re.compile(r"\.\d+(?=\.|$)|[-_.]\d{8}(?:\d{2,6})?(?=\.|$)|\.(?:gz|zst|bz2|xz|lz4)$")  # logrotate's marks
+
+
+def rotation_stem(name: str) -> str:
+    """A log file's name without the marks rotation puts in it (``vllm.log.1``, ``vllm.1.log``,
+    ``vllm.log-20250519.gz`` are all ``vllm.log``): logs of one stem are one server's, taken in turn."""
+    return ROTATED.sub("", name)
+
+
 def _log_series(g: _Gathered, log: _LogFacts, rep: FileReport) -> int:
-    """The series of a log's stats (its own where they run alongside an earlier log's: another replica
-    or engine; what is left once an overlapping capture's repeats are gone); returns how many of its
-    stats facts an earlier log holds."""
+    """The series of a log's stats (its own where they run alongside an earlier log's, or follow one whose
+    name it is no rotation of: another replica or engine; what is left once an overlapping capture's
+    repeats are gone); returns how many of its stats facts an earlier log holds."""
     mine = log.ff.stats_keys()
     stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
     own = log.timed(log.ff.stats_frame(drop=log.earlier)).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
     lo, hi = own["lo"][0], own["hi"][0]
     beside = [name for name, (a, b) in g.stats_spans.items() if lo is not None and lo < b and a < hi]
-    if beside:
+    turn = [series for name, series in g.stats_series.items()  # (its own server's earlier logs, not beside it)
+            if rotation_stem(name) == rotation_stem(log.name) and not any(g.stats_series[n] == series for n in beside)]
+    others = [name for name in g.stats_series if rotation_stem(name) != rotation_stem(log.name)]
+    if turn:
+        log.series = turn[-1]
+    elif beside:
         log.series = f"vllm-log[{log.name}]"
         rep.notes.append(f"its stats run alongside those of {', '.join(beside)}: another replica or engine, so "
                          f"they are a series of their own ({log.series})")
+    elif lo is not None and others:
+        log.series = f"vllm-log[{log.name}]"
+        rep.notes.append(f"its stats follow those of {', '.join(others)} without overlap, but its name is no rotation "
+                         f"of theirs: another replica, so they are a series of their own ({log.series})")
     if lo is not None:
         g.stats_spans[log.name] = (lo, hi)
+        g.stats_series[log.name] = log.series
     g.stats_keys.append(mine)
     return stats_repeated
 

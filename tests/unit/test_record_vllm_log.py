@@ -764,17 +764,21 @@ def test_data_parallel_engines_stats_are_series_of_their_own(tmp_path: Path) -> 
     assert inspect_bundle(b)["stats_lines"] == 90
 
 
+def _stats_log(f: Path, minutes: range, kv0: float) -> Path:
+    """A V1 log of a stats line a minute, its KV usage kv0 + the minute."""
+    f.write_text("\n".join(
+        f"(APIServer pid=1) INFO 05-19 10:{m:02d}:00 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+        f"Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: {kv0 + m}%, "
+        "Prefix cache hit rate: 0.0%" for m in minutes) + "\n")
+    return f
+
+
 def test_replicas_logs_stats_are_series_of_their_own(tmp_path: Path) -> None:
     """Two replicas' logs (one per pod) whose stats run side by side are two series (they were one,
     jumping between the pods); a log that follows another (a restart, rotation) and an overlapping
     capture of one log are not."""
     def log(name: str, minutes: range, kv0: float) -> Path:
-        f = tmp_path / name
-        f.write_text("\n".join(
-            f"(APIServer pid=1) INFO 05-19 10:{m:02d}:00 [loggers.py:271] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
-            f"Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: {kv0 + m}%, "
-            "Prefix cache hit rate: 0.0%" for m in minutes) + "\n")
-        return f
+        return _stats_log(tmp_path / name, minutes, kv0)
     a, b, c = log("pod-a.log", range(0, 20), 10.0), log("pod-b.log", range(0, 20), 50.0), log("pod-a.1.log", range(30, 40), 10.0)
     reps, _ = record([a, b, c], tmp_path / "bundle", RecordOptions(year=2025))
     kv = read_bundle(tmp_path / "bundle").samples.filter(pl.col("metric") == "kv_usage_ratio")
@@ -783,6 +787,24 @@ def test_replicas_logs_stats_are_series_of_their_own(tmp_path: Path) -> None:
     assert any("alongside those of pod-a.log" in n for n in reps[1].notes)
     assert not any("alongside" in n for n in reps[2].notes)
     assert inspect_bundle(read_bundle(tmp_path / "bundle"))["stats_lines"] == 50
+
+
+def test_a_replica_whose_stats_follow_anothers_is_a_series_of_its_own(tmp_path: Path) -> None:
+    """A replica's log whose stats start after another's ended (a pod started when the first went down)
+    is no rotation of it by name: a series of its own, as a side-by-side replica is. Rotated logs
+    (``vllm.log.1``, ``vllm.log-20250519``) keep their server's series, even where another replica runs
+    beside them."""
+    def log(name: str, minutes: range, kv0: float) -> Path:
+        return _stats_log(tmp_path / name, minutes, kv0)
+    files = [log("pod-a.log", range(0, 10), 10.0), log("pod-a.log-20250519", range(10, 20), 10.0),
+             log("pod-b.log", range(10, 20), 50.0), log("pod-b.log.1", range(20, 30), 50.0),
+             log("pod-c.log", range(40, 50), 30.0)]
+    reps, _ = record(files, tmp_path / "bundle", RecordOptions(year=2025))
+    kv = read_bundle(tmp_path / "bundle").samples.filter(pl.col("metric") == "kv_usage_ratio")
+    by = {src: part.height for (src,), part in kv.partition_by("source", as_dict=True).items()}
+    assert by == {"vllm-log": 20, "vllm-log[pod-b.log]": 20, "vllm-log[pod-c.log]": 10}
+    assert any("no rotation" in n and "(vllm-log[pod-c.log])" in n for n in reps[4].notes)
+    assert not any("series of their own" in n for n in reps[1].notes + reps[3].notes)
 
 
 def test_future_version_log_is_parsed_not_crashed(tmp_path: Path) -> None:
