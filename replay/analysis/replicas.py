@@ -1,4 +1,4 @@
-"""Replicas: a fleet's vLLM logs in one bundle, each log one replica with an engine of its own.
+"""Replicas: a fleet's vLLM logs in one bundle, each log (with its rotated files) one replica with an engine of its own.
 
 A fleet's postmortem starts at the first domino: which replica went down first, and when the others
 followed. Each vLLM log recorded into the bundle is one replica (its events keep the log they came
@@ -15,6 +15,7 @@ from typing import Any
 from replay.analysis.memory import stated_gib
 from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
 from replay.bundle import Bundle
+from replay.lognames import rotation_stem
 from replay.units import GiB
 
 LOG_KINDS = ("vllm-log", "log-export")  # the inputs that are a replica's own log
@@ -69,17 +70,19 @@ class Replicas:
 
 
 def replica_names(inputs: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The file names of the recorded vLLM logs, in the order they were recorded, each once."""
-    names = [PurePath(str(i.get("path"))).name for i in inputs if i.get("kind") in LOG_KINDS]
+    """The recorded vLLM logs' replicas, in the order they were recorded, each once: a log's file name
+    less rotation's marks (``vllm-3.log.1`` is replica ``vllm-3.log``'s, rotated)."""
+    names = [rotation_stem(PurePath(str(i.get("path"))).name) for i in inputs if i.get("kind") in LOG_KINDS]
     return tuple(dict.fromkeys(names))
 
 
 def replica_of(source: str | None, names: tuple[str, ...]) -> str | None:
-    """The replica an event's source ('vllm-3.log:1234') states it in; None where it is none's."""
+    """The replica an event's source ('vllm-3.log:1234', 'vllm-3.log.1:56') states it in; None where it is
+    none's."""
     if not source:
         return None
     name, _, line = source.rpartition(":")
-    name = name if line.isdigit() else source
+    name = rotation_stem(name if line.isdigit() else source)
     return name if name in names else None
 
 
@@ -137,10 +140,8 @@ def series_replicas(sources: list[str], names: tuple[str, ...]) -> dict[str, str
 def _named(source: str, names: tuple[str, ...]) -> str | None:
     """The replica a stats series names ('vllm-log[replica-2.log]…'), None where it names none."""
     inner = source.removeprefix(LOG_SERIES).removeprefix("[")
-    for n in names:
-        if inner.startswith(n + "]"):
-            return n
-    return None
+    ends = [i for i, c in enumerate(inner) if c == "]"]  # (the log's name may hold ']' itself)
+    return next((rotation_stem(inner[:i]) for i in ends if rotation_stem(inner[:i]) in names), None)
 
 
 def replica_kv_pools(b: Bundle, names: tuple[str, ...]) -> dict[str, float | None]:

@@ -13,7 +13,6 @@ import bisect
 import functools
 import hashlib
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from replay.filehash import (
     refuse_stream,
     text_bom,
 )
+from replay.lognames import rotation_stem
 from replay.metrics import releases_exposing_all
 from replay.parallel import background_removal, ordered_map
 from replay.record import (
@@ -1080,15 +1080,6 @@ def _gather_log(g: _Gathered, path: Path, read: LogRead, rep: FileReport, off: i
                          f"{', '.join(also_in) or 'an earlier log'}, with the same "
                          "process, time and text: counted once, as for an overlapping capture of one log")
     _log_span(g, path, log, lp, rep, turns, off, opts)
-
-
-ROTATED = re.compile(r"\.\d+(?=\.|$)|[-_.]\d{8}(?:\d{2,6})?(?=\.|$)|\.(?:gz|zst|bz2|xz|lz4)$")  # logrotate's marks
-
-
-def rotation_stem(name: str) -> str:
-    """A log file's name without the marks rotation puts in it (``vllm.log.1``, ``vllm.1.log``,
-    ``vllm.log-20250519.gz`` are all ``vllm.log``): logs of one stem are one server's, taken in turn."""
-    return ROTATED.sub("", name)
 
 
 def _log_series(g: _Gathered, log: _LogFacts, rep: FileReport) -> int:

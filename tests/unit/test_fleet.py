@@ -278,3 +278,25 @@ def test_a_fleets_replica_lanes_share_the_marks_of_a_lane(tmp_path: Path) -> Non
         assert counted == len(range(r, n_pre, n_rep))
     deaths = sorted(t.removeprefix("the fleet's first crash: ") for _, t in marks if "engine_death" in t)
     assert deaths == [f"engine_death @ vllm-{r}.log:9" for r in (1, 4, 6)]
+
+
+def test_a_replicas_rotated_log_is_the_same_replica(tmp_path: Path) -> None:
+    """GIVEN replica-0's log rotated into two files (its start in replica-0.log.1, its crash in
+    replica-0.log) and replica-1's whole WHEN recorded THEN the bundle holds two replicas, not three:
+    replica-0's crash is its own, both replicas crashed, and its start and crash are on one lane."""
+    whole = replica_log(tmp_path / "whole.log", 0).read_text()
+    cut = whole.index("11-29 19:35:00") if "11-29 19:35:00" in whole else len(whole) // 2
+    cut = whole.rindex("\n", 0, cut) + 1
+    (tmp_path / "replica-0.log.1").write_text(whole[:cut])
+    (tmp_path / "replica-0.log").write_text(whole[cut:])
+    files = [tmp_path / "replica-0.log.1", tmp_path / "replica-0.log", replica_log(tmp_path / "replica-1.log", 1)]
+    record(files, tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    r = replicas(b)
+    assert r.names == ("replica-0.log", "replica-1.log")
+    assert [c.replica for c in r.crashes] == ["replica-1.log", "replica-0.log"]
+    assert "every one of the 2 replicas crashed" in (r.sentence() or "")
+    starts_of = {replica_of(e.get("source"), r.names) for e in b.events if e.get("kind") == "engine_start"}
+    assert starts_of == {"replica-0.log", "replica-1.log"}
+    assert {e["source"].rpartition(":")[0] for e in b.events if replica_of(e.get("source"), r.names) == "replica-0.log"} \
+        == {"replica-0.log.1", "replica-0.log"}
