@@ -24,7 +24,16 @@ from replay.analysis.memory import (
     unchosen,
 )
 from replay.analysis.outages import DOWN_KINDS, Outage
-from replay.analysis.replicas import replica_engine_starts, replica_outages, replicas
+from replay.analysis.replicas import (
+    LOG_SERIES,
+    export_ties,
+    replica_engine_starts,
+    replica_names,
+    replica_outages,
+    replicas,
+    series_replicas,
+    tie_sentence,
+)
 from replay.bundle import Bundle
 from replay.units import GiB
 
@@ -266,6 +275,21 @@ def _first_replica(b: Bundle) -> list[Finding]:
                     [{"t_us": c.t_us, "what": c.replica, "source": c.source} for c in r.crashes])]
 
 
+def _export_ties(b: Bundle) -> list[Finding]:
+    """Which replica each metrics export's vLLM series is (an instance's), tied by the KV usage its log states."""
+    names = replica_names(b.meta.inputs)
+    if len(names) < 2:
+        return []
+    logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with(LOG_SERIES))
+    ties = export_ties(b.samples, series_replicas(logs.collect()["source"].to_list(), names))
+    if not ties:
+        return []
+    tied = sum(1 for t in ties if t.replica is not None)
+    return [Finding("fleet:export_series", f"{tied} of {len(ties)} exported vLLM series tied to their replicas",
+                    tie_sentence(ties), "high" if tied == len(ties) else "medium",
+                    [{"what": t.source, "replica": t.replica, "points": t.points} for t in ties])]
+
+
 def _kills(events: list[dict[str, Any]]) -> list[Finding]:
     """Containers killed with SIGKILL (exit 137) that Kubernetes did not call OOMKilled: of a cause
     unstated, unless the kubelet says it killed that container for a failed probe, or evicted its pod
@@ -464,6 +488,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
     findings += _kills(b.events)
     findings += _first_replica(b)
+    findings += _export_ties(b)
     findings += _vllm_memory_errors(b.events)
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:

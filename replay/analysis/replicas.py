@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+import polars as pl
+
 from replay.analysis.memory import stated_gib
 from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
 from replay.bundle import Bundle
@@ -149,3 +151,66 @@ def replica_kv_pools(b: Bundle, names: tuple[str, ...]) -> dict[str, float | Non
     evs = events_of(b.events, names)
     pools = {n: stated_gib(evs.get(n, []), "kv_cache_gib") for n in names}
     return {n: None if gib is None else gib * GiB for n, gib in pools.items()}
+
+
+EXPORT_SERIES = "vllm-metrics"  # the source of a metrics export's or scrape's vLLM series ('vllm-metrics[instance=…]')
+TIE_KV = 0.02  # an export's KV usage within this of a log's, on average, is that log's replica's
+TIE_POINTS = 5  # samples of the two at one time (within TIE_NEAR_US) needed to tie them
+TIE_NEAR_US = 15_000_000
+
+
+@dataclass(frozen=True)
+class SeriesTie:
+    """An export's vLLM series (a Prometheus instance's) and the replica whose log states the same KV
+    usage at the same times: the export names an instance, the log a file, and only their values tie them."""
+
+    source: str
+    replica: str | None  # None: no replica's log matches it, or two match alike
+    points: int  # samples compared with the nearest log's
+    mean_abs_diff: float | None  # of KV usage (a ratio), against the nearest log's
+
+
+def export_ties(samples: pl.DataFrame, series: dict[str, str]) -> list[SeriesTie]:
+    """Each export series of KV usage tied to the replica whose log's stats (``series``: a log series ->
+    its replica) it matches: on average within TIE_KV over at least TIE_POINTS samples, and nearer than
+    half way to any other replica's (two replicas idle alike tie nothing)."""
+    kv = samples.lazy().filter(pl.col("metric") == "kv_usage_ratio").select("source", "t_us", "value")
+    exports = sorted(kv.select(pl.col("source").unique()).filter(pl.col("source").str.starts_with(EXPORT_SERIES))
+                     .collect()["source"].to_list())
+    if not exports or not series:
+        return []
+    frames = {s: kv.filter(pl.col("source") == s).select("t_us", "value").sort("t_us").collect()
+              for s in [*exports, *series]}
+    out = []
+    for e in exports:
+        by_rep: dict[str, tuple[int, float]] = {}
+        for log, rep in series.items():
+            n, mad = _kv_distance(frames[e], frames[log])
+            if n >= TIE_POINTS and (rep not in by_rep or mad < by_rep[rep][1]):
+                by_rep[rep] = (n, mad)
+        ranked = sorted(by_rep.items(), key=lambda kv_: kv_[1][1])
+        if not ranked:
+            out.append(SeriesTie(e, None, 0, None))
+            continue
+        rep, (n, mad) = ranked[0]
+        clear = mad <= TIE_KV and (len(ranked) < 2 or ranked[1][1][1] >= 2 * mad + TIE_KV / 4)
+        out.append(SeriesTie(e, rep if clear else None, n, mad))
+    return out
+
+
+def _kv_distance(export: pl.DataFrame, log: pl.DataFrame) -> tuple[int, float]:
+    """(samples of ``export`` with a ``log`` sample within TIE_NEAR_US, their mean |difference|)."""
+    j = export.join_asof(log.rename({"value": "log"}), on="t_us", strategy="nearest",
+                         tolerance=TIE_NEAR_US).drop_nulls("log")
+    if not j.height:
+        return 0, float("inf")
+    return j.height, float(j.select((pl.col("value") - pl.col("log")).abs().mean()).item())
+
+
+def tie_sentence(ties: list[SeriesTie]) -> str:
+    """The ties in words: which export series is which replica's, and which tie to none."""
+    said = [f"{t.source} is {t.replica}'s (its KV usage within {t.mean_abs_diff * 100:.1f} points of the log's over "
+            f"{t.points} samples)" for t in ties if t.replica is not None and t.mean_abs_diff is not None]
+    none = [t.source + ("" if t.mean_abs_diff is None or t.mean_abs_diff == float("inf") else
+                        f" (nearest log {t.mean_abs_diff * 100:.1f} points off, or two alike)") for t in ties if t.replica is None]
+    return "; ".join(said + ([f"no replica's log matches {', '.join(none)}"] if none else [])) + "."

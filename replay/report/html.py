@@ -26,6 +26,7 @@ from replay.analysis.pipeline import OOM_STATED, Analysis, analyze_bundle, crash
 from replay.analysis.replicas import (
     Replicas,
     events_of,
+    export_ties,
     replica_kv_pools,
     replica_of,
     replicas,
@@ -82,6 +83,7 @@ class FleetView:
     reps: Replicas
     series: dict[str, str]  # a stats series' source -> its replica
     pools: dict[str, float | None]  # each replica's KV pool, bytes, as its log states it
+    exports: dict[str, str] = field(default_factory=dict)  # an export's vLLM series -> the replica it ties to
 
     def lane(self, rep: str) -> str:
         """The replica's lane of events, and the legend group of its series."""
@@ -117,7 +119,9 @@ def fleet_of(b: Bundle) -> FleetView | None:
     if len(r.names) < 2:
         return None
     logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with("vllm-log"))
-    return FleetView(r, series_replicas(logs.collect()["source"].to_list(), r.names), replica_kv_pools(b, r.names))
+    series = series_replicas(logs.collect()["source"].to_list(), r.names)
+    exports = {t.source: t.replica for t in export_ties(b.samples, series) if t.replica is not None}
+    return FleetView(r, series, replica_kv_pools(b, r.names), exports)
 
 
 def timeline_figure(a: Analysis) -> go.Figure:
@@ -245,13 +249,16 @@ def _requests(fig: go.Figure, s: pl.DataFrame, each: int, fleet: FleetView | Non
 
 def _fleet_kv_usage(fig: go.Figure, kv: pl.DataFrame, fleet: FleetView, each: int) -> None:
     """Row 2 of a fleet: vLLM's KV cache usage, each replica's series in its colour and named by it (a
-    series of no known replica, a Prometheus export's, by its source)."""
+    series of no known replica by its source; an export's series tied to a replica by its values, dashed in
+    the replica's colour)."""
     for src in fleet.ordered(kv["source"].unique().to_list()) if kv.height else []:
-        rep = fleet.series.get(src)
+        rep, tied = fleet.series.get(src), fleet.exports.get(src)
         d = minmax(kv.filter(pl.col("source") == src).sort("t_us"), "t_us", "kv_usage_ratio", max_points=each)
-        style = {"legendgroup": fleet.lane(rep), "line": {"color": fleet.color(rep)}} if rep else {}
+        style = {"legendgroup": fleet.lane(rep), "line": {"color": fleet.color(rep)}} if rep else \
+            {"legendgroup": fleet.lane(tied), "line": {"color": fleet.color(tied), "dash": "dash"}} if tied else {}
+        name = f"{rep}: KV usage %" if rep else f"{tied}: KV usage % ({src})" if tied else f"KV usage % ({src})"
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["kv_usage_ratio"] * 100).to_list(), mode="lines",
-                                 name=f"{rep}: KV usage %" if rep else f"KV usage % ({src})", **style), row=2, col=1)
+                                 name=name, **style), row=2, col=1)
 
 
 def _fleet_kv_in_use(fig: go.Figure, kv: pl.DataFrame, fleet: FleetView, below: float, each: int) -> None:

@@ -11,7 +11,7 @@ import json
 import re
 import shutil
 import subprocess
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -300,3 +300,47 @@ def test_a_replicas_rotated_log_is_the_same_replica(tmp_path: Path) -> None:
     assert starts_of == {"replica-0.log", "replica-1.log"}
     assert {e["source"].rpartition(":")[0] for e in b.events if replica_of(e.get("source"), r.names) == "replica-0.log"} \
         == {"replica-0.log.1", "replica-0.log"}
+
+
+def _kv_log(path: Path, kv: list[float]) -> Path:
+    """A V1 log of one stats line every 10 s from 10:00:00 (UTC), KV usage ``kv`` in per cent."""
+    t0 = datetime(2025, 5, 19, 10, 0, 0)
+    path.write_text("\n".join(
+        f"(APIServer pid=1) INFO {(t0 + timedelta(seconds=10 * i)).strftime('%m-%d %H:%M:%S')} [loggers.py:271] Engine 000: "
+        f"Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+        f"GPU KV cache usage: {v:.1f}%, Prefix cache hit rate: 0.0%" for i, v in enumerate(kv)) + "\n")
+    return path
+
+
+def test_an_exports_series_are_tied_to_their_replicas_by_their_values(tmp_path: Path) -> None:
+    """GIVEN two replicas' logs (KV usage rising on one, falling on the other) and a Prometheus export of three
+    instances, named by address only: two scraped from those replicas (every 15 s, their own values off by up
+    to 0.4 points) and one of neither WHEN recorded and analysed THEN each of the two is tied to its replica
+    by its values, the third to none, in the findings and the report's legend (the replica's colour, dashed)."""
+    n = 60
+    up, down = [10 + i for i in range(n)], [70 - i for i in range(n)]
+    logs = [_kv_log(tmp_path / "pod-a.log", up), _kv_log(tmp_path / "pod-b.log", down)]
+    t0 = datetime(2025, 5, 19, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+
+    def scraped(i: int, of: list[float]) -> float:  # (the replica's value at that time, as /metrics had it)
+        k = min(len(of) - 1, i * 15 // 10)
+        return (of[k] + (0.4 if i % 2 else -0.3)) / 100
+    result = [{"metric": {"__name__": "vllm:kv_cache_usage_perc", "instance": f"10.0.0.{j}:8000"},
+               "values": [[t0 + 15 * i, str(v(i))] for i in range(40)]}
+              for j, v in ((7, lambda i: scraped(i, down)), (9, lambda i: scraped(i, up)), (4, lambda i: 0.35))]
+    prom = tmp_path / "prom.json"
+    prom.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
+    record([*logs, prom], tmp_path / "b", RecordOptions(year=2025))
+    a = analyze_bundle(read_bundle(tmp_path / "b"))
+    found = [f for f in a.findings if f.id == "fleet:export_series"]
+    assert len(found) == 1 and found[0].title == "2 of 3 exported vLLM series tied to their replicas"
+    by = {e["what"]: e["replica"] for e in found[0].evidence}
+    assert by == {"vllm-metrics[instance=10.0.0.7:8000]": "pod-b.log", "vllm-metrics[instance=10.0.0.9:8000]": "pod-a.log",
+                  "vllm-metrics[instance=10.0.0.4:8000]": None}
+    assert "no replica's log matches vllm-metrics[instance=10.0.0.4:8000]" in found[0].detail
+    fig = timeline_figure(a)
+    names = {t.name: t for t in fig.data if t.name and "KV usage %" in t.name}
+    tied = names["pod-b.log: KV usage % (vllm-metrics[instance=10.0.0.7:8000])"]
+    assert tied.line.dash == "dash" and tied.line.color == names["pod-b.log: KV usage %"].line.color
+    assert "KV usage % (vllm-metrics[instance=10.0.0.4:8000])" in names
+
