@@ -12,6 +12,7 @@ image tokens); 578 s wall for 493 s of sends; peak actual 6.78 GiB against 4.03 
 (max gap 2.75 GiB, onset at 154 s): the gate fails at 3 % and at 25 %.
 
 Usage: python benchmarks/bench_mm_gate.py [--requests 2000] [--rate 4] [--share 0.2] [--vllm 0.32+vision]
+                                          [--set mm_processor_cache_gb=0]
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import polars as pl
+
+from replay.analysis.multimodal import image_growth
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import read_bundle
 
@@ -42,6 +46,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=4.0, help="mean arrivals a second")
     ap.add_argument("--share", type=float, default=0.2, help="share of requests with an image")
     ap.add_argument("--vllm", default="0.32+vision")
+    ap.add_argument("--set", action="append", default=[], help="an engine argument for the run, key=value")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         trace, out = Path(d) / "synth.jsonl", Path(d) / "run.bundle"
@@ -49,7 +54,8 @@ def main() -> None:
                          "--input-median", "256", "--output-median", "8", "--multimodal", str(a.share),
                          "--seed", "0", "-o", str(trace)), "synth")
         t = time.perf_counter()
-        run = _replay("run", str(trace), "--vllm", a.vllm, "--interval", "0.5", "-o", str(out))
+        run = _replay("run", str(trace), "--vllm", a.vllm, "--interval", "0.5", *(x for kv in a.set for x in ("--set", kv)),
+                      "-o", str(out))
         wall_s = time.perf_counter() - t
         _checked(run, "run", (0, 10))
         b = read_bundle(out)
@@ -71,6 +77,11 @@ def main() -> None:
             print(f"check --max-discrepancy {pct}: exit {c.returncode}; " + "; ".join(c.stdout.strip().splitlines()))
         top = ana.attributions[:2]
         print("attribution: " + ", ".join(f"{x.feature} {x.score:.2f}" for x in top))
+        g = image_growth(b.requests, ana.gap.group_by("t_us").agg(pl.col("actual_bytes").sum()))
+        if g is not None:
+            print(f"image growth: {g.grew_bytes / 2**30:.2f} GiB over {g.images} images, {g.bytes_per_image / 2**20:.1f} MiB "
+                  f"an image, R² {g.r2:.2f}, steps r {g.step_r:.2f} (text {g.step_r_text:.2f}): "
+                  f"{'put down to the images' if g.follows_images else 'not the images'}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from replay.analysis.memory import (
     machines_frame,
     unchosen,
 )
+from replay.analysis.multimodal import image_growth
 from replay.analysis.outages import DOWN_KINDS, Outage
 from replay.analysis.replicas import (
     LOG_SERIES,
@@ -35,7 +36,7 @@ from replay.analysis.replicas import (
     tie_sentence,
 )
 from replay.bundle import Bundle
-from replay.units import GiB
+from replay.units import GiB, MiB
 
 # the crashes that are an OOM or may be one (an engine death follows one, or has a cause the evidence may
 # not show); a container killed with SIGKILL is a crash of a cause unstated, not one of these
@@ -330,6 +331,25 @@ def _kills(events: list[dict[str, Any]]) -> list[Finding]:
     return out
 
 
+def _image_growth(b: Bundle, gap: pl.DataFrame) -> list[Finding]:
+    """Actual memory that rose image by image and stayed (vLLM's multimodal processor cache): a growth spread
+    over the run, which the traffic near the onset does not show."""
+    if gap.height == 0:
+        return []
+    g = image_growth(b.scan_requests(), gap.group_by("t_us").agg(pl.col("actual_bytes").sum()))
+    if g is None or not g.follows_images:
+        return []
+    text = "no text-only requests" if g.step_r_text != g.step_r_text else f"r = {g.step_r_text:.2f}"
+    return [Finding(
+        "multimodal:image_growth", "Actual memory grew image by image and stayed",
+        f"{g.grew_bytes / GiB:.2f} GiB over {g.images} images, {g.bytes_per_image / MiB:.1f} MiB an image (R² {g.r2:.2f} "
+        f"against the images sent so far); each 10 s step rose with the images sent in it (r = {g.step_r:.2f}), not "
+        f"with the text-only requests ({text}). vLLM's multimodal processor cache keeps each distinct image's "
+        "processed tensors, up to mm_processor_cache_gb (4 GiB by default), outside the KV budget: a replay with "
+        "--set mm_processor_cache_gb=0 tells it apart", "medium",
+        [{"what": "images sent", "value": g.images}, {"what": "bytes an image", "value_bytes": g.bytes_per_image}])]
+
+
 def _vllm_memory_errors(events: list[dict[str, Any]]) -> list[Finding]:
     """vLLM's own memory errors (it refused to start, or to size its KV cache), each kind once."""
     out: dict[str, Finding] = {}
@@ -489,6 +509,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
     findings += _kills(b.events)
     findings += _first_replica(b)
     findings += _export_ties(b)
+    findings += _image_growth(b, gap)
     findings += _vllm_memory_errors(b.events)
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:
