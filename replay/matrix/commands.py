@@ -39,18 +39,19 @@ Interval = Annotated[float, typer.Option(help="Sampling interval in seconds.")]
 KvCache = Annotated[float, typer.Option(help="KV cache size on the CPU engine (VLLM_CPU_KVCACHE_SPACE).")]
 Capacity = Annotated[float | None, typer.Option(help="Emulated capacity: an actual-memory limit that ends a run as an emulated OOM.")]
 Seed = Annotated[int, typer.Option(help="Seed for synthesised prompts.")]
+Warmup = Annotated[int | None, typer.Option(help="Plain requests each run sends before the trace. Default: with a bundle cut by --window or --before-crash, as many as production had served before it, up to 3; else none. 0: none.")]
 
 
 def _base(*, speed: float, concurrency: int | None, engine_args: Path | None, set_args: list[str], model: Path | None,
           model_config: Path | None, constraints: Path | None, vocab: int, seed: int, interval: float,
-          kv_cache_gib: float, capacity_gib: float | None) -> RunOptions:
+          kv_cache_gib: float, capacity_gib: float | None, warmup: int | None = None) -> RunOptions:
     from replay.drive.runner import RunOptions
     if capacity_gib is not None and not math.isfinite(capacity_gib):
         raise ReplayError(f"--capacity-gib: expected a limit above 0 GiB, got {capacity_gib}", EXIT_USAGE)
     opts = RunOptions(speed=speed, concurrency=concurrency, engine_args_file=engine_args, set_args=set_args,
                       model=model, model_config=model_config, constraints=constraints, vocab=vocab, seed=seed,
                       interval_s=interval, kv_cache_gib=kv_cache_gib,
-                      capacity_bytes=None if capacity_gib is None else int(capacity_gib * 2**30))
+                      capacity_bytes=None if capacity_gib is None else int(capacity_gib * 2**30), warmup=warmup)
     opts.check()
     return opts
 
@@ -135,6 +136,7 @@ def matrix_cmd(
     kv_cache_gib: KvCache = 1.0,
     capacity_gib: Capacity = None,
     seed: Seed = 0,
+    warmup: Warmup = None,
 ) -> None:
     """Replay one incident (or trace) across vLLM versions and engine settings: every version x setting a
     run with a bundle of its own, then one report across them with each run's verdict.
@@ -155,7 +157,7 @@ def matrix_cmd(
     window_us, before_us = _cut(window, before_crash)
     base = _base(speed=speed, concurrency=concurrency, engine_args=engine_args, set_args=[], model=model,
                  model_config=model_config, constraints=constraints, vocab=vocab, seed=seed, interval=interval,
-                 kv_cache_gib=kv_cache_gib, capacity_gib=capacity_gib)
+                 kv_cache_gib=kv_cache_gib, capacity_gib=capacity_gib, warmup=warmup)
     with _backend(ray, retries, cpus_per_run) as backend:
         res = run_matrix(given, out, versions, sets, base, backend=backend, window_us=window_us,
                          before_crash_us=before_us, console=err)
@@ -187,6 +189,7 @@ def bisect_cmd(
     kv_cache_gib: KvCache = 1.0,
     capacity_gib: Capacity = None,
     seed: Seed = 0,
+    warmup: Warmup = None,
 ) -> None:
     """Find, by replaying, the first release between --good and --bad where the incident stops (or starts)
     reproducing: the releases in the catalogue's order that this host (or the cluster) can run, both ends
@@ -210,7 +213,7 @@ def bisect_cmd(
     window_us, before_us = _cut(window, before_crash)
     base = _base(speed=speed, concurrency=concurrency, engine_args=engine_args, set_args=[], model=model,
                  model_config=model_config, constraints=constraints, vocab=vocab, seed=seed, interval=interval,
-                 kv_cache_gib=kv_cache_gib, capacity_gib=capacity_gib)
+                 kv_cache_gib=kv_cache_gib, capacity_gib=capacity_gib, warmup=warmup)
     with _backend(ray, retries, cpus_per_run) as backend:
         ans, report = run_bisect(bundle, out, good, bad, base, backend=backend, settings=fixed, window_us=window_us,
                                  before_crash_us=before_us, console=err)

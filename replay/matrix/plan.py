@@ -189,6 +189,8 @@ def fingerprint(opts: RunOptions, extra: dict[str, Any] | None = None) -> dict[s
     """What a completed run's bundle depends on beyond its version and settings (the engine args file
     by its content): compared on a rerun, so that runs of other options are not taken as done."""
     out = {k: _jsonable(getattr(opts, k)) for k in RESULT_OPTIONS}
+    if opts.warmup is not None:  # (asked for: a matrix made before the option keeps its fingerprint without it)
+        out["warmup"] = opts.warmup
     if opts.engine_args_file is not None:
         try:
             out["engine_args_file"] = json.loads(opts.engine_args_file.read_text())

@@ -337,3 +337,27 @@ def test_the_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "starts reproducing at 0.32.0" in " ".join(r.output.split())
     helptext = runner.invoke(_app(), ["matrix", "--help"], env={"COLUMNS": "200"}).output
     assert "--ray" in helptext and "--set" in helptext and "replay[cluster]" in helptext
+
+
+def test_the_warm_up_is_an_option_of_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay matrix … --warmup 2` gives each run that warm-up and keeps it in the matrix's options (a rerun
+    with another is another matrix); without it the options are as before the option was there."""
+    from replay.matrix import local
+    seen: list[int | None] = []
+    stub = StubRun()
+
+    def run(trace: Path, opts: RunOptions, console: Console | None = None) -> Any:
+        seen.append(opts.warmup)
+        return stub(trace, opts, console)
+    monkeypatch.setattr(local, "default_run", run)
+    runner = CliRunner()
+    r = runner.invoke(_app(), ["matrix", str(TRACE), "--vllm", "0.31", "0.32", "--warmup", "2", "--speed", "32",
+                               "-o", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert seen == [2, 2] and json.loads((tmp_path / "m" / "matrix.json").read_text())["options"]["warmup"] == 2
+    r = runner.invoke(_app(), ["matrix", str(TRACE), "--vllm", "0.31", "--speed", "32", "-o", str(tmp_path / "n")])
+    assert r.exit_code == 0 and seen[-1] is None, r.output
+    assert "warmup" not in json.loads((tmp_path / "n" / "matrix.json").read_text())["options"]
+    with pytest.raises(ReplayError, match="--warmup"):
+        runner.invoke(_app(), ["matrix", str(TRACE), "--vllm", "0.31", "--warmup", "-1", "-o", str(tmp_path / "x")],
+                      catch_exceptions=False)
