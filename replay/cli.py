@@ -9,6 +9,7 @@ import errno
 import json
 import math
 import os
+import platform
 import re
 import sys
 from pathlib import Path
@@ -559,6 +560,13 @@ def versions_list() -> None:
         out_console.print(f"  installed  {s.name}", markup=False)
     pool = envs.cuda_releases() if dev == "cuda" else envs.CPU_RELEASES_LOCAL
     out_console.print("runnable here: " + ", ".join(pool), markup=False)
+    cuda = envs.cuda_releases()
+    outside = envs.releases_outside_python(cuda)
+    out_console.print(f"CUDA builds: {len(cuda)} releases, {cuda[0]} to {cuda[-1]}"
+                      + ("" if dev == "cuda" else " (REPLAY_DEVICE=cuda installs one here for `versions check`)"), markup=False)
+    py = platform.python_version()
+    out_console.print(f"  for Python {py}: " + (f"{len(outside)} state a Requires-Python it is outside: {', '.join(outside)}"
+                                              if outside else "every release's Requires-Python takes it"), markup=False)
 
 
 @versions_app.command("install")

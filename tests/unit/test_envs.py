@@ -408,3 +408,31 @@ def test_releases_without_a_wheel_here_are_not_offered(monkeypatch: pytest.Monke
     with pytest.raises(ReplayError, match=r"vLLM 0\.15\.1 cannot be installed on this x86_64 host: PyPI holds only its aarch64"):
         envs.resolve("0.15", device="cuda")
     assert envs.resolve("0.14", device="cuda").version == "0.14.1"
+
+
+@pytest.mark.parametrize("python,outside,inside", [
+    ("3.13.1", ["0.8.4", "0.10.1.1"], ["0.6.3", "0.10.2", "0.33.0"]),  # (0.6.3 states '>=3.8': it takes 3.13)
+    ("3.8.18", ["0.6.4", "0.10.2", "0.33.0"], ["0.6.3"]),
+    ("3.10.14", ["0.32.0", "0.34.0"], ["0.6.0", "0.31.0"]),
+])
+def test_releases_a_python_is_outside_of_by_their_requires_python(python: str, outside: list[str], inside: list[str]) -> None:
+    from replay.engine.catalogue import load
+    cat = load()
+    got = envs.releases_outside_python(envs.cuda_releases(), python)
+    for v in outside:
+        assert v in got, (v, cat.releases[v].requires_python)
+    for v in inside:
+        assert v not in got, (v, cat.releases[v].requires_python)
+
+
+def test_versions_list_says_the_cuda_builds_and_which_this_python_cannot_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from replay.cli import app
+    monkeypatch.setattr("platform.python_version", lambda: "3.13.1")
+    res = CliRunner().invoke(app, ["versions", "list"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    n = len(envs.cuda_releases())
+    assert f"CUDA builds: {n} releases, 0.6.0 to " in res.output
+    line = next(x for x in res.output.splitlines() if "for Python 3.13.1" in x)
+    assert "0.8.4" in line and "0.10.1.1" in line and "0.10.2" not in line.split(":", 1)[1].split(", ")
