@@ -9,7 +9,10 @@ accounted for at ready, and each gate's verdict. Not a timed test: thousands of 
 
 Measured here (2,000 requests at 4/s, 20 % with an image): all completed, 409 with an image (408,591
 image tokens); 578 s wall for 493 s of sends; peak actual 6.78 GiB against 4.03 GiB accounted at ready
-(max gap 2.75 GiB, onset at 154 s): the gate fails at 3 % and at 25 %.
+(max gap 2.75 GiB, onset at 154 s): the gate fails at 3 % and at 25 %. The attribution of the traffic
+near the onset is weak (input_length 0.10, multimodal 0.08): the growth follows the images over the
+whole run instead, 2.54 GiB over 409 images, 5.9 MiB an image (R² 0.99; 10 s steps r 0.62 with the
+images sent in them, -0.07 with the text-only requests), reported as multimodal:image_growth.
 
 Usage: python benchmarks/bench_mm_gate.py [--requests 2000] [--rate 4] [--share 0.2] [--vllm 0.32+vision]
                                           [--set mm_processor_cache_gb=0]
