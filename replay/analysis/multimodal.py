@@ -87,6 +87,8 @@ def image_growth(requests: pl.LazyFrame | pl.DataFrame, actual: pl.DataFrame) ->
     lf = requests.lazy()
     if "mm_items" not in lf.collect_schema().names() or actual.height == 0:
         return None
+    if int(lf.select(pl.col("mm_items").fill_null(0).sum()).collect().item() or 0) < MIN_IMAGES:
+        return None  # (a text fleet's millions of requests are not gathered)
     sent = lf.select(t_us=pl.coalesce("sent_us", "arrival_us"), img=pl.col("mm_items").fill_null(0)).drop_nulls("t_us").collect()
     first = sent.filter(pl.col("img") > 0)["t_us"].min()
     if first is None or int(sent["img"].sum()) < MIN_IMAGES:

@@ -287,7 +287,7 @@ def _export_ties(b: Bundle) -> list[Finding]:
         return []
     tied = sum(1 for t in ties if t.replica is not None)
     return [Finding("fleet:export_series", f"{tied} of {len(ties)} exported vLLM series tied to their replicas",
-                    tie_sentence(ties), "high" if tied == len(ties) else "medium",
+                    tie_sentence(ties), "high" if tied == len(ties) else "medium" if tied else "low",
                     [{"what": t.source, "replica": t.replica, "points": t.points} for t in ties])]
 
 

@@ -174,17 +174,21 @@ def export_ties(samples: pl.DataFrame, series: dict[str, str]) -> list[SeriesTie
     """Each export series of KV usage tied to the replica whose log's stats (``series``: a log series ->
     its replica) it matches: on average within TIE_KV over at least TIE_POINTS samples, and nearer than
     half way to any other replica's (two replicas idle alike tie nothing)."""
-    kv = samples.lazy().filter(pl.col("metric") == "kv_usage_ratio").select("source", "t_us", "value")
-    exports = sorted(kv.select(pl.col("source").unique()).filter(pl.col("source").str.starts_with(EXPORT_SERIES))
-                     .collect()["source"].to_list())
-    if not exports or not series:
+    if not series:
         return []
-    frames = {s: kv.filter(pl.col("source") == s).select("t_us", "value").sort("t_us").collect()
-              for s in [*exports, *series]}
+    kv = samples.lazy().filter((pl.col("metric") == "kv_usage_ratio") & (
+        pl.col("source").str.starts_with(EXPORT_SERIES) | pl.col("source").is_in(list(series)))).select(
+        pl.col("source").cast(pl.Utf8), "t_us", "value").collect()  # (one pass over a fleet's samples)
+    frames = {str(k[0]): part.drop("source").sort("t_us") for k, part in kv.partition_by("source", as_dict=True).items()}
+    exports = sorted(s for s in frames if s.startswith(EXPORT_SERIES))
+    if not exports:
+        return []
     out = []
     for e in exports:
         by_rep: dict[str, tuple[int, float]] = {}
         for log, rep in series.items():
+            if log not in frames:
+                continue
             n, mad = _kv_distance(frames[e], frames[log])
             if n >= TIE_POINTS and (rep not in by_rep or mad < by_rep[rep][1]):
                 by_rep[rep] = (n, mad)
@@ -212,5 +216,6 @@ def tie_sentence(ties: list[SeriesTie]) -> str:
     said = [f"{t.source} is {t.replica}'s (its KV usage within {t.mean_abs_diff * 100:.1f} points of the log's over "
             f"{t.points} samples)" for t in ties if t.replica is not None and t.mean_abs_diff is not None]
     none = [t.source + ("" if t.mean_abs_diff is None or t.mean_abs_diff == float("inf") else
-                        f" (nearest log {t.mean_abs_diff * 100:.1f} points off, or two alike)") for t in ties if t.replica is None]
+                        f" (nearest log {t.mean_abs_diff * 100:.1f} points off)" if t.mean_abs_diff > TIE_KV else
+                        " (as near two replicas' logs)") for t in ties if t.replica is None]
     return "; ".join(said + ([f"no replica's log matches {', '.join(none)}"] if none else [])) + "."

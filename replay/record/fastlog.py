@@ -444,22 +444,23 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
         input_tokens=pl.when(ids.is_not_null() & ~cut_short).then(
             pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
         prompt=pl.when(prompt != "None").then(prompt),
-        _listed=pl.when(ids.is_not_null() & ~cut_short).then(listed),
         kind=pl.lit("request_received"), key_ts=pl.col("ts"), msg=msg.str.slice(0, 2000),
-    ).drop("_params", "_ids", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars(),
-                                                      mm_items=_images(pl.col("prompt")))
-    rv = _image_tokens(rv).drop("_listed")
+    ).drop("_params", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars(),
+                                              mm_items=_images(pl.col("prompt")))
+    rv = _image_tokens(rv).drop("_ids")
     sha = [None if t is None else hashlib.sha256(t.encode()).hexdigest() for t in rv["prompt"].to_list()]
     rv = rv.with_columns(prompt_sha256=pl.Series(sha, dtype=pl.Utf8))
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
 
 
 def _image_tokens(rv: pl.DataFrame) -> pl.DataFrame:
-    """``image_tokens`` of the requests whose prompts held images, from their complete id lists
-    (``vllm_log.image_tokens``, in Python: only those rows, a regex with a back-reference)."""
-    imaged = rv.select(pl.arg_where(pl.col("mm_items").is_not_null() & pl.col("_listed").is_not_null())).to_series()
-    got = [image_tokens(ids, n) for ids, n in zip(rv["_listed"].gather(imaged).to_list(),
-                                                  rv["mm_items"].gather(imaged).to_list(), strict=True)]
+    """``image_tokens`` of the requests whose prompts held images, from their complete id lists (``_ids``:
+    'prompt_token_ids: [1, 2' then ']' or '...'), by ``vllm_log.image_tokens``: in Python, only those rows
+    (a regex with a back-reference)."""
+    imaged = rv.select(pl.arg_where(pl.col("mm_items").is_not_null() & pl.col("_ids").str.ends_with("]"))).to_series()
+    head = len("prompt_token_ids: [")
+    got = [image_tokens(ids[head:-1], n) for ids, n in zip(rv["_ids"].gather(imaged).to_list(),
+                                                           rv["mm_items"].gather(imaged).to_list(), strict=True)]
     col = pl.Series("image_tokens", [None] * rv.height, dtype=pl.Int64)
     if imaged.len():
         col = col.scatter(imaged, pl.Series(got, dtype=pl.Int64))

@@ -344,3 +344,15 @@ def test_an_exports_series_are_tied_to_their_replicas_by_their_values(tmp_path: 
     assert tied.line.dash == "dash" and tied.line.color == names["pod-b.log: KV usage %"].line.color
     assert "KV usage % (vllm-metrics[instance=10.0.0.4:8000])" in names
 
+
+
+def test_an_export_as_near_two_replicas_logs_is_tied_to_neither() -> None:
+    """Two replicas whose logs state the same KV usage (both idle at 5 %) cannot tell an export's series apart."""
+    from replay.analysis.replicas import export_ties, tie_sentence
+    t = [i * 10_000_000 for i in range(30)]
+    rows = [(s, ti, 0.05) for s in ("vllm-log", "vllm-log[b.log]", "vllm-metrics[instance=x]") for ti in t]
+    samples = pl.DataFrame(rows, schema={"source": pl.Utf8, "t_us": pl.Int64, "value": pl.Float64}, orient="row").with_columns(
+        metric=pl.lit("kv_usage_ratio"))
+    ties = export_ties(samples, {"vllm-log": "a.log", "vllm-log[b.log]": "b.log"})
+    assert [(x.source, x.replica, x.points) for x in ties] == [("vllm-metrics[instance=x]", None, 30)]
+    assert tie_sentence(ties) == "no replica's log matches vllm-metrics[instance=x] (as near two replicas' logs)."
