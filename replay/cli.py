@@ -5,6 +5,7 @@ record -> bundle -> run (replay) -> analyze -> report / postmortem / check.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import math
@@ -495,12 +496,11 @@ def run(
 
 def _tower(patch: int | None, merge: int | None, max_pixels: int | None) -> VisionTower | None:
     """The tiny Qwen2-VL's tower the options ask for (None: the default one, none asked)."""
-    if patch is None and merge is None and max_pixels is None:
+    asked = {k: v for k, v in (("patch", patch), ("merge", merge), ("max_pixels", max_pixels)) if v is not None}
+    if not asked:
         return None
     from replay.engine.model import VisionTower
-    d = VisionTower()
-    return VisionTower(patch if patch is not None else d.patch, merge if merge is not None else d.merge,
-                       max_pixels if max_pixels is not None else d.max_pixels)
+    return dataclasses.replace(VisionTower(), **asked)
 
 
 def _trace_for_run(given: Path, out: Path, dry_run: bool, window: str | None,
@@ -558,9 +558,8 @@ def versions_list() -> None:
     out_console.print(f"host: {dev}; environments under {envs.replay_home() / 'envs'}", markup=False)
     for s in inst:
         out_console.print(f"  installed  {s.name}", markup=False)
-    pool = envs.cuda_releases() if dev == "cuda" else envs.CPU_RELEASES_LOCAL
-    out_console.print("runnable here: " + ", ".join(pool), markup=False)
     cuda = envs.cuda_releases()
+    out_console.print("runnable here: " + ", ".join(cuda if dev == "cuda" else envs.CPU_RELEASES_LOCAL), markup=False)
     outside = envs.releases_outside_python(cuda)
     out_console.print(f"CUDA builds: {len(cuda)} releases, {cuda[0]} to {cuda[-1]}"
                       + ("" if dev == "cuda" else " (REPLAY_DEVICE=cuda installs one here for `versions check`)"), markup=False)

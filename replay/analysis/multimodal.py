@@ -11,6 +11,7 @@ lines' "MM cache hit rate" (over vLLM's recent requests) says it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import polars as pl
@@ -77,7 +78,7 @@ class ImageGrowth:
     def follows_images(self) -> bool:
         """The rise is the images': it fits the images sent so far (R² >= 0.8), each step rose with the images
         sent in it (r >= 0.5) more than with the text-only requests (a steady creep fits the first alone)."""
-        text = self.step_r_text if self.step_r_text == self.step_r_text else -1.0
+        text = -1.0 if math.isnan(self.step_r_text) else self.step_r_text
         return self.bytes_per_image > 0 and self.r2 >= 0.8 and self.step_r >= 0.5 and self.step_r > text
 
 

@@ -6,6 +6,7 @@ never bare verdicts. A bundle where actual memory stays with vLLM's accounting y
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,13 +27,12 @@ from replay.analysis.memory import (
 from replay.analysis.multimodal import image_growth
 from replay.analysis.outages import DOWN_KINDS, Outage
 from replay.analysis.replicas import (
-    LOG_SERIES,
     export_ties,
     replica_engine_starts,
     replica_names,
     replica_outages,
+    replica_series,
     replicas,
-    series_replicas,
     tie_sentence,
 )
 from replay.bundle import Bundle
@@ -281,8 +281,7 @@ def _export_ties(b: Bundle) -> list[Finding]:
     names = replica_names(b.meta.inputs)
     if len(names) < 2:
         return []
-    logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with(LOG_SERIES))
-    ties = export_ties(b.samples, series_replicas(logs.collect()["source"].to_list(), names))
+    ties = export_ties(b.samples, replica_series(b, names))
     if not ties:
         return []
     tied = sum(1 for t in ties if t.replica is not None)
@@ -339,7 +338,7 @@ def _image_growth(b: Bundle, gap: pl.DataFrame) -> list[Finding]:
     g = image_growth(b.scan_requests(), gap.group_by("t_us").agg(pl.col("actual_bytes").sum()))
     if g is None or not g.follows_images:
         return []
-    text = "no text-only requests" if g.step_r_text != g.step_r_text else f"r = {g.step_r_text:.2f}"
+    text = "no text-only requests" if math.isnan(g.step_r_text) else f"r = {g.step_r_text:.2f}"
     return [Finding(
         "multimodal:image_growth", "Actual memory grew image by image and stayed",
         f"{g.grew_bytes / GiB:.2f} GiB over {g.images} images, {g.bytes_per_image / MiB:.1f} MiB an image (R² {g.r2:.2f} "

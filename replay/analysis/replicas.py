@@ -139,6 +139,12 @@ def series_replicas(sources: list[str], names: tuple[str, ...]) -> dict[str, str
     return {s: name for s, name in ((s, n or first) for s, n in own.items()) if name is not None}
 
 
+def replica_series(b: Bundle, names: tuple[str, ...]) -> dict[str, str]:
+    """``series_replicas`` of the bundle's own vLLM log stats series."""
+    logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with(LOG_SERIES))
+    return series_replicas(logs.collect()["source"].to_list(), names)
+
+
 def _named(source: str, names: tuple[str, ...]) -> str | None:
     """The replica a stats series names ('vllm-log[replica-2.log]…'), None where it names none."""
     inner = source.removeprefix(LOG_SERIES).removeprefix("[")

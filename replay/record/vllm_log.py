@@ -735,8 +735,8 @@ def _oom_of(text: str, modern: re.Pattern[str], old: re.Pattern[str], proc_has: 
 def request_details(text: str) -> dict[str, Any]:
     """What a 'Received request' / 'Request … details' line says about the request's memory shape:
     sampling parameters, prompt length in tokens, the prompt as logged (``prompt``; the recorder
-    keeps only its length and hash unless --keep-prompts), and the images its placeholders hold (``mm_items``) with the tokens they took where the ids show them
-    (``image_tokens``)."""
+    keeps only its length and hash unless --keep-prompts), the images its placeholders hold (``mm_items``)
+    and the tokens they took where the ids show them (``image_tokens``)."""
     out: dict[str, Any] = {}
     params = text[text.rfind("params: "):] if "params: " in text else text  # after the prompt
     for k, rx in R_PARAM.items():

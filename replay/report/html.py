@@ -29,8 +29,8 @@ from replay.analysis.replicas import (
     export_ties,
     replica_kv_pools,
     replica_of,
+    replica_series,
     replicas,
-    series_replicas,
 )
 from replay.analysis.verdict import (
     Alignment,
@@ -118,8 +118,7 @@ def fleet_of(b: Bundle) -> FleetView | None:
     r = replicas(b)
     if len(r.names) < 2:
         return None
-    logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with("vllm-log"))
-    series = series_replicas(logs.collect()["source"].to_list(), r.names)
+    series = replica_series(b, r.names)
     exports = {t.source: t.replica for t in export_ties(b.samples, series) if t.replica is not None}
     return FleetView(r, series, replica_kv_pools(b, r.names), exports)
 
