@@ -63,15 +63,26 @@ def unify_bundle_requests(requests: Path) -> int:
     """Fold the engine-side rows of a written ``requests.parquet`` into their front-end rows, rewriting
     it whole (beside, then renamed) only where there is one to fold; returns how many were folded. Only
     the ids are read to find out (a day's log holds millions of rows)."""
-    if not requests.exists():
-        return 0
-    ids = pl.scan_parquet(requests).select("id")
-    suffixed = ids.filter(pl.col("id").str.contains(ENGINE_SUFFIX)).select(
-        base=pl.col("id").str.replace(ENGINE_SUFFIX, ""))
-    hits = suffixed.join(ids, left_on="base", right_on="id", how="semi").select(pl.len()).collect().item()
-    if not hits:
+    if not requests.exists() or not _has_front_end_rows(requests):
         return 0
     df, folded = unify_request_ids(pl.read_parquet(requests))
     with written_in_place(requests) as part:
         df.write_parquet(part, compression_level=2)
     return folded
+
+
+def _has_front_end_rows(requests: Path) -> bool:
+    """Whether some suffixed id of the written rows has its front end's row too. The ids are streamed,
+    never held: the suffixed ones are counted first (most logs have none, or no front-end rows), and
+    only their bases' 64-bit hashes are held to probe every id against; a hash that matches is then
+    checked on the text."""
+    ids = pl.scan_parquet(requests).select("id")
+    suffixed = ids.filter(pl.col("id").str.contains(ENGINE_SUFFIX))
+    if not suffixed.select(pl.len()).collect(engine="streaming").item():
+        return False
+    bases = suffixed.select(h=pl.col("id").str.replace(ENGINE_SUFFIX, "").hash()).unique().collect(engine="streaming")
+    maybe = ids.filter(pl.col("id").hash().is_in(bases["h"].implode())).collect(engine="streaming")["id"]
+    if maybe.len() == 0:
+        return False
+    return bool(suffixed.select(base=pl.col("id").str.replace(ENGINE_SUFFIX, "")).filter(
+        pl.col("base").is_in(maybe.implode())).select(pl.len()).collect(engine="streaming").item())

@@ -276,3 +276,22 @@ def test_the_vision_tower_options_shape_the_tiny_qwen2_vl_only(tmp_path: Path) -
                        (["--vllm", "0.32+vision", "--vision-merge", "2", "--model", str(tmp_path)], "the model's own processor")):
         r = _cli("run", str(trace), *args, "--dry-run")
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.parametrize(("ids", "folds"), [
+    (["a-0", "a-0-0badf00d", "b-1"], 1),  # (an engine-side row and its front end's)
+    (["a-0-0badf00d", "b-1-cafebabe"], 0),  # (engine ids only: INFO logging of 0.11 on)
+    (["req-deadbeef", "a-0", "b-1"], 0),  # (an id that only looks suffixed)
+    (["a-0", "b-1"], 0),  # (nothing suffixed)
+])
+def test_a_written_bundle_is_rewritten_only_where_an_engine_row_has_its_front_end(
+        tmp_path: Path, ids: list[str], folds: int) -> None:
+    """The check streams the written ids (a day's log holds millions): it must find the one pair, and
+    leave the file untouched where there is none."""
+    from replay.record.request_ids import unify_bundle_requests
+    path = tmp_path / "requests.parquet"
+    pl.DataFrame({"id": ids, "arrival_us": list(range(len(ids))), "status": ["ok"] * len(ids)}).write_parquet(path)
+    before = path.stat().st_mtime_ns
+    assert unify_bundle_requests(path) == folds
+    assert (path.stat().st_mtime_ns != before) == bool(folds)
+    assert pl.read_parquet(path).height == len(ids) - folds
