@@ -667,7 +667,7 @@ def _device_rows() -> pl.Expr:
     return device_source(pl.col("source")) & pl.col("gpu").is_not_null() & pl.col("t_us").is_not_null()
 
 
-def _beside_same_index(g: _Gathered, path: Path, frame: pl.DataFrame) -> str | None:
+def _beside_same_index(g: _Gathered, path: Path, frame: pl.LazyFrame) -> str | None:
     """Where a file's GPU of some index has device samples over the same times as that index's samples of
     the same source in an earlier file (two times or more each), and they are not the same samples (a
     capture saved twice), what says so: one GPU is not sampled twice over, so the two are two
@@ -684,13 +684,13 @@ def _beside_same_index(g: _Gathered, path: Path, frame: pl.DataFrame) -> str | N
     return said
 
 
-def _two_machines(mine: pl.DataFrame, theirs: pl.DataFrame, gi: int, source: str, span: tuple[int, int],
-                  name: str) -> str | None:
+def _two_machines(mine: pl.LazyFrame, theirs: pl.DataFrame | pl.LazyFrame, gi: int, source: str,
+                  span: tuple[int, int], name: str) -> str | None:
     """Why GPU ``gi``'s samples of two files over ``span`` are two machines'; None where they may be one's."""
-    def within(df: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:  # (one filter: no copy of a day's rows)
-        return df.filter((pl.col("gpu") == gi) & (pl.col("source") == source) & pl.col("t_us").is_between(lo, hi))
-    head = within(mine, *span).head(1000)
-    there = within(theirs, int(head["t_us"].min()), int(head["t_us"].max())) if head.height else head  # type: ignore[arg-type]
+    def within(df: pl.DataFrame | pl.LazyFrame, lo: int, hi: int) -> pl.LazyFrame:  # (one filter: no copy of a day's rows)
+        return df.lazy().filter((pl.col("gpu") == gi) & (pl.col("source") == source) & pl.col("t_us").is_between(lo, hi))
+    head = within(mine, *span).head(1000).collect()
+    there = within(theirs, int(head["t_us"].min()), int(head["t_us"].max())).collect() if head.height else head  # type: ignore[arg-type]
     if min(head["t_us"].n_unique(), there["t_us"].n_unique()) < 2:
         return None  # (a snapshot taken while another file polled: one machine's)
     if not head.join(there, on=list(head.columns), how="anti").height:
@@ -712,20 +712,22 @@ def _scrape_named_at(kind: str | None, path: Path, head: str, opts: RecordOption
     return t if how == "file name" else None
 
 
-def _t_span(frame: pl.DataFrame) -> tuple[int | None, int | None]:
+def _t_span(frame: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]:
     """The first and last time of a samples frame (None where it has none)."""
-    lo, hi = frame.select(pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi")).row(0)
+    lo, hi = frame.lazy().select(pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi")).collect().row(0)
     return lo, hi
 
 
-def _batches(frames: list[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
+def _batches(frames: list[pl.DataFrame | pl.LazyFrame], rows: int) -> Iterator[pl.DataFrame]:
     """``frames`` joined into frames of ``rows`` or more (the last may hold fewer), each frame emptied
-    from the list as it is joined: a part file a scrape made thousands of files."""
+    from the list as it is joined (and a lazy one read only then): a part file a scrape made thousands
+    of files."""
     held: list[pl.DataFrame] = []
     n = 0
     frames.reverse()
     while frames:
-        held.append(frames.pop())
+        f = frames.pop()
+        held.append(f.collect() if isinstance(f, pl.LazyFrame) else f)
         n += held[-1].height
         if n >= rows or not frames:
             yield pl.concat(held)
@@ -808,6 +810,12 @@ class FileRead:
     report: FileReport
     log: LogRead | None = None
     parsed: common.Parsed | None = None
+    samples: pl.LazyFrame | None = None  # the parser's samples where they wait on disk (``_spill_samples``)
+
+    def sample_frame(self) -> pl.LazyFrame:
+        """The parser's samples (SAMPLES_SCHEMA, epoch µs), on disk or in memory."""
+        assert self.parsed is not None
+        return self.samples if self.samples is not None else self.parsed.frame().lazy()
 
 
 @dataclass
@@ -888,7 +896,23 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
     rep.kind = parsed.kind
     rep.notes += parsed.notes
     _done(opts, size)  # (read whole: done at once)
-    return FileRead(path, rep, parsed=parsed)
+    return FileRead(path, rep, parsed=parsed, samples=_spill_samples(parsed, spill))
+
+
+SPILL_SAMPLES_FROM = 1 << 20  # a file's samples past this many wait on disk until the bundle is written
+
+
+def _spill_samples(parsed: common.Parsed, spill: Path) -> pl.LazyFrame | None:
+    """A file's samples, written to ``spill`` and scanned from there where they are many (None where
+    they stay in ``parsed``): every file is read before any is written (the year and the bundle's start
+    come from all of them), and a fleet's day of nvidia-smi held in memory was 1.8 GiB."""
+    if sum(f.height for f in parsed.frames) + len(parsed.samples) < SPILL_SAMPLES_FROM:
+        return None
+    frame = parsed.frame()
+    spill.mkdir(parents=True, exist_ok=True)
+    frame.write_ipc(spill / "samples.arrow")
+    parsed.frames = []
+    return pl.scan_ipc(spill / "samples.arrow")
 
 
 def _read_launch(path: Path, head: str, kind: str | None, opts: RecordOptions, seen: _Seen) -> FileRead | None:
@@ -967,7 +991,7 @@ def _log_year(files: list[FileRead], opts: RecordOptions) -> tuple[int, str]:
             return year, f"log year {year} from the times a container runtime or log shipper put on its lines"
     if any(f.log is not None for f in files):  # (only log lines need a year)
         dated = [t for f in files if f.parsed is not None
-                 if (t := _t_span(f.parsed.frame().filter(pl.col("t_us") != 0))[0]) is not None]
+                 if (t := _t_span(f.sample_frame().filter(pl.col("t_us") != 0))[0]) is not None]
         dated += [t for f in files if f.parsed is not None for e in f.parsed.events if (t := e.get("t"))]
         dated += [t for f in files if f.parsed is not None for q in f.parsed.requests if (t := q.arrival_t)]
         if dated:
@@ -984,7 +1008,8 @@ class _Gathered:
 
     year: int
     notes: list[str]
-    sample_frames: list[pl.DataFrame] = field(default_factory=list)  # the evidence's samples, a frame a file
+    sample_frames: list[pl.DataFrame | pl.LazyFrame] = field(default_factory=list)  # the evidence's samples, a
+    # frame a file (those of a file spilled on disk: scanned)
     lows: list[int] = field(default_factory=list)  # each frame's first time
     log_samples: list[tuple[int, int, str, str, float]] = field(default_factory=list)  # the GPU totals that
     # logs' OOM messages state
@@ -1027,7 +1052,7 @@ def _gather(g: _Gathered, f: FileRead, opts: RecordOptions) -> None:
     if f.log is not None:
         _gather_log(g, f.path, f.log, rep, off, opts)
     elif f.parsed is not None:
-        _gather_parsed(g, f.path, f.parsed, rep, off)
+        _gather_parsed(g, f.path, f.parsed, f.sample_frame(), rep, off)
     elif rep.kind == "unknown":
         rep.quarantined = rep.lines
         g.unknown.append(f.path)
@@ -1153,8 +1178,9 @@ def _log_span(g: _Gathered, path: Path, log: _LogFacts, lp: LogParse, rep: FileR
         rep.t_first_us, rep.t_last_us = min(times), max(times)
 
 
-def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, off: int) -> None:
-    frame = r.frame()
+def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, samples: pl.LazyFrame, rep: FileReport,
+                   off: int) -> None:
+    frame = samples
     elsewhere = _another_machine(g.gpus, r.gpus) or _beside_same_index(g, path, frame)
     if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
         source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its
@@ -1168,7 +1194,7 @@ def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, rep: FileReport, 
     for no, reason, raw in r.quarantine:
         g.quarantine.append((str(path), no, reason, raw))
     frame = frame.with_columns(pl.col("t_us") - off) if off else frame
-    g.sample_frames.append(frame)
+    g.sample_frames.append(frame)  # (lazy: a spilled file's samples stay on disk until written)
     r.frames = []  # (held once: the list lets them go as they are written)
     for pe in r.events:
         t = pe.get("t")

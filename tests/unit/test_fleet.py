@@ -95,6 +95,24 @@ def test_one_nodes_rotated_and_recaptured_csvs_stay_one_machine(tmp_path: Path) 
     assert not any("another machine" in n for r in reps for n in r.notes)
 
 
+def test_samples_spilled_while_the_files_are_read_make_the_same_bundle(
+        fleet: tuple[Path, list], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file's many samples wait on disk between reading and writing (a fleet's day of nvidia-smi held
+    in memory was 1.8 GiB): the bundle is the same, nodes told apart and a clock offset applied alike."""
+    from replay.record import recorder
+    files = [smi_node(tmp_path / f"smi-node{n}.csv", n, range(60)) for n in range(3)]
+    opts = RecordOptions(year=2025, clock_offsets_us={"smi-node2.csv": 1_500_000})
+    record(files, tmp_path / "held", opts)
+    monkeypatch.setattr(recorder, "SPILL_SAMPLES_FROM", 50)
+    reps, _ = record(files, tmp_path / "spilled", opts)
+    held, spilled = read_bundle(tmp_path / "held"), read_bundle(tmp_path / "spilled")
+    assert spilled.samples.height == held.samples.height == 3 * 60 * 2 * 2
+    assert spilled.samples.equals(held.samples)
+    assert spilled.meta.notes == held.meta.notes and spilled.meta.t0_utc == held.meta.t0_utc
+    assert "another machine's GPUs" in " ".join(reps[2].notes)
+    assert not (tmp_path / "spilled" / ".spill").exists()
+
+
 def test_which_replica_crashed_first_is_stated(fleet: tuple[Path, list]) -> None:
     """The replica whose crash comes first (replica-1, at 19:05) is named first by the analysis, then the
     others in order, and the postmortem's findings say so."""
