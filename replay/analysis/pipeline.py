@@ -28,6 +28,8 @@ from replay.analysis.multimodal import image_growth
 from replay.analysis.outages import DOWN_KINDS, Outage
 from replay.analysis.replicas import (
     export_ties,
+    gpu_tie_sentence,
+    gpu_ties,
     replica_engine_starts,
     replica_names,
     replica_outages,
@@ -290,6 +292,24 @@ def _export_ties(b: Bundle) -> list[Finding]:
                     [{"what": t.source, "replica": t.replica, "points": t.points} for t in ties])]
 
 
+def _gpu_ties(b: Bundle) -> list[Finding]:
+    """Which GPUs served which replica, tied by their memory taken at the replica's starts and given back at
+    its crashes and stops (nothing in the evidence names a replica's GPUs), and which GPUs tie to none."""
+    names = replica_names(b.meta.inputs)
+    if len(names) < 2:
+        return []
+    ties = gpu_ties(b.samples, b.events, names)
+    if not ties:
+        return []
+    tied = [t for t in ties if t.replica is not None]
+    conf = "low" if not tied else "high" if len(tied) == len(ties) and all(t.confidence == "high" for t in tied) else "medium"
+    return [Finding("fleet:gpu_replica", f"{len(tied)} of {len(ties)} GPUs tied to the replicas they served",
+                    gpu_tie_sentence(ties), conf,
+                    [{"what": t.series, "replica": t.replica, "confidence": t.confidence,
+                      **({"t_us": t.moments[0].step_us, "source": t.moments[0].source} if t.replica and t.moments else {})}
+                     for t in ties])]
+
+
 def _kills(events: list[dict[str, Any]]) -> list[Finding]:
     """Containers killed with SIGKILL (exit 137) that Kubernetes did not call OOMKilled: of a cause
     unstated, unless the kubelet says it killed that container for a failed probe, or evicted its pod
@@ -508,6 +528,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
     findings += _kills(b.events)
     findings += _first_replica(b)
     findings += _export_ties(b)
+    findings += _gpu_ties(b)
     findings += _image_growth(b, gap)
     findings += _vllm_memory_errors(b.events)
     machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))

@@ -8,15 +8,26 @@ mixed together: a start of replica 5 after a crash of replica 3 is no restart.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from replay.analysis.memory import stated_gib
-from replay.analysis.outages import DOWN_KINDS, Outage, engine_starts, outages
-from replay.bundle import Bundle
+from replay.analysis.outages import (
+    DOWN_KINDS,
+    STOP_KINDS,
+    UP_KINDS,
+    Outage,
+    engine_starts,
+    outages,
+    starts,
+)
+from replay.bundle import Bundle, device_source
 from replay.lognames import rotation_stem
 from replay.units import GiB
 
@@ -225,3 +236,284 @@ def tie_sentence(ties: list[SeriesTie]) -> str:
                         f" (nearest log {t.mean_abs_diff * 100:.1f} points off)" if t.mean_abs_diff > TIE_KV else
                         " (as near two replicas' logs)") for t in ties if t.replica is None]
     return "; ".join(said + ([f"no replica's log matches {', '.join(none)}"] if none else [])) + "."
+
+
+# --- which GPUs served which replica, by when their memory was taken and given back ----------------
+
+GPU_LOW, GPU_HIGH = 0.10, 0.50  # of a GPU's total: a free GPU holds under GPU_LOW, one an engine serves from over GPU_HIGH
+LINE_FLOOR_BYTES = 4 * GiB  # a series' own peak stands in for an unknown total, but no GPU an engine serves holds less
+STEP_WITHIN_US = 300_000_000  # under GPU_LOW to over GPU_HIGH (or back) within this is one step: an engine loads its
+# weights, compiles and profiles before it takes its KV cache
+STEP_NEAR_US = 120_000_000  # a step that began within this after a replica's start or end line is that moment's
+CLOCK_SLACK_US = 5_000_000  # a step seen complete this much before its line still counts (a log's times are whole seconds)
+END_KINDS = (*DOWN_KINDS, *STOP_KINDS, "engine_stop")  # what gives an engine's GPU memory back: a crash, a stop
+END_LINES_US = 120_000_000  # end lines this close, with no start between, are one end (a death and its traceback's lines)
+_END_WORD = {"oom": "its OOM", "engine_death": "its engine's death", "emulated_oom": "its emulated OOM",
+             "host_oom_killed": "its host OOM kill", "container_killed": "its kill (SIGKILL)",
+             "engine_shutdown": "its stop", "engine_stop": "its stop"}
+
+StepKind = Literal["rise", "fall"]
+Confidence = Literal["high", "medium", "low"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A GPU's memory taken (a rise: from under GPU_LOW of its total to over GPU_HIGH) or given back (a fall),
+    between two of its samples at µs since the bundle's start."""
+
+    kind: StepKind
+    from_us: int  # its last sample on the side it left
+    to_us: int  # its first sample on the side it reached
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A replica's engine start or end and the step of a GPU's memory that lines up with it."""
+
+    step: StepKind  # a rise for a start, a fall for an end
+    step_us: int  # when the step was seen complete (its ``Step.to_us``)
+    event: str  # the line's kind: 'engine_start', 'oom', 'engine_death', 'engine_stop', …
+    event_us: int
+    source: str | None  # 'file:line' of the line
+
+    @property
+    def delay_s(self) -> float:
+        return (self.step_us - self.event_us) / 1e6
+
+
+@dataclass(frozen=True)
+class GpuTie:
+    """A GPU (a device series: its source and index) and the replica whose engine it served, tied by its
+    memory taken at the replica's starts and given back at its ends: nothing in the evidence names the GPU
+    a replica ran on, and a fleet's logs and device series come apart."""
+
+    source: str  # the device series' source ('nvidia-smi', 'nvidia-smi[smi-node3.csv]', 'dcgm[Hostname=n2]')
+    gpu: int | None
+    replica: str | None  # None: no replica's moments fit it, or two replicas' fit it alike
+    moments: tuple[Moment, ...]  # the tied replica's, or (tied to none) those of the replicas in ``alike``
+    confidence: Confidence  # high: two or more moments (a start and an end); medium: one; low: tied to none
+    why: str  # in words, for the finding
+    alike: tuple[str, ...] = ()  # the replicas whose moments fit it equally (tied to none for that)
+
+    @property
+    def series(self) -> str:
+        return self.source if self.gpu is None else f"{self.source} GPU {self.gpu}"
+
+
+@dataclass(frozen=True)
+class _Line:
+    """A replica's start or end line."""
+
+    step: StepKind
+    kind: str
+    t_us: int
+    source: str | None
+
+
+def gpu_ties(samples: pl.DataFrame, events: list[dict[str, Any]], names: tuple[str, ...]) -> list[GpuTie]:
+    """Each device series of memory used (a GPU of a node) tied to the replica it served: its rises after
+    that replica's start lines, its falls at or soon after its crashes and stops (each within
+    STEP_NEAR_US), at least one such moment, and more of them than any other replica's; where moments
+    match alike, fewer of that replica's lines are belied by the GPU (held through its crash or start).
+    Tensor parallelism ties several GPUs to one replica. Series in order of source and GPU."""
+    lines = {n: _lines(evs) for n, evs in events_of(events, names).items() if n is not None}
+    return [_tie(source, gpu, runs, lines) for (source, gpu), runs in _device_runs(samples).items()]
+
+
+def _lines(events: list[dict[str, Any]]) -> list[_Line]:
+    """A replica's starts (``outages.starts``: its markers of one start as one) and ends (END_KINDS; those
+    within END_LINES_US of the one before, no start between, as one), in time order."""
+    out = [_Line("rise", "engine_start", s.t_us, s.markers[0].get("source")) for s in starts(events)]
+    last_end: int | None = None
+    for e in sorted((e for e in events if e.get("t_us") is not None and e.get("kind") in (*UP_KINDS, *END_KINDS)),
+                    key=lambda e: int(e["t_us"])):
+        t = int(e["t_us"])
+        if e.get("kind") in UP_KINDS:
+            last_end = None
+            continue
+        if last_end is None or t - last_end > END_LINES_US:
+            out.append(_Line("fall", str(e["kind"]), t, e.get("source")))
+        last_end = t
+    return sorted(out, key=lambda x: x.t_us)
+
+
+def _device_runs(samples: pl.DataFrame) -> dict[tuple[str, int | None], list[tuple[bool, int, int]]]:
+    """Each device series of memory used (by source and GPU, in that order), as its runs of samples free
+    (under GPU_LOW of its total) and taken (over GPU_HIGH), those between left out: (taken, first µs,
+    last µs), in time order; a series never under nor over is there with no runs. One query over the
+    samples (a fleet's day is millions) groups them by series, keyed by a 64-bit hash of their source
+    (several times cheaper than grouping by the text); numpy finds each series' runs."""
+    key = ["h", "gpu"]
+    used, total = (samples.lazy().filter(pl.col("metric") == m).with_columns(h=pl.col("source").hash())
+                   for m in ("device_used_bytes", "device_total_bytes"))
+    series, totals, named = pl.collect_all([
+        used.group_by(key).agg("t_us", "value"), total.group_by(key).agg(total=pl.col("value").max()),
+        used.filter(pl.col("h").is_first_distinct()).select("h", pl.col("source").cast(pl.Utf8))])
+    total_of = {(h, g): float(v) for h, g, v in totals.iter_rows() if v is not None}
+    source_of = {h: str(s) for h, s in named.filter(device_source(pl.col("source"))).iter_rows()}
+    found = sorted(((source_of[h], g, i) for i, (h, g) in enumerate(series.select(key).iter_rows()) if h in source_of),
+                   key=lambda x: (x[0], x[1] is None, x[1] or 0))
+    return {(source, g): _runs(series["t_us"][i].to_numpy(), series["value"][i].to_numpy(),
+                               total_of.get((series["h"][i], g))) for source, g, i in found}
+
+
+def _runs(t_us: npt.NDArray[np.int64], value: npt.NDArray[np.float64], total_bytes: float | None) -> list[tuple[bool, int, int]]:
+    """One series' runs free and taken (``_device_runs``), against its total, else its own peak (no less
+    than LINE_FLOOR_BYTES)."""
+    if not len(t_us):
+        return []
+    if (np.diff(t_us) < 0).any():
+        order = np.argsort(t_us, kind="stable")
+        t_us, value = t_us[order], value[order]
+    line = max(total_bytes if total_bytes is not None else float(value.max()), float(LINE_FLOOR_BYTES))
+    taken, free = value > GPU_HIGH * line, value < GPU_LOW * line
+    t_us, taken = t_us[taken | free], taken[taken | free]
+    if not len(t_us):
+        return []
+    edges = np.flatnonzero(taken[1:] != taken[:-1]) + 1
+    firsts, lasts = np.r_[0, edges], np.r_[edges - 1, len(t_us) - 1]
+    return list(zip(taken[firsts].tolist(), t_us[firsts].tolist(), t_us[lasts].tolist(), strict=True))
+
+
+def _steps(runs: list[tuple[bool, int, int]]) -> list[Step]:
+    """A series' rises and falls: a run free then one taken (or the reverse) within STEP_WITHIN_US."""
+    return [Step("rise" if b[0] else "fall", a[2], b[1]) for a, b in zip(runs, runs[1:])
+            if b[1] - a[2] <= STEP_WITHIN_US]
+
+
+def _fit(steps: dict[StepKind, list[Step]], held: list[tuple[int, int]], lines: list[_Line]) -> tuple[list[Moment], int]:
+    """A replica's lines against a GPU's steps (of each kind, in time order): the moments that fit (each line's
+    nearest step of its kind seen complete at or after it, begun within STEP_NEAR_US; a step fits one line),
+    and how many lines the GPU belies (held from before the line to STEP_NEAR_US after it: no engine
+    started or ended on it then). Looked up by bisection: a restart loop is hundreds of lines."""
+    done = {k: [s.to_us for s in v] for k, v in steps.items()}
+    held_from = [first for first, _ in held]
+    moments, used, belied = [], set(), 0
+    for ln in lines:
+        near = steps[ln.step][bisect_left(done[ln.step], ln.t_us - CLOCK_SLACK_US):
+                              bisect_right(done[ln.step], ln.t_us + STEP_NEAR_US + STEP_WITHIN_US)]
+        fits = [s for s in near if s not in used and s.from_us <= ln.t_us + STEP_NEAR_US]
+        if fits:
+            s = min(fits, key=lambda s: abs(s.to_us - ln.t_us))
+            used.add(s)
+            moments.append(Moment(s.kind, s.to_us, ln.kind, ln.t_us, ln.source))
+            continue
+        i = bisect_right(held_from, ln.t_us) - 1  # (the held run the line falls in, if any: runs do not overlap)
+        if i >= 0 and held[i][1] >= ln.t_us + STEP_NEAR_US:
+            belied += 1
+    return moments, belied
+
+
+def _tie(source: str, gpu: int | None, runs: list[tuple[bool, int, int]], lines: dict[str, list[_Line]]) -> GpuTie:
+    """One GPU tied to the replica whose lines it fits best (``_fit``): most moments, then fewest belied."""
+    steps = _steps(runs)
+    held = [(first, last) for tk, first, last in runs if tk]
+    kinds: dict[StepKind, list[Step]] = {"rise": [s for s in steps if s.kind == "rise"],
+                                         "fall": [s for s in steps if s.kind == "fall"]}
+    fits = {n: _fit(kinds, held, ls) for n, ls in lines.items()}
+    ranked = sorted(((len(m), -b, n) for n, (m, b) in fits.items() if m), key=lambda x: (-x[0], -x[1]))
+    if not ranked:
+        return GpuTie(source, gpu, None, (), "low", _unfit(runs, steps))
+    alike = tuple(n for k, b, n in ranked if (k, b) == ranked[0][:2])
+    if len(alike) > 1:
+        k = ranked[0][0]
+        return GpuTie(source, gpu, None, tuple(m for n in alike for m in fits[n][0]), "low",
+                      f"{_and(list(alike))} fit it alike, {k} moment{'s' if k > 1 else ''} each: they started or "
+                      "ended together", alike)
+    rep = alike[0]
+    moments = tuple(fits[rep][0])
+    spare = len(steps) - len(moments)
+    return GpuTie(source, gpu, rep, moments, "high" if len(moments) >= 2 else "medium",
+                  _some([_moment_words(m) for m in moments], "; ")
+                  + (f"; {spare} more rise{'s' if spare > 1 else ''} or fall{'s' if spare > 1 else ''} fit no replica"
+                     if spare else ""))
+
+
+def _unfit(runs: list[tuple[bool, int, int]], steps: list[Step]) -> str:
+    """Why no replica's start or end fits a GPU, in words."""
+    if steps:
+        return f"its {len(steps)} rise{'s' if len(steps) > 1 else ''} or fall{'s' if len(steps) > 1 else ''} fit no replica's start or end"
+    if not runs:
+        return f"between {GPU_LOW:.0%} and {GPU_HIGH:.0%} of its memory throughout: neither free nor an engine's"
+    if all(tk for tk, _, _ in runs):
+        return "held throughout, never freed: in use before the evidence begins, and to its end"
+    if not any(tk for tk, _, _ in runs):
+        return f"never over {GPU_HIGH:.0%} of its memory: no engine ran on it in the evidence"
+    return f"its memory was taken and given back only over more than {STEP_WITHIN_US // 1_000_000} s: no engine's start or end"
+
+
+def _moment_words(m: Moment) -> str:
+    what = "its start" if m.step == "rise" else _END_WORD.get(m.event, f"its {m.event}")
+    done = "taken" if m.step == "rise" else "given back"
+    return f"{done} {m.delay_s:.0f} s after {what} at {m.event_us / 1e6:.1f} s ({m.source})"
+
+
+MOMENTS_SAID = 4  # of a replica's moments (a restart loop's are hundreds), those said in words
+
+
+def _some(words: list[str], sep: str = ", ") -> str:
+    """The first MOMENTS_SAID of ``words``, and how many more."""
+    more = len(words) - MOMENTS_SAID
+    return sep.join(words[:MOMENTS_SAID]) + (f"{sep}and {more} more" if more > 0 else "")
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def gpus_named(ties: list[GpuTie]) -> str:
+    """The ties' GPUs in words, a source's indices together: 'nvidia-smi GPUs 0-1 and nvidia-smi[n2.csv] GPU 3'."""
+    by: dict[str, list[int | None]] = {}
+    for t in ties:
+        by.setdefault(t.source, []).append(t.gpu)
+    said = []
+    for source, gpus in by.items():
+        known = sorted(g for g in gpus if g is not None)
+        if len(known) < len(gpus):
+            said.append(source)
+        if known:
+            said.append(f"{source} GPU{'s' if len(known) > 1 else ''} {_indices(known)}")
+    return _and(said)
+
+
+def _indices(gpus: list[int]) -> str:
+    """'0-3, 5': consecutive indices as a range."""
+    spans: list[list[int]] = []
+    for g in gpus:
+        if spans and g == spans[-1][1] + 1:
+            spans[-1][1] = g
+        else:
+            spans.append([g, g])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def gpu_tie_sentence(ties: list[GpuTie]) -> str:
+    """The ties in words: which GPUs served which replica (when their memory was taken and given back), and
+    which tie to none and why; GPUs that say the same, together."""
+    tied: dict[str, list[GpuTie]] = {}
+    none: dict[str, list[GpuTie]] = {}
+    for t in ties:
+        if t.replica is not None:
+            tied.setdefault(t.replica, []).append(t)
+        else:
+            none.setdefault(t.why, []).append(t)
+    said = [f"{rep} ran on {gpus_named(ts)} ({_moments_said(ts)})" for rep, ts in tied.items()]
+    if none:
+        said.append("tied to none: " + ", ".join(f"{gpus_named(ts)} ({why})" for why, ts in none.items()))
+    return "; ".join(said) + "."
+
+
+def _moments_said(ties: list[GpuTie]) -> str:
+    """The moments of one replica's GPUs, each line once, with the longest its GPUs took to follow it."""
+    slowest: dict[tuple[str, int, str | None, StepKind], float] = {}
+    for t in ties:
+        for m in t.moments:
+            k = (m.event, m.event_us, m.source, m.step)
+            slowest[k] = max(slowest.get(k, m.delay_s), m.delay_s)
+    words = []
+    for (event, event_us, source, step), delay in sorted(slowest.items(), key=lambda kv: kv[0][1]):
+        what = "its start" if step == "rise" else _END_WORD.get(event, f"its {event}")
+        words.append(f"{'taken' if step == 'rise' else 'given back'} within {max(delay, 0):.0f} s of {what} at "
+                     f"{event_us / 1e6:.1f} s ({source})")
+    conf = max((t.confidence for t in ties), key=("high", "medium", "low").index)  # (the weakest of its GPUs')
+    return f"{conf}: " + _some(words)
