@@ -37,6 +37,7 @@ import polars as pl
 
 from replay.atomic import WRITE_ERRNOS, WRITE_WHY, write_error
 from replay.errors import EXIT_IO, EXIT_USAGE, ReplayError
+from replay.sortmerge import KeySample, Part, frame_part, parquet_rows, sort_parts
 from replay.units import MAX_GPU_INDEX, is_uint
 
 SCHEMA = "replay-bundle/1"
@@ -80,7 +81,8 @@ def utc_now_iso() -> str:
 # not hold for a bundle to be written into it.
 OWN_FILES = frozenset({"bundle.json", "samples.parquet", "requests.parquet", "events.jsonl", "quarantine.jsonl",
                        "server.log", "events.part.jsonl"})
-OWN_DIRS = frozenset({".spill", "probe"})  # (the recorder's spilled pieces; the replay's in-engine probe)
+SORT_SPILL = ".samples.sort"  # the samples' pieces, spilled while close() sorts them
+OWN_DIRS = frozenset({".spill", "probe", SORT_SPILL})  # (the recorder's spilled pieces; the replay's in-engine probe; the merge's)
 _OWN_PARTS = re.compile(r"(?:bundle\.json|samples(?:\.part\d+)?\.parquet)\.tmp|samples\.part\d+\.parquet|requests\.part\d+\.arrow"
                         r"|(?:requests\.parquet|bundle\.json)\.\d+\.part")  # (the last: written in place, replay.atomic)
 PARTIAL = ".partial-"  # OUT.partial-PID: the folder a bundle is written in until it is complete
@@ -343,7 +345,7 @@ def bundle_written(out: Path) -> Iterator[Path]:
                               + ("the bundle there is as it was" if existed else "nothing was written"), EXIT_IO) from None
         raise
     with _signals_held():
-        for n in (".spill", "bundle.json.tmp", "events.part.jsonl"):  # (what a writer keeps only while it writes)
+        for n in (".spill", SORT_SPILL, "bundle.json.tmp", "events.part.jsonl"):  # (what a writer keeps only while it writes)
             p = part / n
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
@@ -431,11 +433,15 @@ class BundleWriter:
             (path / stale).unlink(missing_ok=True)
         for part in [*path.glob("samples.part*.parquet"), *path.glob("requests.part*.arrow")]:  # an interrupted run's
             part.unlink()
+        if (path / SORT_SPILL).is_dir() and not (path / SORT_SPILL).is_symlink():
+            shutil.rmtree(path / SORT_SPILL)
         self.quarantine_text = meta.keep_prompts if quarantine_text is None else quarantine_text
         self.complete = False
         self._writing = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_now_iso()}
         self._samples: list[tuple[int, int | None, str, str, float]] = []
         self._parts = 0
+        self._part_meta: dict[str, Part] = {}  # part file name -> its rows and times, as written
+        self._times = KeySample()  # (every n-th time of those parts: where close() cuts its buckets)
         self._flush_every = flush_every
         self._requests: list[dict[str, Any]] = []
         self._events = (path / "events.jsonl").open("a", encoding="utf-8")
@@ -476,7 +482,9 @@ class BundleWriter:
             for metric, n in df.filter(odd).group_by("metric").len().iter_rows():
                 self._not_finite[metric] = self._not_finite.get(metric, 0) + n
             df = df.filter(~odd)
-        df.write_parquet(self.path / f"samples.part{self._parts:05d}.parquet")
+        part = self.path / f"samples.part{self._parts:05d}.parquet"
+        df.write_parquet(part)
+        self._part_meta[part.name] = frame_part(part, df, "t_us", self._times)
         self._parts += 1
         self.counts["samples"] += df.height
 
@@ -487,7 +495,8 @@ class BundleWriter:
         # (the numbers of log lines: never NaN where the pattern matched, but a sample is a finite number)
         lf.filter(pl.col("value").is_finite()).sink_parquet(part)
         self._parts += 1
-        self.counts["samples"] += pl.scan_parquet(part).select(pl.len()).collect().item()
+        self._part_meta[part.name] = Part(part, parquet_rows(part))  # (its times are read at close, if need be)
+        self.counts["samples"] += self._part_meta[part.name].rows
 
     def events_lazy(self, lf: pl.LazyFrame) -> None:
         """Append events from a lazy query (columns = event keys, sorted by name as ``event`` writes them)."""
@@ -539,6 +548,7 @@ class BundleWriter:
             part = self.path / f"samples.part{self._parts:05d}.parquet"
             df.write_parquet(part.with_name(part.name + ".tmp"))
             os.replace(part.with_name(part.name + ".tmp"), part)
+            self._part_meta[part.name] = frame_part(part, df, "t_us", self._times)
             self._parts += 1
             self._samples = []
         if self._requests:
@@ -548,8 +558,9 @@ class BundleWriter:
         self.write_meta()
 
     def close(self, remove: Callable[[Path], None] | None = None) -> None:
-        """Write the bundle's final files; ``remove`` (by default, at once) takes the part files away."""
-        remove = remove or Path.unlink
+        """Write the bundle's final files; ``remove`` (by default, at once) takes the part files and
+        the sort's spilled pieces away."""
+        remove = remove or _remove
         if self._not_finite:
             n = sum(self._not_finite.values())
             self.meta.notes.append(f"{n} value(s) were NaN or infinite, which measure nothing, and are left out of the "
@@ -558,10 +569,15 @@ class BundleWriter:
         parts = sorted(self.path.glob("samples.part*.parquet"))
         target = self.path / "samples.parquet"
         tmp = target.with_name(target.name + ".tmp")
-        if parts:  # a stable sort: samples at the same time keep the order they were written in
-            pl.scan_parquet(parts).sort(["t_us", "source", "metric"], maintain_order=True).sink_parquet(tmp)
-        else:
-            pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(tmp)
+        try:
+            if parts:  # a stable sort: samples at the same time keep the order they were written in
+                sort_parts([self._part_meta.get(p.name) or Part(p, parquet_rows(p)) for p in parts], tmp,
+                           ["t_us", "source", "metric"], self.path / SORT_SPILL, remove, self._times)
+            else:
+                pl.DataFrame(schema=SAMPLES_SCHEMA).write_parquet(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, target)  # (a reader of a live recording sees the parts or the merge, never half of it)
         for p in parts:
             remove(p)
@@ -580,6 +596,14 @@ class BundleWriter:
         self._quarantine.close()
         self.complete = True
         self.write_meta()
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, or a folder with what is in it."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def _requests_df(rows: list[dict[str, Any]]) -> pl.DataFrame:
