@@ -222,6 +222,31 @@ def _listed_frame(samples: list[tuple[int | None, int | None, str, str, float]])
     return df.with_row_index("_i")
 
 
+def _all_within_bounds(f: pl.DataFrame, least_total: float | None) -> bool:
+    """Whether every value of ``f`` is within ``impossible``'s bounds, told by each metric's least and
+    largest value alone (``least_total``: the least total stated of any GPU, or None where none is):
+    most evidence holds no impossible value, and this spares its every row the join with its GPU's
+    total and the row-wise test. False where it cannot tell so (then each row is tested)."""
+    return all(within_bounds(metric, lo, hi, least_total) for metric, lo, hi in f.group_by("metric").agg(
+        lo=pl.col("value").min(), hi=pl.col("value").max()).iter_rows())
+
+
+def within_bounds(metric: str | None, lo: float | None, hi: float | None, least_total: float | None) -> bool:
+    """Whether values of ``metric`` from ``lo`` to ``hi`` (NaN aside) are all within ``impossible``'s
+    bounds whatever GPU they are of: memory within a total is bounded by the least one stated (the
+    bound of a GPU with a total of its own is never below it, of one without, MAX_DEVICE_BYTES)."""
+    base = metric.split(":", 1)[0] if metric is not None else ""
+    kind = _BOUNDS.get(base)
+    if kind is None:
+        return True
+    if lo is None or hi is None:
+        return False  # (nothing but nulls)
+    high = {"ratio": 1.0, "percent": 100.0, "memory": float(MAX_DEVICE_BYTES)}.get(kind, math.inf)
+    if base in _WITHIN_TOTAL and least_total is not None:
+        high = min(least_total + MiB, high)
+    return 0 <= lo and hi <= high
+
+
 def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
     """Quarantine every sample whose value no device can have (``impossible``; where a parser knew its
     line it has set it aside already, with that line), and note the times at which one GPU's metric from
@@ -235,9 +260,12 @@ def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
     if not frames:
         return p
     totals = _stated_totals(p, frames)
+    least_total = totals["total"].min()
 
     def odd(f: pl.DataFrame) -> list[dict[str, Any]]:
         """The rows of ``f`` (with '_i') out of bounds, with the total that bounded them."""
+        if _all_within_bounds(f, least_total if isinstance(least_total, float) else None):
+            return []
         rows = f.with_columns(host=_host_key(pl.col("source"))).join(
             totals, on=["gpu", "host"], how="left", nulls_equal=False).filter(maybe_impossible(pl.col("total")))
         return [r for r in rows.iter_rows(named=True) if impossible(r["metric"], r["value"], r["total"]) is not None]
@@ -271,8 +299,11 @@ def _note_conflicts(p: Parsed, path: Path, parts: list[pl.DataFrame]) -> None:
     """A note of the times at which one GPU's metric from one source has several values (``parts``: the
     samples, as frames)."""
     at = ["t_us", "gpu", "source", "metric"]
-    df = pl.concat(parts, how="vertical_relaxed").filter(pl.col("t_us").is_not_null() & ~pl.col("value").is_nan())
-    df = df.filter(pl.struct(at).hash().is_duplicated())  # (a cheap sieve: a key twice, or a hash's collision)
+    df = pl.concat(parts, how="vertical_relaxed")
+    timed = pl.col("t_us").is_not_null() & ~pl.col("value").is_nan()
+    if _keys_once(df, at, timed):
+        return
+    df = df.filter(timed).filter(pl.struct(at).hash().is_duplicated())  # (a cheap sieve: a key twice, or a hash's collision)
     clash = df.group_by(at).agg(pl.col("value").unique().sort()).filter(pl.col("value").list.len() > 1)
     if not clash.height:
         return
@@ -281,6 +312,17 @@ def _note_conflicts(p: Parsed, path: Path, parts: list[pl.DataFrame]) -> None:
     p.notes.append(f"{path.name}: {clash.height} time(s) at which one GPU's metric from one source has different values "
                    f"(first: {source} {metric}, GPU {gpu}, at {_shown(t)}: {shown}): conflicting series, such as two "
                    "exporters of one GPU or scrapes merged; all are kept, the largest decides a peak")
+
+
+def _keys_once(df: pl.DataFrame, at: list[str], where: pl.Expr) -> bool:
+    """Whether no two rows of ``df`` for which ``where`` holds share their ``at`` columns, told by a
+    hash of each row's (its columns' own hashes, each seeded apart, combined): counting distinct
+    hashes is a quarter of the time of marking the duplicated ones, and evidence seldom holds any.
+    False where two rows share a hash (the same key, or a collision: the caller looks at the keys
+    themselves)."""
+    key = functools.reduce(lambda a, b: a ^ b, (pl.col(c).hash(seed) for seed, c in enumerate(at, start=1)))
+    distinct, rows = df.select(key.filter(where).n_unique().alias("distinct"), where.sum().alias("rows")).row(0)
+    return bool(distinct == rows)
 
 
 def checks_values(parse: Callable[P, Parsed]) -> Callable[P, Parsed]:

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from replay.bundle import SAMPLES_SCHEMA
 from replay.errors import ReplayError
 from replay.filehash import nul_run, read_past_nul_run, utf8_chunks
 from replay.record import common, fastsmi, nvidia_smi, prometheus
@@ -231,3 +234,53 @@ def test_record_reads_a_log_after_its_hole_of_nuls(packed: bool, tmp_path: Path)
     assert b.samples.height == a.samples.height > 0 and b.samples.equals(a.samples)
     assert (b_rep[0].parsed, b_rep[0].quarantined) == (a_rep[0].parsed, a_rep[0].quarantined) == (5, 0)
     assert any(f"{HOLE:,} NUL bytes, skipped" in n for n in b_rep[0].notes)
+
+
+_BOUNDED = ["device_used_bytes", "device_total_bytes", "device_free_bytes", "device_reserved_bytes", "process_used_bytes:42",
+            "anon_rss_bytes", "kv_usage_ratio", "util_gpu_pct", "requests_running", "node_filesystem_size_bytes"]
+_EDGES = [-1.0, -0.0, 0.0, 0.5, 1.0, 1.5, 100.0, 101.0, 80 * 1024 * MiB, 80 * 1024 * MiB + MiB, 80 * 1024 * MiB + MiB + 1,
+          float(16 << 40), float(16 << 40) + 1, 1e36]
+_VALUES = st.one_of(st.sampled_from(_EDGES), st.floats(-1e3, 2e13), st.floats())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([*_BOUNDED, None]), _VALUES, _VALUES, st.one_of(st.none(), st.sampled_from(_EDGES[2:]), st.floats(0, 2e13)))
+def test_bounds_told_by_a_metrics_least_and_largest_value_vouch_for_no_impossible_value(
+        metric: str | None, lo: float, hi: float, least_total: float | None) -> None:
+    """GIVEN a metric's least and largest value and the least total stated of any GPU WHEN ``within_bounds``
+    vouches for them THEN ``impossible`` refuses no value between them, on a GPU of any total not below
+    the least (or of none)."""
+    lo, hi = min(lo, hi), max(lo, hi)
+    if not common.within_bounds(metric, lo, hi, least_total):
+        return
+    totals = [None] if least_total is None else [None, least_total, least_total + MiB, 2 * least_total, float(16 << 40)]
+    for v in (lo, hi, (lo + hi) / 2):
+        for total in totals:
+            assert metric is None or common.impossible(metric, v, total) is None, (v, total)
+
+
+_SAMPLES = st.lists(st.tuples(st.sampled_from([None, 1_000_000, 2_000_000]), st.sampled_from([None, 0, 1, 2]),
+                              st.sampled_from(["nvidia-smi", "dcgm", "dcgm[GPU_I_ID=3]", "dcgm[Hostname=b]", "vllm"]),
+                              st.sampled_from(_BOUNDED), _VALUES), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SAMPLES, _SAMPLES, st.dictionaries(st.sampled_from([0, 1, 2]), st.sampled_from([80 * 1024 * MiB, 1.0, "?"]), max_size=3))
+def test_the_cheap_checks_of_values_and_keys_change_nothing(frame: list[tuple], listed: list[tuple],
+                                                            totals: dict[int, float | str]) -> None:
+    """GIVEN samples as a frame and as a list (impossible values, NaN and infinities, GPUs with and
+    without stated totals, MIG instances and other machines, one key twice with one value or two) WHEN
+    their values are checked with the cheap checks (each metric's least and largest value; each key's
+    hash once) and with each row tested THEN both set aside, keep and note the same."""
+    def checked(cheap: bool) -> common.Parsed:
+        p = common.Parsed(kind="test", samples=list(listed), gpus={g: {"index": g, "total_bytes": t} for g, t in totals.items()},
+                          frames=[pl.DataFrame(frame, schema=SAMPLES_SCHEMA, orient="row")] if frame else [],
+                          dcgm_labels=[(i, {"pod": str(i)}) for i in range(len(listed))])
+        with pytest.MonkeyPatch.context() as mp:
+            if not cheap:
+                mp.setattr(common, "_all_within_bounds", lambda *a: False)
+                mp.setattr(common, "_keys_once", lambda *a: False)
+            return common.set_aside_impossible_values(p, Path("evidence.prom"))
+    cheap, each = checked(True), checked(False)
+    assert (cheap.quarantine, cheap.notes, cheap.dcgm_labels) == (each.quarantine, each.notes, each.dcgm_labels)
+    assert cheap.frame().equals(each.frame())

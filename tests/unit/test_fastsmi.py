@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -335,3 +335,181 @@ def test_the_recorder_places_offsets_alike_by_either_route(tmp_path: Path, monke
     samples, notes, t0, _ = bundles[0]
     assert t0 == "2025-08-06T10:17:28Z" and sum(1 for s in samples if s[2] == "nvidia-smi") == 300 * 4 * 6
     assert any(n.startswith("smi.csv: its 'time [s]' column holds offsets") for n in notes)
+
+
+_USUAL_HEADER = "timestamp, index, name, memory.total [MiB], memory.used [MiB], memory.free [MiB], utilization.gpu [%]"
+
+
+def usual_poll(s: int, g: int) -> list[str]:
+    """GPU ``g``'s row of poll ``s`` in nvidia-smi's usual shape (`bench_time_to_answer`'s node): its cells."""
+    used = 20000 + (s * 13 + g * 977) % 100000
+    return [f"2026/05/01 {s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{s * 7919 % 1000:03d}", str(g), "NVIDIA H200",
+            "143771 MiB", f"{used} MiB", f"{143771 - used} MiB", f"{(s + g) % 101} %"]
+
+
+# each a row in another shape than the usual one, or in the usual one with a value to set aside: what it
+# does to the usual row's cells (timestamp, index, name, total, used, free, utilisation)
+_OTHER_ROWS: dict[str, Callable[[list[str]], list[str]]] = {
+    "used [N/A]": lambda c: [*c[:4], "[N/A]", *c[5:]],
+    "utilisation N/A": lambda c: [*c[:6], "N/A"],
+    "utilisation [Not Supported]": lambda c: [*c[:6], "[Not Supported]"],
+    "used [Unknown Error]": lambda c: [*c[:4], "[Unknown Error]", *c[5:]],
+    "free '-'": lambda c: [*c[:5], "-"],
+    "free empty": lambda c: [*c[:5], ""],
+    "leading zeros": lambda c: [*c[:4], "0" + c[4], *c[5:]],
+    "16 digits": lambda c: [*c[:4], "1234567890123456 MiB", *c[5:]],
+    "in GiB": lambda c: [*c[:4], "19.5 GiB", *c[5:]],
+    "bare number": lambda c: [*c[:4], c[4].split()[0], *c[5:]],
+    "two spaces": lambda c: [*c[:4], c[4].replace(" ", "  "), *c[5:]],
+    "negative": lambda c: [*c[:4], "-5 MiB", *c[5:]],
+    "fraction": lambda c: [*c[:6], "7.5 %"],
+    "30 February": lambda c: [c[0].replace("2026/05/01", "2026/02/30"), *c[1:]],
+    "second 60": lambda c: [c[0][:17] + "60" + c[0][19:], *c[1:]],
+    "ISO time": lambda c: [c[0].replace("/", "-").replace(" ", "T"), *c[1:]],
+    "used past total": lambda c: [*c[:4], "150000 MiB", *c[5:]],
+    "utilisation 250 %": lambda c: [*c[:6], "250 %"],
+    "total past 16 TiB": lambda c: [*c[:3], "99999999999 MiB", *c[4:]],
+    "no total, used past another row's": lambda c: [*c[:3], "[N/A]", "150000 MiB", *c[5:]],
+    "name padded": lambda c: [*c[:2], "\t NVIDIA H200  ", *c[3:]],
+    "name [N/A]": lambda c: [*c[:2], "[N/A]", *c[3:]],
+    "name empty": lambda c: [*c[:2], "", *c[3:]],
+    "a field too many": lambda c: [*c, "7"],
+    "a field too few": lambda c: c[:-1],
+}
+_OTHER_LINES: dict[str, Callable[[str], str]] = {  # (what it does to the usual row's line)
+    "tab after a comma": lambda ln: ln.replace(", ", ",\t", 1),
+    "no space after a comma": lambda ln: ln.replace(", ", ",", 2),
+    "space before a comma": lambda ln: ln.replace(", ", " , "),
+    "trailing spaces": lambda ln: ln + "  ",
+    "leading space": lambda ln: " " + ln,
+    "blank": lambda ln: "  ",
+    "header again": lambda ln: _USUAL_HEADER,
+    "the poll again, the same": lambda ln: ln + "\n" + ln,
+    "the poll again, another value": lambda ln: ln + "\n" + ln.rsplit(", ", 1)[0] + (", 51 %" if ln.endswith(", 50 %") else ", 50 %"),
+}
+
+
+def usual_log(polls: int, gpus: int = 8, every: int = 7, kinds: tuple[str, ...] = (*_OTHER_ROWS, *_OTHER_LINES)) -> str:
+    """``polls`` polls of ``gpus`` GPUs in the usual shape, every ``every``-th row turned into one of ``kinds``
+    in turn (none: ``kinds`` empty)."""
+    lines, k = [_USUAL_HEADER], 0
+    for s in range(polls):
+        for g in range(gpus):
+            cells = usual_poll(s, g)
+            kind = kinds[k % len(kinds)] if kinds and (s * gpus + g) % every == every - 1 else None
+            k += kind is not None
+            cells = _OTHER_ROWS[kind](cells) if kind in _OTHER_ROWS else cells
+            line = ", ".join(cells)
+            lines.append(_OTHER_LINES[kind](line) if kind in _OTHER_LINES else line)
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def read_by_shape() -> Iterator[dict[str, int]]:
+    """How many rows the lane reads as lines of the usual shape ('usual') and as rows of any ('any')."""
+    counts = {"usual": 0, "any": 0}
+    usual, any_shape = fastsmi._Lane._read_usual, fastsmi._Lane._read_any
+
+    def read_usual(lane: fastsmi._Lane, rows: pl.DataFrame) -> pl.DataFrame:
+        read = usual(lane, rows)
+        counts["usual"] += read["usual"].sum()
+        return read
+
+    def read_any(lane: fastsmi._Lane, rows: pl.DataFrame, header: list[str]) -> pl.DataFrame | None:
+        counts["any"] += rows.height
+        return any_shape(lane, rows, header)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fastsmi._Lane, "_read_usual", read_usual)
+        mp.setattr(fastsmi._Lane, "_read_any", read_any)
+        yield counts
+
+
+@pytest.mark.parametrize("piece_chars", [1, 64, 4096, 1 << 20])
+def test_usual_lines_and_lines_of_every_other_shape_read_as_the_reference_reads_them(piece_chars: int) -> None:
+    """GIVEN 8 GPUs polled 60 times in nvidia-smi's usual shape (', ' between cells, MiB, %), every 7th
+    row of another shape in turn (nvidia-smi's words for none, leading zeros, 16 digits, GiB, a bare
+    number, two spaces, a negative, a fraction, 30 February, second 60, an ISO time, a tab or no space
+    after a comma, spaces around the line, a padded or missing name, a field too many or too few, a blank
+    line, the header again, the poll repeated alike or not) or with a value no GPU can have (used past
+    its total, 250 %, a total past 16 TiB, a used past another row's total where its own is [N/A]) WHEN read
+    by the lane in pieces of any size THEN it reads the file as the reference does, the lines of the usual
+    shape read as such and the others as any row is."""
+    text = usual_log(60)
+    with pieces_of(piece_chars), read_by_shape() as counts:
+        lane = both(text, tz_offset_s=7200)
+    assert lane is not None
+    rows = sum(1 for ln in text.splitlines()[1:] if ln.strip() and ln != _USUAL_HEADER)
+    assert counts["usual"] + counts["any"] == rows and counts["any"] > 60 // 7 and counts["usual"] > 0.8 * rows
+    reasons = {why.split(":")[0] for _, why, _ in lane.quarantine}
+    assert {"impossible value", "expected 7 fields, found 8", "memory.used"} <= reasons
+    assert any(why.startswith("impossible value: more memory than the GPU's stated total") and line is None
+               for line, why, _ in lane.quarantine)  # (set aside after reading: its row stated no total)
+    assert any("different values" in n for n in lane.notes)
+
+
+def test_a_file_wholly_of_the_usual_shape_reads_as_the_reference_reads_it() -> None:
+    """GIVEN a node's polling in the usual shape throughout, past the first piece WHEN read by the lane
+    THEN every row after the first piece is read as a line of the usual shape, as the reference reads it."""
+    text = usual_log(400, kinds=())
+    with pieces_of(16 << 10), read_by_shape() as counts:
+        lane = both(text)
+    assert lane is not None and lane.quarantine == [] and lane.frame().height == 400 * 8 * 4
+    assert counts["usual"] == 400 * 8 and counts["any"] == 0
+
+
+@pytest.mark.parametrize("shape", ["no units", "no memory at first", "no memory at all", "utilisation in W", "names at last N/A"])
+def test_columns_written_without_units_or_as_none_read_as_the_reference_reads_them(shape: str) -> None:
+    """GIVEN the usual polling written with ``--format=csv,nounits`` (bare numbers under '[MiB]'), or whose
+    memory is '[N/A]' in its first rows and numbers later, or in every row (a unified-memory GPU), or a
+    metric written with a unit not its own, or whose GPUs' names are '[N/A]' or nothing in their last
+    rows (one GPU's in all) WHEN read by the lane THEN it reads it as the reference does."""
+    rows = [usual_poll(s, g) for s in range(100) for g in range(4)]
+    if shape == "no units":
+        rows = [[c.removesuffix(" MiB").removesuffix(" %") for c in r] for r in rows]
+    elif shape == "no memory at first":
+        rows = [[*r[:3], "[N/A]", "[N/A]", "[N/A]", r[6]] if k < 40 else r for k, r in enumerate(rows)]
+    elif shape == "no memory at all":
+        rows = [[*r[:3], "[Not Supported]", "[N/A]", "N/A", r[6]] for r in rows]
+    elif shape == "utilisation in W":
+        rows = [[*r[:6], r[6].replace("%", "W")] for r in rows]
+    else:
+        rows = [[*r[:2], "[N/A]" if k >= 380 or r[1] == "3" else "" if k >= 370 else r[2], *r[3:]] for k, r in enumerate(rows)]
+    text = "\n".join([_USUAL_HEADER, *(", ".join(r) for r in rows)]) + "\n"
+    with pieces_of(256):
+        lane = both(text)
+    assert lane is not None
+    if shape == "names at last N/A":
+        assert [g.get("name") for g in lane.gpus.values()] == ["NVIDIA H200"] * 3 + [None]
+
+
+@pytest.mark.parametrize("odd", ["Wörker", "a\x0bb", "a\x85b", "a\x1cb", "a\x00b", "a\x7fb"])
+def test_text_beyond_printable_ascii_after_the_first_rows_sends_the_file_to_the_reference(odd: str) -> None:
+    """GIVEN the usual polling, a name past its first rows holding text beyond printable ASCII (one of
+    Python's line breaks, a NUL, DEL) WHEN read THEN the lane declines the file, however it is cut into
+    pieces, as it declines one whose first rows hold it."""
+    rows = [usual_poll(s, g) for s in range(50) for g in range(4)]
+    rows[170][2] = f"NVIDIA {odd}"
+    text = "\n".join([_USUAL_HEADER, *(", ".join(r) for r in rows)]) + "\n"
+    for chars in (64, 1 << 20):
+        with pieces_of(chars):
+            assert fastsmi._vectorised(Path("smi.csv"), text, 0, None) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from([*_OTHER_ROWS, *_OTHER_LINES])), min_size=1, max_size=120),
+       st.booleans(), st.sampled_from([1, 64, 512, 1 << 20]))
+def test_usual_logs_with_other_lines_anywhere_read_alike_by_both_lanes(kinds: list[str | None], units: bool,
+                                                                       piece_chars: int) -> None:
+    """GIVEN polls of 4 GPUs in the usual shape, with or without units, each row of it or of another shape
+    (``_OTHER_ROWS``, ``_OTHER_LINES``) at random, the first rows among them WHEN read by the lane in
+    pieces of any size THEN where it takes the file it reads it as the reference does."""
+    lines = [_USUAL_HEADER]
+    for k, kind in enumerate(kinds):
+        cells = usual_poll(k // 4, k % 4)
+        cells = cells if units else [c.removesuffix(" MiB").removesuffix(" %") for c in cells]
+        cells = _OTHER_ROWS[kind](cells) if kind in _OTHER_ROWS else cells
+        line = ", ".join(cells)
+        lines.append(_OTHER_LINES[kind](line) if kind in _OTHER_LINES else line)
+    with pieces_of(piece_chars):
+        both("\n".join(lines) + "\n", tz_offset_s=-3600)
