@@ -442,9 +442,15 @@ def _unfit(runs: list[tuple[bool, int, int]], steps: list[Step]) -> str:
     return f"its memory was taken and given back only over more than {STEP_WITHIN_US // 1_000_000} s: no engine's start or end"
 
 
+def _step_words(step: StepKind, event: str) -> tuple[str, str]:
+    """What a GPU's step did and the line it followed, in words: ('taken', 'its start'), ('given back', 'its OOM')."""
+    if step == "rise":
+        return "taken", "its start"
+    return "given back", _END_WORD.get(event, f"its {event}")
+
+
 def _moment_words(m: Moment) -> str:
-    what = "its start" if m.step == "rise" else _END_WORD.get(m.event, f"its {m.event}")
-    done = "taken" if m.step == "rise" else "given back"
+    done, what = _step_words(m.step, m.event)
     return f"{done} {m.delay_s:.0f} s after {what} at {m.event_us / 1e6:.1f} s ({m.source})"
 
 
@@ -512,8 +518,8 @@ def _moments_said(ties: list[GpuTie]) -> str:
             slowest[k] = max(slowest.get(k, m.delay_s), m.delay_s)
     words = []
     for (event, event_us, source, step), delay in sorted(slowest.items(), key=lambda kv: kv[0][1]):
-        what = "its start" if step == "rise" else _END_WORD.get(event, f"its {event}")
-        words.append(f"{'taken' if step == 'rise' else 'given back'} within {max(delay, 0):.0f} s of {what} at "
+        done, what = _step_words(step, event)
+        words.append(f"{done} within {max(delay, 0):.0f} s of {what} at "
                      f"{event_us / 1e6:.1f} s ({source})")
     conf = max((t.confidence for t in ties), key=("high", "medium", "low").index)  # (the weakest of its GPUs')
     return f"{conf}: " + _some(words)
