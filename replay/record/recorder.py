@@ -1178,9 +1178,8 @@ def _log_span(g: _Gathered, path: Path, log: _LogFacts, lp: LogParse, rep: FileR
         rep.t_first_us, rep.t_last_us = min(times), max(times)
 
 
-def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, samples: pl.LazyFrame, rep: FileReport,
+def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, frame: pl.LazyFrame, rep: FileReport,
                    off: int) -> None:
-    frame = samples
     elsewhere = _another_machine(g.gpus, r.gpus) or _beside_same_index(g, path, frame)
     if elsewhere:  # (its GPUs stay out of bundle.json's, its samples are a series of their own)
         source = pl.col("source")  # (a MIG instance's too: 'nvidia-smi[GPU_I_ID=3][smi-b.txt]'; under its

@@ -16,6 +16,7 @@ import polars as pl
 from replay.atomic import written_in_place
 
 ENGINE_SUFFIX = r"-[0-9a-f]{8}$"  # (vLLM's: f"{request_id}-{random_uuid():.8}")
+_BASE = pl.col("id").str.replace(ENGINE_SUFFIX, "")  # (an id less its engine suffix)
 _FIRST = ("arrival_us", "sent_us", "first_token_us")  # (the earlier of the two sides' times)
 _LAST = ("finish_us",)
 
@@ -27,8 +28,7 @@ def unify_request_ids(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     status is the engine side's where the front end's is unknown."""
     if df.height == 0 or "id" not in df.columns:
         return df, 0
-    base = pl.col("id").str.replace(ENGINE_SUFFIX, "")
-    cand = df.filter(pl.col("id").str.contains(ENGINE_SUFFIX)).with_columns(_base=base)
+    cand = df.filter(pl.col("id").str.contains(ENGINE_SUFFIX)).with_columns(_base=_BASE)
     known = set(df["id"].to_list())
     cand = cand.filter(pl.col("_base").is_in(list(known)) & (pl.col("_base") != pl.col("id")))
     if cand.height == 0:
@@ -80,9 +80,9 @@ def _has_front_end_rows(requests: Path) -> bool:
     suffixed = ids.filter(pl.col("id").str.contains(ENGINE_SUFFIX))
     if not suffixed.select(pl.len()).collect(engine="streaming").item():
         return False
-    bases = suffixed.select(h=pl.col("id").str.replace(ENGINE_SUFFIX, "").hash()).unique().collect(engine="streaming")
+    bases = suffixed.select(h=_BASE.hash()).unique().collect(engine="streaming")
     maybe = ids.filter(pl.col("id").hash().is_in(bases["h"].implode())).collect(engine="streaming")["id"]
     if maybe.len() == 0:
         return False
-    return bool(suffixed.select(base=pl.col("id").str.replace(ENGINE_SUFFIX, "")).filter(
+    return bool(suffixed.select(base=_BASE).filter(
         pl.col("base").is_in(maybe.implode())).select(pl.len()).collect(engine="streaming").item())
