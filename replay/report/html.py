@@ -392,19 +392,33 @@ def _timeline_series(a: Analysis, fleet: FleetView | None = None) -> int:
     return gpus * (2 if a.acc.accounted_bytes is not None else 1) + layers + machines + kv + requests
 
 
+SWIMLANE_ROWS = 300  # requests drawn: the first to start (in the minute around the onset, where there is one)
+
+
+def _swimlane_rows(rows: pl.LazyFrame, onset_us: int | None) -> pl.DataFrame:
+    """The first SWIMLANE_ROWS requests to start (in file order among equal starts), the columns drawn.
+    A day of a fleet's log holds tens of millions: the time of the last one kept is found on the time
+    columns alone, then only rows that may start by it are read (a test on the columns themselves, which
+    the Parquet reader checks against each row group's statistics), so no other id is read."""
+    start, end = pl.coalesce("sent_us", "arrival_us"), pl.coalesce("finish_us", "sent_us", "arrival_us")
+    window = pl.lit(True) if onset_us is None else (end >= onset_us - 30_000_000) & (start <= onset_us + 30_000_000)
+    last = rows.filter(window).select(s=start).drop_nulls().bottom_k(SWIMLANE_ROWS, by="s").select(
+        pl.col("s").max()).collect(engine="streaming").item()
+    if last is None:
+        return pl.DataFrame(schema={"id": pl.Utf8, "input_tokens": pl.Int64, "prompt_logprobs": pl.Int64,
+                                    "status": pl.Utf8, "start": pl.Int64, "end": pl.Int64})
+    maybe = (pl.col("sent_us") <= last) | (pl.col("arrival_us") <= last)  # (every row whose start is by ``last``)
+    return (rows.filter(maybe).filter(window & (start <= last))
+            .select("id", "input_tokens", "prompt_logprobs", "status", start=start, end=end)
+            .collect().sort("start", maintain_order=True).head(SWIMLANE_ROWS))
+
+
 def swimlane_figure(a: Analysis) -> go.Figure | None:
     rows = a.bundle.scan_requests()
     if rows.select(pl.len()).collect().item() == 0:
         return None
+    r = _swimlane_rows(rows, a.div.onset_us)
     highlight = {i for at in a.attributions[:1] for i in at.near_ids}
-    # (the first 300 as a query on the columns drawn: sorting the whole frame copied a day of log's
-    # millions of requests, every column, to keep 300)
-    lf = rows.select("id", "input_tokens", "prompt_logprobs", "status", start=pl.coalesce("sent_us", "arrival_us"),
-                         end=pl.coalesce("finish_us", "sent_us", "arrival_us"))
-    if a.div.onset_us is not None:
-        lo, hi = a.div.onset_us - 30_000_000, a.div.onset_us + 30_000_000
-        lf = lf.filter((pl.col("end") >= lo) & (pl.col("start") <= hi))
-    r = lf.sort("start", maintain_order=True).head(300).collect()
     fig = go.Figure()
     for attributed in (False, True):
         d = r.filter(pl.col("id").is_in(list(highlight)) if attributed else ~pl.col("id").is_in(list(highlight)))

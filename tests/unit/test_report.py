@@ -358,3 +358,37 @@ def test_a_single_engines_timeline_draws_no_replica(tmp_path: Path) -> None:
     assert fig.layout.height == TIMELINE_PX
     write_report(tmp_path / "b", [], tmp_path / "r.html")
     assert "Replicas (a vLLM log each)" not in (tmp_path / "r.html").read_text()
+
+
+def _swimlane_reference(rows: pl.LazyFrame, onset_us: int | None) -> pl.DataFrame:
+    """The swimlane's rows as they were chosen before: every row sorted, the first 300 kept."""
+    lf = rows.select("id", "input_tokens", "prompt_logprobs", "status", start=pl.coalesce("sent_us", "arrival_us"),
+                     end=pl.coalesce("finish_us", "sent_us", "arrival_us"))
+    if onset_us is not None:
+        lf = lf.filter((pl.col("end") >= onset_us - 30_000_000) & (pl.col("start") <= onset_us + 30_000_000))
+    return lf.drop_nulls("start").sort("start", maintain_order=True).head(300).collect()
+
+
+def test_the_swimlane_reads_the_first_requests_by_row_group(tmp_path: Path) -> None:
+    """The swimlane's rows are the first 300 to start, ties in file order, in or out of the onset's
+    minute, with starts from either column; rows of no start are not drawn."""
+    import random
+
+    from replay.bundle import REQUESTS_SCHEMA
+    from replay.report.html import _swimlane_rows
+    rng = random.Random(7)
+    n = 20_000
+    arrival = [rng.randrange(0, 120_000_000, 250_000) if rng.random() > 0.05 else None for _ in range(n)]
+    sent = [a + rng.randrange(0, 2_000_000) if a is not None and rng.random() > 0.4 else None for a in arrival]
+    df = pl.DataFrame({"id": [f"r{i}" for i in range(n)], "arrival_us": arrival, "sent_us": sent,
+                       "finish_us": [a + 5_000_000 if a is not None and i % 3 else None for i, a in enumerate(arrival)],
+                       "input_tokens": list(range(n)), "status": ["finished"] * n},
+                      schema_overrides={"arrival_us": pl.Int64, "sent_us": pl.Int64, "finish_us": pl.Int64})
+    df = df.select(pl.col(c) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in REQUESTS_SCHEMA.items())
+    p = tmp_path / "requests.parquet"
+    df.write_parquet(p, row_group_size=1000)
+    for onset in (None, 60_000_000, 119_000_000, 500_000_000):
+        got, want = _swimlane_rows(pl.scan_parquet(p), onset), _swimlane_reference(pl.scan_parquet(p), onset)
+        assert got.equals(want), onset
+        assert got.height == (0 if onset == 500_000_000 else 300)
+    assert _swimlane_rows(pl.scan_parquet(p).filter(pl.col("id") == "none"), None).height == 0
