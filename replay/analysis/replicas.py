@@ -27,7 +27,7 @@ from replay.analysis.outages import (
     outages,
     starts,
 )
-from replay.bundle import Bundle, device_source
+from replay.bundle import Bundle, device_source, names_where
 from replay.lognames import rotation_stem
 from replay.units import GiB
 
@@ -152,7 +152,7 @@ def series_replicas(sources: list[str], names: tuple[str, ...]) -> dict[str, str
 
 def replica_series(b: Bundle, names: tuple[str, ...]) -> dict[str, str]:
     """``series_replicas`` of the bundle's own vLLM log stats series."""
-    logs = b.samples.lazy().select(pl.col("source").unique()).filter(pl.col("source").str.starts_with(LOG_SERIES))
+    logs = b.samples.lazy().select(pl.col("source").unique().cast(pl.Utf8)).filter(pl.col("source").str.starts_with(LOG_SERIES))
     return series_replicas(logs.collect()["source"].to_list(), names)
 
 
@@ -194,7 +194,7 @@ def export_ties(samples: pl.DataFrame, series: dict[str, str]) -> list[SeriesTie
     if not series:
         return []
     kv = samples.lazy().filter((pl.col("metric") == "kv_usage_ratio") & (
-        pl.col("source").str.starts_with(EXPORT_SERIES) | pl.col("source").is_in(list(series)))).select(
+        names_where(pl.col("source"), lambda s: s.str.starts_with(EXPORT_SERIES)) | pl.col("source").is_in(list(series)))).select(
         pl.col("source").cast(pl.Utf8), "t_us", "value").collect()  # (one pass over a fleet's samples)
     frames = {str(k[0]): part.drop("source").sort("t_us") for k, part in kv.partition_by("source", as_dict=True).items()}
     exports = sorted(s for s in frames if s.startswith(EXPORT_SERIES))

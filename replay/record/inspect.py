@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from replay.analysis.memory import Accounting, stacked_parts, stated_gib
-from replay.bundle import Bundle
+from replay.bundle import Bundle, names_where
 from replay.units import GiB
 
 OOM_KEYS = ("tried_to_allocate_bytes", "gpu_total_bytes", "free_bytes", "process_in_use_bytes",
@@ -22,7 +22,7 @@ def _first(b: Bundle, kind: str, key: str) -> Any:
 
 
 def inspect_bundle(b: Bundle) -> dict[str, Any]:
-    s = b.samples.filter(pl.col("source").str.starts_with("vllm-log"))  # (every engine's, with data parallelism)
+    s = b.samples.filter(names_where(pl.col("source"), lambda s: s.str.starts_with("vllm-log")))  # (every engine's, with data parallelism)
 
     def series(metric: str, scale: float = 1.0) -> list[float]:
         col = s.filter(pl.col("metric") == metric).sort("t_us", maintain_order=True)["value"].to_list()

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypedDict
 
 import polars as pl
 
-from replay.bundle import Bundle, bundle_sha256, read_bundle
+from replay.bundle import Bundle, bundle_sha256, names_where, read_bundle
 from replay.errors import EXIT_INPUT, ReplayError
 from replay.record.request_ids import unify_request_ids
 from replay.trace.format import TraceHeader, write_trace
@@ -73,7 +73,7 @@ def _spread(df: pl.DataFrame) -> pl.DataFrame:
 def _mean_prompt_tokens(b: Bundle, lo_us: int, hi_us: int, n_requests: int) -> tuple[int, str] | None:
     """The mean prompt length over [lo, hi] from a scrape's counters: prompt tokens counted over requests
     counted (vLLM's own, so it speaks for every request, logged or not); None without both."""
-    s = b.samples.filter(pl.col("source").str.starts_with("vllm-metrics"))
+    s = b.samples.filter(names_where(pl.col("source"), lambda s: s.str.starts_with("vllm-metrics")))
     tok = s.filter(pl.col("metric") == "prompt_tokens_total").sort("t_us")
     if tok.height < 2:
         return None

@@ -111,7 +111,7 @@ def test_live_on_a_unified_memory_gpu_records_its_processes_and_says_why_no_devi
                       console=Console(file=io.StringIO()))
     b = read_bundle(tmp_path / "b")
     nvml = b.samples.filter(b.samples["source"] == "nvml")
-    assert not nvml.filter(nvml["metric"].str.starts_with("device_")).height
+    assert not nvml.filter(nvml["metric"].cast(str).str.starts_with("device_")).height
     assert set(nvml.filter(nvml["metric"] == "process_used_bytes:114687")["value"]) == {19135.0 * 2**20}
     assert [w for w in res["warnings"] if "NVML states no device memory" in w] == [
         "GPU 0: NVML states no device memory (NVIDIA GB10: a unified-memory device, whose memory is the host's); its "

@@ -187,7 +187,7 @@ def test_dcgm_and_compute_apps_and_k8s(tmp_path: Path) -> None:
     assert fb.height >= 1 and fb["value"][0] == 15866 * 2**20
     ev = [e for e in b.events if e["kind"] == "host_oom_killed"]
     assert ev and ev[0]["exit_code"] == 137 and "not show up as OOMKilled" in ev[0]["meaning"]
-    apps = b.samples.filter(b.samples["metric"].str.starts_with("process_used_bytes:"))
+    apps = b.samples.filter(b.samples["metric"].cast(pl.Utf8).str.starts_with("process_used_bytes:"))
     assert sorted(apps["value"].to_list()) == sorted(v * 2**20 for v in (2566, 1542, 28234))
 
 

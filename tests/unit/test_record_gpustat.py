@@ -43,7 +43,7 @@ def test_gpustat_printed_and_json(tmp_path: Path) -> None:
         assert b.meta.t0_utc == "2025-11-06T01:16:36Z", name  # (20:16:36 at UTC-5)
         used = b.samples.filter(pl.col("metric") == "device_used_bytes").sort("t_us", "gpu")
         assert used["value"].to_list() == [v * MiB for v in (8000, 9000, 0)] * 2 and used["t_us"].to_list() == [0] * 3 + [10**6] * 3
-        procs = b.samples.filter(pl.col("metric").str.starts_with("process_used_bytes:")).sort("gpu", "metric")
+        procs = b.samples.filter(pl.col("metric").cast(pl.Utf8).str.starts_with("process_used_bytes:")).sort("gpu", "metric")
         assert procs.select("gpu", "metric", "value").rows() == [
             (0, "process_used_bytes:153223", 4000.0 * MiB), (0, "process_used_bytes:48448", 4000.0 * MiB),
             (1, "process_used_bytes:192453", 3000.0 * MiB), (1, "process_used_bytes:194826", 6000.0 * MiB)]

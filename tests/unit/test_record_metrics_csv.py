@@ -99,7 +99,7 @@ def test_labelled_columns_of_one_metric_are_series_of_their_own_at_offsets_place
     assert detect_kind((tmp_path / "m.csv").read_text()) == "vllm-metrics-csv"
     record([LOG, tmp_path / "m.csv"], tmp_path / "b", RecordOptions(year=2025))
     b = read_bundle(tmp_path / "b")
-    s = b.samples.filter(pl.col("source").str.starts_with("vllm-metrics"))
+    s = b.samples.filter(pl.col("source").cast(pl.Utf8).str.starts_with("vllm-metrics"))
     assert sorted(set(s["source"])) == ["vllm-metrics[engine=0]", "vllm-metrics[engine=1]"]
     assert s.filter(pl.col("source") == "vllm-metrics[engine=1]").sort("t_us").rows() == [
         (k * 10_000_000, None, "vllm-metrics[engine=1]", "requests_running", float(w)) for k, (_, w, _) in enumerate(STATS)]

@@ -37,7 +37,7 @@ def test_a_unified_memory_gpu_says_it_has_no_memory_of_its_own(tmp_path: Path) -
     b = read_bundle(tmp_path / "b")
     assert [(Path(f["path"]).name, f["parsed"], f["quarantined"]) for f in b.meta.inputs] == [("smi.txt", 11, 0),
                                                                                               ("q.csv", 2, 0)]
-    assert b.samples.filter(pl.col("metric").str.starts_with("device_")).height == 0
+    assert b.samples.filter(pl.col("metric").cast(pl.Utf8).str.starts_with("device_")).height == 0
     assert b.samples.filter(pl.col("metric") == "util_gpu_pct")["value"].to_list() == [0.0]
     said = [n for n in b.meta.notes if "states no memory for GPU 0" in n]
     assert [n.split(":")[0] for n in said] == ["smi.txt", "q.csv"] and "(NVIDIA GB10)" in said[0]
@@ -367,7 +367,7 @@ def test_nvidia_smi_table_mig_devices_are_series_of_their_own(tmp_path: Path) ->
     BAR1-Usage row is no memory, and the GPU's own row stays the device memory."""
     reps, _ = record([DATA / "nvidia_smi_table_a100_mig_devices.txt"], tmp_path / "b", RecordOptions())
     s = read_bundle(tmp_path / "b").samples
-    mig = s.filter(pl.col("source").str.starts_with("nvidia-smi[")).sort("source", "metric")
+    mig = s.filter(pl.col("source").cast(pl.Utf8).str.starts_with("nvidia-smi[")).sort("source", "metric")
     assert mig.select("gpu", "source", "metric", "value").rows() == [
         (1, f"nvidia-smi[GPU_I_ID={gi}]", m, v * 2**20) for gi, used in (("3", 14366), ("5", 9826), ("6", 13))
         for m, v in (("device_total_bytes", 19968), ("device_used_bytes", used))]
@@ -387,7 +387,7 @@ def test_another_machines_mig_instances_are_its_own_series(tmp_path: Path) -> No
                      .replace("14366MiB / 19968MiB", "17000MiB / 19968MiB"))
     reps, _ = record([DATA / "nvidia_smi_table_a100_mig_devices.txt", other], tmp_path / "b", RecordOptions())
     s = read_bundle(tmp_path / "b").samples.filter(pl.col("metric") == "device_used_bytes")
-    three = s.filter(pl.col("source").str.contains("GPU_I_ID=3", literal=True)).sort("source")
+    three = s.filter(pl.col("source").cast(pl.Utf8).str.contains("GPU_I_ID=3", literal=True)).sort("source")
     assert three.select("source", "value").rows() == [("nvidia-smi[GPU_I_ID=3]", 14366 * 2**20),
                                                       ("nvidia-smi[GPU_I_ID=3][smi-b.txt]", 17000 * 2**20)]
     assert set(s["source"]) == {"nvidia-smi", "nvidia-smi[smi-b.txt]", *(f"nvidia-smi[GPU_I_ID={g}]{f}" for g in "356"

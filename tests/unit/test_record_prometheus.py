@@ -84,7 +84,7 @@ def test_never_existed_metric_is_said(tmp_path: Path) -> None:
     record([DATA / "vllm_v0_metrics_excerpt.prom"], out, RecordOptions(at="2025-03-01T12:00:00Z", metrics=["vllm_gpu_memory_usage_bytes"]))
     b = read_bundle(out)
     assert any("never existed in any vLLM version" in n for n in b.meta.notes)
-    assert not b.samples.filter(b.samples["metric"].str.contains("gpu_memory_usage")).height
+    assert not b.samples.filter(b.samples["metric"].cast(pl.Utf8).str.contains("gpu_memory_usage")).height
 
 
 def test_vllm_metrics_renamed_on_their_way_are_read_as_vllms(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_vllm_metrics_renamed_on_their_way_are_read_as_vllms(tmp_path: Path) -> 
     assert s.filter(pl.col("metric") == "requests_running")["source"].to_list() == ["vllm-metrics", "vllm-metrics"]
     assert sorted(s.filter(pl.col("metric") == "kv_usage_ratio")["value"].to_list()) == [0.0, 0.0, 0.5, 0.75]
     assert s.filter(pl.col("metric") == "requests_waiting").sort("t_us")["value"].to_list() == [0.0, 0.0, 4.0]
-    assert not s.filter(pl.col("metric").str.contains("memory_usage")).height
+    assert not s.filter(pl.col("metric").cast(pl.Utf8).str.contains("memory_usage")).height
     for r in reps:
         assert sum("vLLM's metrics are renamed here" in n for n in r.notes) == 1, r.notes
     assert any("never existed" in n for n in reps[2].notes)
