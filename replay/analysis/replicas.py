@@ -341,20 +341,21 @@ def _device_runs(samples: pl.DataFrame) -> dict[tuple[str, int | None], list[tup
     """Each device series of memory used (by source and GPU, in that order), as its runs of samples free
     (under GPU_LOW of its total) and taken (over GPU_HIGH), those between left out: (taken, first µs,
     last µs), in time order; a series never under nor over is there with no runs. One query over the
-    samples (a fleet's day is millions) groups them by series, keyed by a 64-bit hash of their source
-    (several times cheaper than grouping by the text); numpy finds each series' runs."""
-    key = ["h", "gpu"]
-    used, total = (samples.lazy().filter(pl.col("metric") == m).with_columns(h=pl.col("source").hash())
+    samples (a fleet's day is millions) groups them by series, its source as a category (as a bundle
+    reads it: grouping by the text is several times as costly); numpy finds each series' runs. The
+    queries run one after the other: side by side, each one's copy of its rows added to the peak."""
+    key = ["source", "gpu"]
+    used, total = (samples.lazy().filter(pl.col("metric") == m).select(pl.col("source").cast(pl.Categorical), "gpu",
+                                                                     "t_us", "value")
                    for m in ("device_used_bytes", "device_total_bytes"))
-    series, totals, named = pl.collect_all([
-        used.group_by(key).agg("t_us", "value"), total.group_by(key).agg(total=pl.col("value").max()),
-        used.filter(pl.col("h").is_first_distinct()).select("h", pl.col("source").cast(pl.Utf8))])
-    total_of = {(h, g): float(v) for h, g, v in totals.iter_rows() if v is not None}
-    source_of = {h: str(s) for h, s in named.filter(device_source(pl.col("source"))).iter_rows()}
-    found = sorted(((source_of[h], g, i) for i, (h, g) in enumerate(series.select(key).iter_rows()) if h in source_of),
+    series = used.group_by(key).agg("t_us", "value").collect()
+    series = series.filter(device_source(pl.col("source")))
+    totals = total.group_by(key).agg(total=pl.col("value").max()).collect()
+    total_of = {(str(s), g): float(v) for s, g, v in totals.iter_rows() if v is not None}
+    found = sorted(((str(s), g, i) for i, (s, g) in enumerate(series.select(key).iter_rows())),
                    key=lambda x: (x[0], x[1] is None, x[1] or 0))
-    return {(source, g): _runs(series["t_us"][i].to_numpy(), series["value"][i].to_numpy(),
-                               total_of.get((series["h"][i], g))) for source, g, i in found}
+    return {(source, g): _runs(series["t_us"][i].to_numpy(), series["value"][i].to_numpy(), total_of.get((source, g)))
+            for source, g, i in found}
 
 
 def _runs(t_us: npt.NDArray[np.int64], value: npt.NDArray[np.float64], total_bytes: float | None) -> list[tuple[bool, int, int]]:
