@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 
+from replay import malloc
 from replay.atomic import written_in_place
 from replay.bundle import (
     REQUESTS_SCHEMA,
@@ -835,8 +836,10 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     paths, from_folder = _expand(paths, out)
     seen = _Seen()
     files: list[FileRead] = []
+    malloc.give_back_large_blocks()
     for path in paths:
         files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
+        malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
     return files, seen.launches
 
 
