@@ -619,7 +619,7 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _in_time_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
+def in_time_order(frames: list[pl.DataFrame]) -> pl.DataFrame:
     """The samples of ``frames`` in one frame, stably sorted by time. A complete bundle's one file is
     written sorted: it is checked, not sorted again (a fleet's day of samples sorted once more took
     3.5 GB and seconds, for every command that read the bundle)."""
@@ -906,7 +906,7 @@ def read_bundle(path: Path) -> Bundle:
         files = [merged]
     else:  # (a live recording's flushed parts)
         files = parts
-    samples = _in_time_order([_read_samples(p) for p in files])
+    samples = in_time_order([_read_samples(p) for p in files])
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():

@@ -201,11 +201,11 @@ def test_any_parts_merge_as_the_stable_sort(tmp_path_factory: pytest.TempPathFac
 @pytest.mark.parametrize("times", [[None, 1, 2, 2, 3], [1, None, 2], [3, 1, 2], [], [None, None], [5, 5, 4]])
 def test_a_bundle_read_back_is_in_time_order_without_sorting_it_again(tmp_path: Path, times: list[int | None]) -> None:
     """read_bundle checks the written order and sorts only what is out of it, stably, nulls first."""
-    from replay.bundle import _in_time_order
+    from replay.bundle import in_time_order
     df = pl.DataFrame({"t_us": times, "value": [float(i) for i in range(len(times))]},
                       schema={"t_us": pl.Int64, "value": pl.Float64})
-    got = _in_time_order([df])
+    got = in_time_order([df])
     assert got.equals(df.sort("t_us", maintain_order=True))
     if times == sorted(times, key=lambda t: (t is not None, t or 0)):
         assert got is df  # (in order already: the frame as read, no copy)
-    assert _in_time_order([df, df]).equals(pl.concat([df, df]).sort("t_us", maintain_order=True))
+    assert in_time_order([df, df]).equals(pl.concat([df, df]).sort("t_us", maintain_order=True))

@@ -220,3 +220,56 @@ def test_a_restart_loops_moments_are_said_in_a_few_words(tmp_path: Path) -> None
     assert said.startswith("a.log ran on nvidia-smi GPU 0 (high: taken within 20 s of its start at 60.0 s (a.log:10), "
                            "given back within 10 s of its engine's death at 160.0 s (a.log:900), ")
     assert said.endswith(", and 8 more).")
+
+
+def _runs_whole(samples: pl.DataFrame) -> dict[tuple[str, int | None], list[tuple[bool, int, int]]]:
+    """The GPUs' runs as they were found before slices: each series grouped whole, its runs at once."""
+    import numpy as np
+
+    from replay.analysis.replicas import GPU_HIGH, GPU_LOW, LINE_FLOOR_BYTES
+    from replay.bundle import device_source
+    used = samples.filter((pl.col("metric") == "device_used_bytes") & device_source(pl.col("source"))).sort("t_us", maintain_order=True)
+    totals = {(s, g): v for s, g, v in samples.filter(pl.col("metric") == "device_total_bytes").group_by("source", "gpu")
+              .agg(pl.col("value").max()).iter_rows()}
+    out = {}
+    for (s, g), part in sorted(used.partition_by("source", "gpu", as_dict=True).items(),
+                               key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
+        t, v = part["t_us"].to_numpy(), part["value"].to_numpy()
+        line = max(totals.get((s, g)) or float(v.max()), float(LINE_FLOOR_BYTES))
+        taken, free = v > GPU_HIGH * line, v < GPU_LOW * line
+        t, taken = t[taken | free], taken[taken | free]
+        edges = np.flatnonzero(taken[1:] != taken[:-1]) + 1
+        firsts, lasts = np.r_[0, edges], np.r_[edges - 1, len(t) - 1]
+        out[(s, g)] = list(zip(taken[firsts].tolist(), t[firsts].tolist(), t[lasts].tolist())) if len(t) else []
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_read_in_slices_are_the_runs_of_the_whole_series(seed: int) -> None:
+    """Runs cut by the slices' edges are joined again: any slice size gives the runs of each series
+    grouped whole (GPUs of no index, a series of no total, sources that are not a device's, times out
+    of order, categories or text)."""
+    import random
+
+    from replay.analysis.replicas import _device_runs
+    rng = random.Random(seed)
+    rows = []
+    for source, gpus, total in (("nvidia-smi[node0.csv]", [0, 1], 80 * GiB), ("dcgm", [None], None),
+                                ("vllm-log", [0], 80 * GiB), ("nvml", [3], 141 * GiB)):
+        for g in gpus:
+            level = rng.choice([1 * GiB, 60 * GiB])
+            for k in range(rng.randrange(50, 400)):
+                if rng.random() < 0.08:
+                    level = rng.choice([0.5 * GiB, 20 * GiB, 70 * GiB, 130 * GiB])
+                rows.append((rng.randrange(0, 10_000) * 1000, g, source, "device_used_bytes", level))
+                if total is not None and k % 7 == 0:
+                    rows.append((k * 1000, g, source, "device_total_bytes", float(total)))
+    rng.shuffle(rows)
+    samples = pl.DataFrame(rows, schema={"t_us": pl.Int64, "gpu": pl.Int32, "source": pl.Utf8, "metric": pl.Utf8,
+                                         "value": pl.Float64}, orient="row")
+    want = _runs_whole(samples)
+    assert sum(len(r) for r in want.values()) > 10 and ("vllm-log", 0) not in want
+    for rows_at_once in (1, 7, 100, 10_000_000):
+        got = _device_runs(samples, rows_at_once)
+        assert list(got) == list(want) and got == want, rows_at_once
+    assert _device_runs(samples.with_columns(pl.col("source", "metric").cast(pl.Categorical)), 50) == want
