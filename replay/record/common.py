@@ -234,17 +234,13 @@ def _all_within_bounds(f: pl.DataFrame, least_total: float | None) -> bool:
 def within_bounds(metric: str | None, lo: float | None, hi: float | None, least_total: float | None) -> bool:
     """Whether values of ``metric`` from ``lo`` to ``hi`` (NaN aside) are all within ``impossible``'s
     bounds whatever GPU they are of: memory within a total is bounded by the least one stated (the
-    bound of a GPU with a total of its own is never below it, of one without, MAX_DEVICE_BYTES)."""
-    base = metric.split(":", 1)[0] if metric is not None else ""
-    kind = _BOUNDS.get(base)
-    if kind is None:
+    bound of a GPU with a total of its own is never below it, of one without, MAX_DEVICE_BYTES). Each
+    bound is a range from 0, so ``impossible`` tells it by the two ends (finite: it lets an infinity pass)."""
+    if metric is None or _BOUNDS.get(metric.split(":", 1)[0]) is None:
         return True
     if lo is None or hi is None:
         return False  # (nothing but nulls)
-    high = {"ratio": 1.0, "percent": 100.0, "memory": float(MAX_DEVICE_BYTES)}.get(kind, math.inf)
-    if base in _WITHIN_TOTAL and least_total is not None:
-        high = min(least_total + MiB, high)
-    return 0 <= lo and hi <= high
+    return all(math.isfinite(v) and impossible(metric, v, least_total) is None for v in (lo, hi))
 
 
 def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
