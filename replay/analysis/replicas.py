@@ -360,11 +360,11 @@ def _device_runs(samples: pl.DataFrame, rows: int = RUN_ROWS) -> dict[tuple[str,
         (str(s), g): [] for s, g in lines.sort(pl.col("source").cast(pl.Utf8), pl.col("gpu"), nulls_last=True)
         .select(key).iter_rows()}
     value, line = pl.col("value"), pl.col("line")
+    taken = value > GPU_HIGH * line
     for at in range(0, samples.height, rows):
-        part = (samples.slice(at, rows).lazy().filter((pl.col("metric") == "device_used_bytes") & pl.col("t_us").is_not_null())
-                .select(pl.col("source").cast(pl.Categorical), "gpu", "t_us", "value")
-                .join(lines.lazy(), on=key, nulls_equal=True, maintain_order="left").filter((value > GPU_HIGH * line) | (value < GPU_LOW * line))
-                .group_by(key).agg("t_us", taken=value > GPU_HIGH * line).collect())
+        part = (lf.slice(at, rows).filter((pl.col("metric") == "device_used_bytes") & pl.col("t_us").is_not_null())
+                .join(lines.lazy(), on=key, nulls_equal=True, maintain_order="left").filter(taken | (value < GPU_LOW * line))
+                .group_by(key).agg("t_us", taken=taken).collect())
         for i, (s, g) in enumerate(part.select(key).iter_rows()):
             _extend(runs[(str(s), g)], part["t_us"][i].to_numpy(), part["taken"][i].to_numpy())
     return runs

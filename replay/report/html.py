@@ -404,13 +404,12 @@ def _swimlane_rows(rows: pl.LazyFrame, onset_us: int | None) -> pl.DataFrame:
     window = pl.lit(True) if onset_us is None else (end >= onset_us - 30_000_000) & (start <= onset_us + 30_000_000)
     last = rows.filter(window).select(s=start).drop_nulls().bottom_k(SWIMLANE_ROWS, by="s").select(
         pl.col("s").max()).collect(engine="streaming").item()
+    def drawn(lf: pl.LazyFrame) -> pl.LazyFrame:
+        return lf.select("id", "input_tokens", "prompt_logprobs", "status", start=start, end=end)
     if last is None:
-        return pl.DataFrame(schema={"id": pl.Utf8, "input_tokens": pl.Int64, "prompt_logprobs": pl.Int64,
-                                    "status": pl.Utf8, "start": pl.Int64, "end": pl.Int64})
+        return drawn(rows).clear().collect()
     maybe = (pl.col("sent_us") <= last) | (pl.col("arrival_us") <= last)  # (every row whose start is by ``last``)
-    return (rows.filter(maybe).filter(window & (start <= last))
-            .select("id", "input_tokens", "prompt_logprobs", "status", start=start, end=end)
-            .collect().sort("start", maintain_order=True).head(SWIMLANE_ROWS))
+    return drawn(rows.filter(maybe).filter(window & (start <= last))).collect().sort("start", maintain_order=True).head(SWIMLANE_ROWS)
 
 
 def swimlane_figure(a: Analysis) -> go.Figure | None:
