@@ -558,7 +558,9 @@ def _request_rows(partials: pl.DataFrame, aborted: pl.Series, names: list[str], 
     """requests.parquet rows, one per partial row of distinct ids: requests in the order of their first
     arrival, then those with only a finish in the order of their first finish; ``names`` are the logs'."""
     pos = pl.coalesce("line", "fline")
-    out = partials.sort(["line", "fline"], nulls_last=True).select(
+    # (by line, then finish line, nulls last: as two stable sorts of one column, the second first; polars'
+    # sort by two columns with nulls last took 2.6 s of 4.2M rows, these two 0.5 s)
+    out = partials.sort("fline", nulls_last=True).sort("line", nulls_last=True, maintain_order=True).select(
         "id", arrival_us=pl.col("arrival_t") - t0, **{c: c for c in fastlog.REQUEST_DETAILS},
         finish_us=pl.col("finish_t") - t0,
         source=pl.concat_str((pos // (1 << POS_SHIFT)).replace_strict(range(len(names)), names, return_dtype=pl.Utf8),

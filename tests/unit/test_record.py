@@ -404,6 +404,28 @@ def test_request_rows_do_not_depend_on_repeated_request_lines_or_buckets(bucket:
     assert whole.filter(pl.col("id") == "late-0")["status"].to_list() == ["unknown"]
 
 
+def test_request_rows_are_in_order_of_arrival_line_then_finish_line() -> None:
+    """GIVEN partial rows with and without an arrival or finish line, some sharing an arrival line THEN
+    the rows come in the order of a sort by arrival line, then finish line, nulls last (the two stable
+    sorts that stand for it give that order, ties and nulls included)."""
+    import random
+
+    from replay.record import fastlog, recorder
+    rng = random.Random(7)
+    n = 2_000
+    line = [None if rng.random() < 0.2 else rng.randrange(300) for _ in range(n)]
+    fline = [None if (a is not None and rng.random() < 0.3) else rng.randrange(300) for a in line]
+    partials = pl.DataFrame({"h": range(n), "id": [f"r{i}" for i in range(n)], "arrival_t": range(n), "line": line,
+                             "finish_t": [None if f is None else 5 for f in fline], "fline": fline},
+                            schema_overrides={"h": pl.UInt64, "arrival_t": pl.Int64, "line": pl.Int64,
+                                              "finish_t": pl.Int64, "fline": pl.Int64}).with_columns(
+        pl.lit(None, dtype=t).alias(c) for c, t in fastlog.REQUEST_DETAILS.items())
+    rows = recorder._request_rows(partials, pl.Series("h", [], dtype=pl.UInt64), ["a.log"], 0, keep_prompts=True)
+    want = partials.sort(["line", "fline", "h"], nulls_last=True)  # (h: the input's order, kept where both tie)
+    assert rows["id"].to_list() == want["id"].to_list()
+    assert len(set(line) - {None}) < n - line.count(None)  # (the case: ties on the arrival line, and nulls)
+
+
 def test_interrupted_record_leaves_no_spill(tmp_path: Path) -> None:
     """GIVEN a log being recorded WHEN Ctrl-C arrives mid-file THEN the interrupt propagates (the CLI
     turns it into exit 130 with a message) and no spilled intermediate files are left, nor the folder
