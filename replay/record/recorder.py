@@ -10,11 +10,12 @@ every file's samples and events on one clock (``_Gathered``), make bundle.json's
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -350,8 +351,8 @@ def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
     return untimed
 
 
-def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink: Callable[[pl.DataFrame], None],
-                        spill: Path, remove: Callable[[Path], None], stage: Callable[[str], None] | None = None) -> None:
+def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spill: Path, remove: Callable[[Path], None],
+                        stage: Callable[[str], None] | None = None) -> Generator[pl.DataFrame, None, None]:
     """One row per request id seen in the logs: arrival (received/added), finish, abort, and the
     memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
     --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
@@ -360,8 +361,8 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
     first arrival that of the first log that has one.
 
     Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
-    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and handed to
-    ``sink`` before the next is read. Within a bucket rows are in log order; across buckets in bucket
+    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and yielded
+    before the next is read. Within a bucket rows are in log order; across buckets in bucket
     order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
     of them measured twice the memory). The spilled request facts are handed to ``remove`` as soon as
     they are read for the last time."""
@@ -391,7 +392,7 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
     if stage is not None:
         stage(f"joining {n_facts:,} request lines" + (f" in {nb} parts" if nb > 1 else ""))
     if nb == 1:
-        sink(_request_bucket(facts_of(every).filter(kind != "request_aborted"), aborted, names, t0, keep_prompts))
+        yield _request_bucket(facts_of(every).filter(kind != "request_aborted"), aborted, names, t0, keep_prompts)
         return
     groups: list[list[Path]] = [[]]
     held = 0
@@ -431,7 +432,7 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, sink
             pass
         for b, out in enumerate(ordered_map(bucket, range(nb), workers=2, ahead=2)):  # two buckets in the works at most
             if out is not None:
-                sink(out)
+                yield out
             if stage is not None:
                 stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
     finally:
@@ -552,6 +553,12 @@ def _merge(partials: pl.DataFrame) -> pl.DataFrame:
         finish_t=pl.col("finish_t").min(), fid=pl.col("id").first(), fline=pl.col("fline").min())
     merged = arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid"))
     return pl.concat([partials.filter(~dup), merged.select(partials.columns)])
+
+
+def _request_extras(keep_prompts: bool) -> dict[str, pl.DataType]:
+    """The columns of ``_request_rows`` beyond the bundle's REQUESTS_SCHEMA, with their types."""
+    return {c: t() if isinstance(t, type) else t for c, t in fastlog.REQUEST_DETAILS.items()
+            if c not in REQUESTS_SCHEMA and (keep_prompts or c != "prompt")}
 
 
 def _request_rows(partials: pl.DataFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
@@ -1354,8 +1361,10 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
     for log in g.logs:
         untimed += _write_stats(w, log, t0 or 0)
     with background_removal() as remove:  # (the spill goes while the bundle is written)
-        if g.logs:
-            _requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, w.requests_frame, spill_root, remove, opts.stage)
+        if any(log.ff.requests for log in g.logs):  # (the joined rows encoded as they come)
+            with contextlib.closing(_requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, spill_root, remove,
+                                                        opts.stage)) as rows:  # (its spill removed here, whatever befalls)
+                w.requests_stream(rows, _request_extras(opts.keep_prompts))
         remove(spill_root)
         for df in g.request_frames:  # (a harness's)
             w.requests_frame(df.with_columns(pl.col(c) - (t0 or 0) for c in _TIMES))

@@ -117,7 +117,7 @@ def _one_line(stderr: str) -> str:
 _PHASES = {
     "spill": "{name}.partial-*/.spill",  # reading the log: its request facts spilled
     "writer": "{name}.partial-*/bundle.json",  # the bundle's files being written
-    "merge": "{name}.partial-*/requests.part*.arrow",  # the request parts written, before their merge
+    "merge": "{name}.partial-*/requests.part*",  # the request rows joined and written as they come
     "swapped": None,  # the partial folder gone again: the bundle swapped in, the command printing its table
 }
 
@@ -176,7 +176,8 @@ def test_a_signal_at_any_phase_of_record_leaves_the_last_bundle_or_the_new_one_w
             outcomes.setdefault(phase, []).append("new")
     # a signal as the log is spilled, or as the bundle's files are written, ends with the old bundle; one
     # after the swap, with the new one; those between (the sweep) may end with either, as timing has it
-    assert outcomes["spill"][0] == outcomes["writer"][0] == "old" and outcomes["swapped"] == ["new"], outcomes
+    assert outcomes["spill"][0] == outcomes["writer"][0] == outcomes["merge"][0] == "old", outcomes
+    assert outcomes["swapped"] == ["new"], outcomes
 
 
 @contextlib.contextmanager

@@ -779,6 +779,45 @@ def test_request_parts_leave_out_their_empty_columns_and_the_bundle_keeps_them(t
         ("a", 1, None, None, "x:1", "ok"), ("b", 2, None, None, "x:2", "ok"), ("c", 3, 7, None, None, "unknown")]
 
 
+@pytest.mark.parametrize("then_a_part", [False, True])
+def test_a_request_stream_is_requests_parquet_as_parts_would_make_it(then_a_part: bool, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN request rows handed to the bundle as a stream (frames of other integer widths, a column
+    left out, an extra) THEN requests.parquet holds what the same frames handed as parts give: every
+    column, in the same order and types, each row once and in order; the stream alone is taken as it
+    is, and a part handed after it (a harness's rows) comes after its rows."""
+    from replay.bundle import BundleMeta, BundleWriter
+    frames = [pl.DataFrame({"id": ["a", "b"], "arrival_us": [1, 2], "input_tokens": pl.Series([5, None], dtype=pl.UInt32),
+                            "prompt_chars": [None, 9], "source": ["x:1", "x:2"], "status": ["ok", "ok"]}),
+              pl.DataFrame({"id": ["c"], "arrival_us": [3], "input_tokens": pl.Series([7], dtype=pl.UInt32),
+                            "prompt_chars": [None], "source": ["x:3"], "status": ["unknown"]},
+                           schema_overrides={"prompt_chars": pl.Int64})]
+    harness = pl.DataFrame({"id": ["h"], "arrival_us": [4], "status": ["ok"]})
+    extras = {"prompt_chars": pl.Int64(), "prompt_sha256": pl.String()}
+    got, sinks = [], []
+    sink = pl.LazyFrame.sink_parquet
+    monkeypatch.setattr(pl.LazyFrame, "sink_parquet", lambda lf, path, **k: (sinks.append(Path(path).name), sink(lf, path, **k))[1])
+    for how in ("parts", "stream"):
+        w = BundleWriter(tmp_path / how, BundleMeta(kind="production"))
+        if how == "parts":
+            for f in frames:
+                w.requests_frame(f.with_columns(prompt_sha256=pl.lit(None, dtype=pl.String)))
+        else:
+            w.requests_stream(iter(frames), extras)
+            assert w.counts["requests"] == 3
+        if then_a_part:
+            w.requests_frame(harness)
+        sinks.clear()
+        w.close()
+        if how == "stream" and not then_a_part:
+            assert "requests.parquet" not in sinks  # (the stream's part is requests.parquet, not written again)
+        got.append(pl.read_parquet(tmp_path / how / "requests.parquet"))
+        assert [p.name for p in (tmp_path / how).glob("requests.part*")] == []
+    assert got[1].schema == got[0].schema and got[1].equals(got[0])
+    assert got[1]["id"].to_list() == ["a", "b", "c", *(["h"] if then_a_part else [])]
+    assert got[1]["input_tokens"].to_list()[:3] == [5, None, 7] and got[1]["prompt_chars"].to_list()[:3] == [None, 9, None]
+
+
 def test_each_evidence_file_has_its_own_time_span_and_many_samples_are_all_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN two nvidia-smi logs of one name in two folders (two nodes' '-l 1' loops, a day apart), with
