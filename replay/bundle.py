@@ -568,6 +568,8 @@ class BundleWriter:
                 raise RuntimeError("the requests' stream was asked for twice")
             taken.append(True)
             for df in frames:
+                if set(df.columns) - schema.keys():  # (a column no stream declared would be lost)
+                    raise ValueError(f"request columns not declared to the stream: {sorted(set(df.columns) - schema.keys())}")
                 self.counts["requests"] += df.height
                 df = df.select(pl.col(c).cast(t) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items())
                 df = df if predicate is None else df.filter(predicate)
