@@ -818,6 +818,15 @@ def test_a_request_stream_is_requests_parquet_as_parts_would_make_it(then_a_part
     assert got[1]["input_tokens"].to_list()[:3] == [5, None, 7] and got[1]["prompt_chars"].to_list()[:3] == [None, 9, None]
 
 
+def test_a_request_stream_refuses_a_column_it_was_not_told_of(tmp_path: Path) -> None:
+    """GIVEN a stream of request rows with a column beyond REQUESTS_SCHEMA and the extras declared
+    THEN writing it fails, naming the column, instead of leaving the column out."""
+    from replay.bundle import BundleMeta, BundleWriter
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="production"))
+    with pytest.raises(ValueError, match="'tenant'"):
+        w.requests_stream(iter([pl.DataFrame({"id": ["a"], "tenant": ["t1"]})]), {})
+
+
 def test_each_evidence_file_has_its_own_time_span_and_many_samples_are_all_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN two nvidia-smi logs of one name in two folders (two nodes' '-l 1' loops, a day apart), with
