@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from polars.io.plugins import register_io_source
 
 from replay.atomic import WRITE_ERRNOS, WRITE_WHY, write_error
 from replay.errors import EXIT_IO, EXIT_USAGE, ReplayError
-from replay.sortmerge import KeySample, Part, frame_part, parquet_rows, sort_parts
+from replay.sortmerge import KeySample, Part, frame_part, parquet_rows, sink_frames, sort_parts
 from replay.units import MAX_GPU_INDEX, is_uint
 
 SCHEMA = "replay-bundle/1"
@@ -560,23 +559,15 @@ class BundleWriter:
         for c, t in extras.items():
             self._req_extras.setdefault(c, t)
         schema: dict[str, Any] = {**REQUESTS_SCHEMA, **self._req_extras}  # (polars' DataType classes and instances)
-        taken: list[bool] = []
 
-        def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
-                   batch_size: int | None) -> Iterator[pl.DataFrame]:
-            if taken:  # (``frames`` can be read once)
-                raise RuntimeError("the requests' stream was asked for twice")
-            taken.append(True)
-            for df in frames:
-                if set(df.columns) - schema.keys():  # (a column no stream declared would be lost)
-                    raise ValueError(f"request columns not declared to the stream: {sorted(set(df.columns) - schema.keys())}")
-                self.counts["requests"] += df.height
-                df = df.select(pl.col(c).cast(t) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items())
-                df = df if predicate is None else df.filter(predicate)
-                yield df if with_columns is None else df.select(with_columns)
+        def conformed(df: pl.DataFrame) -> pl.DataFrame:
+            if set(df.columns) - schema.keys():  # (a column no stream declared would be lost)
+                raise ValueError(f"request columns not declared to the stream: {sorted(set(df.columns) - schema.keys())}")
+            self.counts["requests"] += df.height
+            return df.select(pl.col(c).cast(t) if c in df.columns else pl.lit(None, dtype=t).alias(c) for c, t in schema.items())
         part = self.path / f"requests.part{self._req_parts:05d}.parquet"
         self._req_parts += 1
-        register_io_source(source, schema=schema).sink_parquet(part, compression_level=2)
+        sink_frames(map(conformed, frames), schema, part, compression_level=2)
 
     def request(self, row: dict[str, Any]) -> None:
         self._requests.append(row)

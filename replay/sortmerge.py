@@ -18,7 +18,7 @@ and, within a part, the order they were written in (a bucket is read in that ord
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,14 +246,25 @@ def _write(runs: list[_Run], bounds: list[int], by: Sequence[str], out: Path, sc
         frames = [f for r in runs if (f := r.bucket(k, lo, hi, key)) is not None]
         return sorted_frame(pl.concat(frames).collect(), by) if frames else pl.DataFrame(schema=schema)
 
+    sink_frames(ordered_map(sorted_bucket, range(len(bounds) + 1), workers=WORKERS, ahead=WORKERS), schema, out)
+
+
+def sink_frames(frames: Iterable[pl.DataFrame], schema: Mapping[str, Any], out: Path, **parquet: Any) -> None:
+    """Write ``frames`` (each of ``schema``) to the Parquet file ``out`` as they come: a Python source of
+    polars' sunk, no frame held once it is written. ``frames`` is read once; ``parquet``: the sink's options."""
+    taken: list[bool] = []
+
     def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
                batch_size: int | None) -> Iterator[pl.DataFrame]:
+        if taken:  # (a second reading would find it spent)
+            raise RuntimeError(f"{out.name}: the frames to write were asked for twice")
+        taken.append(True)
         # (a sink takes every row and column; a projection or a filter is applied where asked)
-        for df in ordered_map(sorted_bucket, range(len(bounds) + 1), workers=WORKERS, ahead=WORKERS):
+        for df in frames:
             df = df if predicate is None else df.filter(predicate)
             yield df if with_columns is None else df.select(with_columns)
 
-    register_io_source(source, schema=schema).sink_parquet(out)
+    register_io_source(source, schema=dict(schema)).sink_parquet(out, **parquet)
 
 
 def sorted_frame(df: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
