@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from replay.analysis.attribution import attribute, classify_oom
+from replay.analysis.attribution import FEATURES, attribute, classify_oom
 from replay.analysis.pipeline import analyze_bundle
 from replay.bundle import BundleMeta, BundleWriter, read_bundle
 from replay.errors import ReplayError
@@ -166,6 +167,42 @@ def test_a_request_still_in_flight_at_the_onset_is_attributed() -> None:
     got = attribute(df, onset)
     assert got[0].feature == "prompt_logprobs" and got[0].near_ids == ["logprobs-0"]
     assert all("logprobs-unknown-end" not in a.near_ids for a in got)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_attribution_of_a_requests_file_equals_one_pass_over_its_rows(seed: int, tmp_path: Path) -> None:
+    """Attribution reads the requests file as two streaming queries (those near the onset, and the means of
+    the rest) so that a day of requests is never held; they must give what one pass over the rows in
+    memory gives: the same features, scores and ids, with unknown times and finishes in neither part."""
+    rng = random.Random(seed)
+    onset = 500_000_000
+
+    def maybe(v: int) -> int | None:
+        return None if rng.random() < 0.15 else v
+    rows = [{"id": f"r{i}", "sent_us": maybe(rng.randrange(0, 10**9)), "arrival_us": maybe(rng.randrange(0, 10**9)),
+             "finish_us": maybe(rng.randrange(0, 10**9)), "input_tokens": maybe(rng.randrange(1, 9000)),
+             "max_tokens": maybe(rng.randrange(1, 4096)), "prompt_logprobs": maybe(rng.choice([0, 0, 0, 5])),
+             "logprobs": maybe(rng.choice([0, 0, 1])), "n": maybe(rng.choice([1, 1, 2])), "best_of": None,
+             "mm_items": maybe(rng.choice([0, 1, 3])), "prefix_blocks": maybe(rng.randrange(0, 40)),
+             "image_tokens": maybe(rng.randrange(0, 2000))} for i in range(20_000)]
+    df = pl.DataFrame(rows, schema={k: pl.Utf8 if k == "id" else pl.Int64 for k in rows[0]})
+    near_rows = df.filter((pl.coalesce("sent_us", "arrival_us") - onset).abs() <= 30_000_000)
+    df = pl.concat([df, near_rows.with_columns(input_tokens=pl.col("input_tokens") * 4, id=pl.col("id") + "-near")])
+    df.write_parquet(tmp_path / "requests.parquet", row_group_size=1_000)
+
+    got = attribute(pl.scan_parquet(tmp_path / "requests.parquet"), onset, before_us=30_000_000, after_us=30_000_000)
+    t = pl.coalesce("sent_us", "arrival_us")
+    marked = df.with_columns(_near=((t >= onset - 30_000_000) & (t <= onset + 30_000_000))
+                             | ((t < onset - 30_000_000) & (pl.col("finish_us") > onset).fill_null(False)))
+    near, rest = marked.filter(pl.col("_near")), marked.filter(~pl.col("_near"))
+    assert near.height and rest.height < df.height - near.height  # (some rows' nearness is unknown)
+    want = {}
+    for k, v in FEATURES.items():
+        nm, rm = near.select(v.mean()).item() or 0.0, rest.select(v.mean()).item() or 0.0
+        if nm > 0 and math.log((nm + 1) / (rm + 1)) > 0.05:
+            want[k] = (round(math.log((nm + 1) / (rm + 1)), 3), near.filter(v > rm)["id"].to_list())
+    assert "input_length" in want
+    assert {a.feature: (a.score, a.near_ids) for a in got} == want
 
 
 @pytest.mark.parametrize("pct,gap,named", [(float("nan"), None, "--max-discrepancy"), (-1.0, None, "--max-discrepancy"),
