@@ -70,11 +70,37 @@ def names_where(names: pl.Expr, test: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
     return names.is_in(distinct.filter(test(distinct.cast(pl.Utf8))).implode())
 
 
+def _device_shape(tagged_only: bool) -> str:
+    return "^(?:" + "|".join(DEVICE_SOURCES) + (r")\[" if tagged_only else r")(?:\[|$)")
+
+
 def device_source(source: pl.Expr, tagged_only: bool = False) -> pl.Expr:
     """Whether a sample's ``source`` is device memory: one of DEVICE_SOURCES, as it is or with its tags
     ('dcgm[Hostname=node-2]', 'nvidia-smi[GPU_I_ID=3][node-b.txt]'); with ``tagged_only``, tagged ones alone."""
-    shape = "^(?:" + "|".join(DEVICE_SOURCES) + (r")\[" if tagged_only else r")(?:\[|$)")
+    shape = _device_shape(tagged_only)
     return names_where(source, lambda s: s.str.contains(shape))
+
+
+def is_device_source(source: str, tagged_only: bool = False) -> bool:
+    """``device_source`` of one name."""
+    return re.match(_device_shape(tagged_only), source) is not None
+
+
+Samples = pl.LazyFrame | pl.DataFrame  # a bundle's samples: a query over its file (``Bundle.scan_samples``), or a frame
+
+
+def sample_names(samples: Samples, column: str = "source") -> list[str]:
+    """The distinct names of a samples query's ``column`` (one of SAMPLE_NAMES), as text: one streaming
+    pass over that column alone. A test on names is made on these, and the rows asked for by ``is_in``:
+    the query reads only the rows it keeps (``names_where`` in a query over a file held every name)."""
+    names = samples.lazy().select(pl.col(column).unique().cast(pl.Utf8)).collect(engine="streaming").to_series()
+    return sorted(names.drop_nulls().to_list())
+
+
+def samples_where(samples: Samples, keep: pl.Expr) -> pl.DataFrame:
+    """The samples ``keep`` keeps, in their order: from a bundle's file (``Bundle.scan_samples``), only
+    they are read."""
+    return samples.lazy().filter(keep).collect(engine="streaming")
 REQUESTS_SCHEMA = {
     "id": pl.Utf8, "arrival_us": pl.Int64, "sent_us": pl.Int64, "first_token_us": pl.Int64,
     "finish_us": pl.Int64, "input_tokens": pl.Int64, "output_tokens": pl.Int64,
@@ -670,11 +696,32 @@ class Bundle:
 
     path: Path
     meta: BundleMeta
-    samples: pl.DataFrame
     events: list[dict[str, Any]]
     quarantine_count: int
+    sample_files: list[Path] = field(default_factory=list)  # samples.parquet, or a live recording's parts
+    _samples: pl.DataFrame | None = field(default=None, repr=False)
     _requests: pl.DataFrame | None = field(default=None, repr=False)
     complete: bool | None = None  # None: written before bundles were marked complete
+
+    @property
+    def samples(self) -> pl.DataFrame:
+        """Every sample in time order, its names as categories (``SAMPLE_NAMES``), read on first use. A
+        fleet's day is 22.5M samples (0.6 GB in memory): what the analysis and reports need of them they
+        ask ``scan_samples`` for."""
+        if self._samples is None:
+            self._samples = in_time_order([_read_samples(p) for p in self.sample_files])
+        return self._samples
+
+    def scan_samples(self) -> pl.LazyFrame:
+        """The samples as a query, in time order: of a bundle's one file only the columns and rows it asks
+        for are read (its names are text there, categories where the samples are held: a test on names
+        goes through ``==``, ``is_in`` or ``sample_names``). A live recording's parts are read whole, to
+        put them in order."""
+        files = self.sample_files
+        if self._samples is None and len(files) == 1 and files[0].name == "samples.parquet":
+            return pl.scan_parquet(files[0]).select(
+                pl.col(c) if c in SAMPLE_NAMES else pl.col(c).cast(t) for c, t in SAMPLES_SCHEMA.items())
+        return self.samples.lazy()
 
     @property
     def requests(self) -> pl.DataFrame:
@@ -731,13 +778,19 @@ def _parquet_of_bundle(p: Path) -> Iterator[None]:
                           "damaged or cut short: copy it again, or record it again") from None
 
 
+def _samples_schema(p: Path) -> None:
+    """Refuse a samples file whose footer cannot be read or that lacks a column of SAMPLES_SCHEMA."""
+    with _parquet_of_bundle(p):
+        lost = [c for c in SAMPLES_SCHEMA if c not in pl.read_parquet_schema(p)]
+    if lost:
+        raise ReplayError(f"{p}: no column {', '.join(lost)}: not a bundle's samples (damaged, or another file)")
+
+
 def _read_samples(p: Path) -> pl.DataFrame:
     """A samples file, in SAMPLES_SCHEMA's types but for its names (``SAMPLE_NAMES``), which are read as
     categories batch by batch (never the whole file as text)."""
+    _samples_schema(p)
     with _parquet_of_bundle(p):
-        lost = [c for c in SAMPLES_SCHEMA if c not in pl.read_parquet_schema(p)]
-        if lost:
-            raise ReplayError(f"{p}: no column {', '.join(lost)}: not a bundle's samples (damaged, or another file)")
         return pl.scan_parquet(p).select(pl.col(c).cast(t) for c, t in SAMPLES_READ_SCHEMA.items()).collect(engine="streaming")
 
 
@@ -933,7 +986,8 @@ def read_bundle(path: Path) -> Bundle:
         files = [merged]
     else:  # (a live recording's flushed parts)
         files = parts
-    samples = in_time_order([_read_samples(p) for p in files])
+    for p in files:  # (a file cut short or of another kind is named now, not deep in an analysis)
+        _samples_schema(p)
     events: list[dict[str, Any]] = []
     ev_path = path / "events.jsonl"
     if ev_path.exists():
@@ -967,4 +1021,4 @@ def read_bundle(path: Path) -> Bundle:
     if q_path.exists():  # (counted line by line: a quarantine can be as large as the evidence)
         with q_path.open(encoding="utf-8", errors="replace") as fh:
             q = sum(1 for ln in fh if ln.strip())
-    return Bundle(path, meta, samples, events, q, complete=complete)
+    return Bundle(path, meta, events, q, sample_files=files, complete=complete)

@@ -13,7 +13,15 @@ from typing import Any
 
 import polars as pl
 
-from replay.bundle import DEVICE_SOURCES, MIG_TAG, Bundle, device_source
+from replay.bundle import (
+    DEVICE_SOURCES,
+    MIG_TAG,
+    Bundle,
+    Samples,
+    is_device_source,
+    sample_names,
+    samples_where,
+)
 from replay.units import GiB, fraction
 from replay.versioning import version_key
 
@@ -123,10 +131,12 @@ def accounting(b: Bundle) -> Accounting:
                       {k: (v * GiB if v is not None else None) for k, v in parts.items()}, basis, estimated)
 
 
-def actual_frame(samples: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
+def actual_frame(samples: Samples) -> tuple[pl.DataFrame, str | None]:
     """Per-sample actual memory (t_us, gpu, actual_bytes) from the best source present."""
+    present = samples_where(samples, pl.col("source").is_in([s for s, _ in ACTUAL_PREFERENCE])
+                            & pl.col("metric").is_in([m for _, m in ACTUAL_PREFERENCE]))
     for source, metric in ACTUAL_PREFERENCE:
-        f = samples.filter((pl.col("source") == source) & (pl.col("metric") == metric))
+        f = present.filter((pl.col("source") == source) & (pl.col("metric") == metric))
         if f.height:
             return (f.select("t_us", pl.col("gpu").fill_null(0).alias("gpu"), pl.col("value").alias("actual_bytes"))
                     .sort("t_us"), f"{source}:{metric}")
@@ -145,13 +155,15 @@ LAYERS = [
 ]
 
 
-def layers_frame(samples: pl.DataFrame) -> pl.DataFrame:
+def layers_frame(samples: Samples) -> pl.DataFrame:
     """The actual layers that were measured, long format (t_us, gpu, layer, source, value_bytes);
     one source per layer (the first present in LAYERS' order), nothing made up for the rest."""
     out = []
+    layers = samples_where(samples, pl.col("metric").is_in([m for m, _, _ in LAYERS])
+                           & pl.col("source").is_in(sorted({s for _, _, ss in LAYERS for s in ss})))
     for metric, label, sources in LAYERS:
         for src in sources:
-            f = samples.filter((pl.col("metric") == metric) & (pl.col("source") == src))
+            f = layers.filter((pl.col("metric") == metric) & (pl.col("source") == src))
             if f.height:
                 out.append(f.select("t_us", pl.col("gpu").fill_null(0).cast(pl.Int32), pl.lit(label).alias("layer"),
                                     pl.lit(src).alias("source"), pl.col("value").alias("value_bytes")))
@@ -165,21 +177,25 @@ def layers_frame(samples: pl.DataFrame) -> pl.DataFrame:
 MACHINES_DRAWN = 8  # series of other machines drawn at most: a cluster-wide query may hold hundreds
 
 
-def machines_frame(samples: pl.DataFrame, limit: int = MACHINES_DRAWN) -> tuple[pl.DataFrame, int]:
+def machines_frame(samples: Samples, limit: int = MACHINES_DRAWN) -> tuple[pl.DataFrame, int]:
     """Device memory kept as series of several machines or hosts ('dcgm[Hostname=node-2]',
     'nvidia-smi[node2.csv]'), long format (t_us, series, value_bytes), one series per source and
-    GPU; the ``limit`` with the highest peaks, and how many there were in all."""
-    tagged = samples.filter((pl.col("metric") == "device_used_bytes")
-                            & device_source(pl.col("source"), tagged_only=True))
+    GPU; the ``limit`` with the highest peaks, and how many there were in all. Only the drawn series
+    are held (a fleet's day of 64 GPUs is 5.5M samples): the peaks are found streaming."""
+    tagged = [s for s in sample_names(samples) if is_device_source(s, tagged_only=True)]
     empty = pl.DataFrame(schema={"t_us": pl.Int64, "series": pl.Utf8, "value_bytes": pl.Float64})
-    if not tagged.height:
+    if not tagged:
         return empty, 0
-    named = tagged.select("t_us", series=pl.concat_str(
-        "source", pl.when(pl.col("gpu").is_not_null()).then(pl.format(" GPU {}", "gpu")).otherwise(pl.lit(""))),
-        value_bytes="value")
-    peaks = named.group_by("series").agg(pl.col("value_bytes").max()).sort("value_bytes", "series", descending=[True, False])
+    named = samples.lazy().filter((pl.col("metric") == "device_used_bytes") & pl.col("source").is_in(tagged)).select(
+        "t_us", series=pl.concat_str(pl.col("source").cast(pl.Utf8), pl.when(pl.col("gpu").is_not_null())
+                                     .then(pl.format(" GPU {}", "gpu")).otherwise(pl.lit(""))), value_bytes="value")
+    peaks = (named.group_by("series").agg(pl.col("value_bytes").max()).collect(engine="streaming")
+             .sort("value_bytes", "series", descending=[True, False]))
+    if not peaks.height:
+        return empty, 0
     keep = peaks["series"].head(limit)
-    return named.filter(pl.col("series").is_in(keep.implode())).sort("series", "t_us"), peaks.height
+    drawn = named.filter(pl.col("series").is_in(keep.implode())).collect(engine="streaming")
+    return drawn.sort("series", "t_us", maintain_order=True), peaks.height
 
 
 def unchosen(series: list[str]) -> tuple[str, str]:
@@ -216,8 +232,8 @@ def gap_frame(actual: pl.DataFrame, acc: Accounting) -> pl.DataFrame:
     )
 
 
-def kv_in_use(samples: pl.DataFrame, acc: Accounting) -> pl.DataFrame:
-    f = samples.filter(pl.col("metric") == "kv_usage_ratio").sort("t_us")
+def kv_in_use(samples: Samples, acc: Accounting) -> pl.DataFrame:
+    f = samples_where(samples, pl.col("metric") == "kv_usage_ratio").sort("t_us")
     if acc.kv_pool_bytes is None:
         return f.select("t_us", "source", pl.col("value").alias("kv_usage_ratio"), pl.lit(None, dtype=pl.Float64).alias("kv_used_bytes"))
     return f.select("t_us", "source", pl.col("value").alias("kv_usage_ratio"),

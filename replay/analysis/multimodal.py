@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from replay.bundle import Samples, samples_where
+
 CACHE_QUERIES = "mm_cache_queries_total"
 CACHE_HITS = "mm_cache_hits_total"
 LOG_HIT_RATIO = "mm_cache_hit_ratio"  # (a stats line's, ``recorder.STATS_SAMPLES``)
@@ -39,13 +41,14 @@ def image_tokens_in_flight(requests: pl.LazyFrame) -> pl.DataFrame:
             .select("t_us", image_tokens=pl.col("d").cum_sum()))
 
 
-def mm_cache_hit_ratio(samples: pl.DataFrame) -> pl.DataFrame:
+def mm_cache_hit_ratio(samples: Samples) -> pl.DataFrame:
     """(t_us, source, hit_ratio): vLLM's multimodal processor cache, hits over queries since the server
     started, at each scrape that counted a query; without scrapes, the hit rate its log's stats lines
     state. Empty where the evidence says neither."""
-    s = samples.filter(pl.col("metric").is_in([CACHE_QUERIES, CACHE_HITS]))
+    cache = samples_where(samples, pl.col("metric").is_in([CACHE_QUERIES, CACHE_HITS, LOG_HIT_RATIO]))
+    s = cache.filter(pl.col("metric").is_in([CACHE_QUERIES, CACHE_HITS]))
     if s.height == 0:
-        return (samples.filter(pl.col("metric") == LOG_HIT_RATIO).sort("t_us")
+        return (cache.filter(pl.col("metric") == LOG_HIT_RATIO).sort("t_us")
                 .select(pl.col("t_us").cast(pl.Int64), pl.col("source").cast(pl.Utf8), hit_ratio=pl.col("value").cast(pl.Float64)))
     wide = (s.group_by("t_us", "source", "metric").agg(pl.col("value").sum())
             .pivot(on="metric", index=["t_us", "source"], values="value"))

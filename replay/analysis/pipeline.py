@@ -100,8 +100,9 @@ class Analysis:
     @property
     def end_us(self) -> int:
         ts = [e["t_us"] for e in self.bundle.events if e.get("t_us") is not None]
-        if self.bundle.samples.height:
-            ts.append(int(self.bundle.samples["t_us"].max()))  # type: ignore[arg-type]
+        last = self.bundle.scan_samples().select(pl.col("t_us").max()).collect().item()
+        if last is not None:
+            ts.append(int(last))
         return max(ts) if ts else 0
 
     @property
@@ -283,7 +284,7 @@ def _export_ties(b: Bundle) -> list[Finding]:
     names = replica_names(b.meta.inputs)
     if len(names) < 2:
         return []
-    ties = export_ties(b.samples, replica_series(b, names))
+    ties = export_ties(b.scan_samples(), replica_series(b, names))
     if not ties:
         return []
     tied = sum(1 for t in ties if t.replica is not None)
@@ -298,7 +299,7 @@ def _gpu_ties(b: Bundle) -> list[Finding]:
     names = replica_names(b.meta.inputs)
     if len(names) < 2:
         return []
-    ties = gpu_ties(b.samples, b.events, names)
+    ties = gpu_ties(b.scan_samples(), b.events, names)
     if not ties:
         return []
     tied = [t for t in ties if t.replica is not None]
@@ -470,13 +471,15 @@ def merge_alike(findings: list[Finding]) -> list[Finding]:
 
 
 def analyze_bundle(b: Bundle) -> Analysis:
+    """What the bundle shows. Its samples are queried (``Bundle.scan_samples``), never all held."""
     acc = accounting(b)
-    actual, src = actual_frame(b.samples)
+    samples = b.scan_samples()
+    actual, src = actual_frame(samples)
     gap = gap_frame(actual, acc)
     div = detect(gap) if acc.accounted_bytes is not None else Divergence(None, None, None, None, None, None, [])
     attrs = attribute(b.scan_requests(), div.onset_us)
     ooms = [e for e in b.events if e.get("kind") in OOM_KINDS]
-    kv = kv_in_use(b.samples, acc)
+    kv = kv_in_use(samples, acc)
     findings: list[Finding] = []
     if div.onset_us is not None:
         gmax = div.max_gap_bytes or 0.0
@@ -531,7 +534,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
     findings += _gpu_ties(b)
     findings += _image_growth(b, gap)
     findings += _vllm_memory_errors(b.events)
-    machines, machines_total = (machines_frame(b.samples) if src is None else (pl.DataFrame(), 0))
+    machines, machines_total = (machines_frame(samples) if src is None else (pl.DataFrame(), 0))
     if machines_total:
         findings += _machines_unchosen(machines, machines_total)
     cuda: dict[str, Finding] = {}
@@ -559,7 +562,7 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     "high", [{"t_us": e.get("t_us"), "source": e.get("source")}]))
     findings += cuda.values()
     findings += _shared_gpus(b.meta.gpus)
-    out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(b.samples), replica_outages(b),
+    out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(samples), replica_outages(b),
                    machines=machines, machines_total=machines_total)
     out.unjudged = unjudged(out)
     return out

@@ -9,6 +9,7 @@ mixed together: a start of replica 5 after a crash of replica 3 is no restart.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from replay.analysis.outages import (
     outages,
     starts,
 )
-from replay.bundle import Bundle, device_source, in_time_order, names_where
+from replay.bundle import Bundle, Samples, device_source, sample_names, samples_where
 from replay.lognames import rotation_stem
 from replay.units import GiB
 
@@ -152,8 +153,7 @@ def series_replicas(sources: list[str], names: tuple[str, ...]) -> dict[str, str
 
 def replica_series(b: Bundle, names: tuple[str, ...]) -> dict[str, str]:
     """``series_replicas`` of the bundle's own vLLM log stats series."""
-    logs = b.samples.lazy().select(pl.col("source").unique().cast(pl.Utf8)).filter(pl.col("source").str.starts_with(LOG_SERIES))
-    return series_replicas(logs.collect()["source"].to_list(), names)
+    return series_replicas([s for s in sample_names(b.scan_samples()) if s.startswith(LOG_SERIES)], names)
 
 
 def _named(source: str, names: tuple[str, ...]) -> str | None:
@@ -187,15 +187,17 @@ class SeriesTie:
     mean_abs_diff: float | None  # of KV usage (a ratio), against the nearest log's
 
 
-def export_ties(samples: pl.DataFrame, series: dict[str, str]) -> list[SeriesTie]:
+def export_ties(samples: Samples, series: dict[str, str]) -> list[SeriesTie]:
     """Each export series of KV usage tied to the replica whose log's stats (``series``: a log series ->
     its replica) it matches: on average within TIE_KV over at least TIE_POINTS samples, and nearer than
     half way to any other replica's (two replicas idle alike tie nothing)."""
     if not series:
         return []
-    kv = samples.lazy().filter((pl.col("metric") == "kv_usage_ratio") & (
-        names_where(pl.col("source"), lambda s: s.str.starts_with(EXPORT_SERIES)) | pl.col("source").is_in(list(series)))).select(
-        pl.col("source").cast(pl.Utf8), "t_us", "value").collect()  # (one pass over a fleet's samples)
+    exported = [s for s in sample_names(samples) if s.startswith(EXPORT_SERIES)]
+    if not exported:
+        return []
+    kv = samples_where(samples, (pl.col("metric") == "kv_usage_ratio") & pl.col("source").is_in([*exported, *series])
+                       ).select(pl.col("source").cast(pl.Utf8), "t_us", "value")  # (one pass over a fleet's samples)
     frames = {str(k[0]): part.drop("source").sort("t_us") for k, part in kv.partition_by("source", as_dict=True).items()}
     exports = sorted(s for s in frames if s.startswith(EXPORT_SERIES))
     if not exports:
@@ -310,7 +312,7 @@ class _Line:
     source: str | None
 
 
-def gpu_ties(samples: pl.DataFrame, events: list[dict[str, Any]], names: tuple[str, ...]) -> list[GpuTie]:
+def gpu_ties(samples: Samples, events: list[dict[str, Any]], names: tuple[str, ...]) -> list[GpuTie]:
     """Each device series of memory used (a GPU of a node) tied to the replica it served: its rises after
     that replica's start lines, its falls at or soon after its crashes and stops (each within
     STEP_NEAR_US), at least one such moment, and more of them than any other replica's; where moments
@@ -337,34 +339,58 @@ def _lines(events: list[dict[str, Any]]) -> list[_Line]:
     return sorted(out, key=lambda x: x.t_us)
 
 
-RUN_ROWS = 2_000_000  # rows of the samples frame read at once for the GPUs' runs (a fleet's day: 22.5M)
+RUN_ROWS = 500_000  # samples of memory used read at once for the GPUs' runs (a fleet's day: 5.5M)
 
 
-def _device_runs(samples: pl.DataFrame, rows: int = RUN_ROWS) -> dict[tuple[str, int | None], list[tuple[bool, int, int]]]:
+class _OutOfOrder(Exception):
+    """Samples of a query not in time order (a bundle's file is written in it)."""
+
+
+def _device_runs(samples: Samples, rows: int = RUN_ROWS) -> dict[tuple[str, int | None], list[tuple[bool, int, int]]]:
     """Each device series of memory used (by source and GPU, in that order), as its runs of samples free
     (under GPU_LOW of its line: its total, else its own peak, no less than LINE_FLOOR_BYTES) and taken
     (over GPU_HIGH), those between left out: (taken, first µs, last µs), in time order; a series never
-    under nor over is there with no runs. The samples (a fleet's day is millions) are read in time order
-    ``rows`` at a time, each slice's runs joined to the last slice's: grouping them whole took 500 MiB
-    over the frame. The source is grouped by as a category (as a bundle reads it: as text, several
-    times as costly); numpy finds each slice's runs."""
-    samples = in_time_order([samples])
+    under nor over is there with no runs. The samples of memory used (a fleet's day is millions) are read
+    in time order ``rows`` at a time, each batch's runs joined to the last batch's: grouping them whole
+    took 500 MiB. Samples not in time order (not a bundle's file) are put in it first; numpy finds each
+    batch's runs."""
     key = ["source", "gpu"]
-    lf = samples.lazy().select(pl.col("source").cast(pl.Categorical), "gpu", "metric", "t_us", "value")
+    lf = samples.lazy()
     peaks, totals = (lf.filter(pl.col("metric") == m).group_by(key).agg(pl.col("value").max()).collect(engine="streaming")
                      for m in ("device_used_bytes", "device_total_bytes"))
     lines = peaks.join(totals, on=key, how="left", nulls_equal=True, suffix="_total").filter(
-        device_source(pl.col("source"))).select(*key, line=pl.max_horizontal(
+        device_source(pl.col("source"))).select(pl.col("source").cast(pl.Utf8), "gpu", line=pl.max_horizontal(
             pl.coalesce("value_total", "value"), pl.lit(float(LINE_FLOOR_BYTES))))
-    runs: dict[tuple[str, int | None], list[tuple[bool, int, int]]] = {
-        (str(s), g): [] for s, g in lines.sort(pl.col("source").cast(pl.Utf8), pl.col("gpu"), nulls_last=True)
-        .select(key).iter_rows()}
+    order = list(lines.sort("source", "gpu", nulls_last=True).select(key).iter_rows())
+    used = lf.filter((pl.col("metric") == "device_used_bytes") & pl.col("t_us").is_not_null()
+                     & pl.col("source").is_in(lines["source"].unique().implode())).select(
+        pl.col("source").cast(pl.Utf8), "gpu", "t_us", "value")
+    try:
+        runs = _runs_of(used.collect_batches(chunk_size=rows), lines, order)
+    except _OutOfOrder:
+        whole = used.collect().sort("t_us", maintain_order=True)
+        runs = _runs_of((whole.slice(at, rows) for at in range(0, whole.height, rows)), lines, order)
+    return runs
+
+
+def _runs_of(batches: Iterable[pl.DataFrame], lines: pl.DataFrame,
+             order: list[tuple[Any, ...]]) -> dict[tuple[str, int | None], list[tuple[bool, int, int]]]:
+    """``_device_runs`` of samples of memory used coming in time order in ``batches`` (``_OutOfOrder`` where
+    they do not), each series against its ``lines``; the series in ``order``."""
+    key = ["source", "gpu"]
+    runs: dict[tuple[str, int | None], list[tuple[bool, int, int]]] = {(str(s), g): [] for s, g in order}
     value, line = pl.col("value"), pl.col("line")
     taken = value > GPU_HIGH * line
-    for at in range(0, samples.height, rows):
-        part = (lf.slice(at, rows).filter((pl.col("metric") == "device_used_bytes") & pl.col("t_us").is_not_null())
-                .join(lines.lazy(), on=key, nulls_equal=True, maintain_order="left").filter(taken | (value < GPU_LOW * line))
-                .group_by(key).agg("t_us", taken=taken).collect())
+    last_us: int | None = None
+    for batch in batches:
+        if not batch.height:
+            continue
+        t = batch["t_us"]
+        if not t.is_sorted() or (last_us is not None and t[0] < last_us):
+            raise _OutOfOrder
+        last_us = t[-1]
+        part = (batch.join(lines, on=key, nulls_equal=True, maintain_order="left").filter(taken | (value < GPU_LOW * line))
+                .group_by(key, maintain_order=True).agg("t_us", taken=taken))
         for i, (s, g) in enumerate(part.select(key).iter_rows()):
             _extend(runs[(str(s), g)], part["t_us"][i].to_numpy(), part["taken"][i].to_numpy())
     return runs

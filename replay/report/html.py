@@ -44,7 +44,7 @@ from replay.analysis.verdict import (
     verdicts_of,
 )
 from replay.atomic import written_in_place
-from replay.bundle import Bundle, read_bundle
+from replay.bundle import Bundle, Samples, read_bundle, samples_where
 from replay.report.downsample import LANE_MARKS, lane_marks, minmax, points_each, thin_marks
 from replay.report.escape import plotly_safe
 from replay.units import GiB
@@ -119,13 +119,14 @@ def fleet_of(b: Bundle) -> FleetView | None:
     if len(r.names) < 2:
         return None
     series = replica_series(b, r.names)
-    exports = {t.source: t.replica for t in export_ties(b.samples, series) if t.replica is not None}
+    exports = {t.source: t.replica for t in export_ties(b.scan_samples(), series) if t.replica is not None}
     return FleetView(r, series, replica_kv_pools(b, r.names), exports)
 
 
 def timeline_figure(a: Analysis) -> go.Figure:
     b = a.bundle
-    img, hits = image_tokens_in_flight(b.scan_requests()), mm_cache_hit_ratio(b.samples)
+    samples = b.scan_samples()
+    img, hits = image_tokens_in_flight(b.scan_requests()), mm_cache_hit_ratio(samples)
     images = bool(img.height or hits.height)  # (a lane of its own where the bundle has images)
     fleet = fleet_of(b)
     heights, height_px = _row_heights(images, len(fleet.reps.names) if fleet else 0)
@@ -204,7 +205,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
         d = minmax(part.sort("t_us"), "t_us", "kv_usage_ratio", max_points=each)
         fig.add_trace(go.Scatter(x=(d["t_us"] / 1e6).to_list(), y=(d["kv_usage_ratio"] * 100).to_list(),
                                  name=f"KV usage % ({kv_src[0]})", mode="lines"), row=2, col=1)
-    _requests(fig, b.samples, each, fleet)
+    _requests(fig, samples, each, fleet)
     _event_lane(fig, b.events, fleet)
     _crash_lines(fig, a, fleet)
     if images:
@@ -229,9 +230,10 @@ def _row_heights(images: bool, replicas: int) -> tuple[list[float], int]:
     return rows, px
 
 
-def _requests(fig: go.Figure, s: pl.DataFrame, each: int, fleet: FleetView | None = None) -> None:
+def _requests(fig: go.Figure, samples: Samples, each: int, fleet: FleetView | None = None) -> None:
     """Row 3: the requests running and waiting; of each replica where the bundle holds several (in the
     replica's colour, waiting dotted), else of the first series that states them."""
+    s = samples_where(samples, pl.col("metric").is_in(["requests_running", "requests_waiting"]))
     for metric, color, dash in (("requests_running", "#9467bd", "solid"), ("requests_waiting", "#8c564b", "dot")):
         d = s.filter(pl.col("metric") == metric)
         if not d.height:

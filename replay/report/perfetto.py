@@ -27,7 +27,7 @@ LARGE_BYTES = 500 << 20  # about what Perfetto's UI loads of a JSON trace
 
 
 def _counters(b: Bundle, window: tuple[int, int] | None) -> pl.LazyFrame:
-    s = b.samples.lazy().filter(pl.col("metric").is_in(COUNTERS))
+    s = b.scan_samples().filter(pl.col("metric").is_in(COUNTERS))
     if window is not None:
         s = s.filter(pl.col("t_us").is_between(*window))
     gpu = pl.when(pl.col("gpu").is_null()).then(pl.lit("")).otherwise(pl.lit(" gpu") + pl.col("gpu").cast(pl.Utf8))

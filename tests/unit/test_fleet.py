@@ -18,13 +18,14 @@ from typing import Any
 import polars as pl
 import pytest
 
+from replay.analysis.memory import machines_frame
 from replay.analysis.outages import outages, starts
 from replay.analysis.pipeline import analyze_bundle
 from replay.analysis.replicas import replica_of, replicas
-from replay.bundle import BundleMeta, BundleWriter, read_bundle
+from replay.bundle import Bundle, BundleMeta, BundleWriter, read_bundle
 from replay.record.recorder import RecordOptions, record
 from replay.report.downsample import LANE_MARKS, lane_marks
-from replay.report.html import timeline_figure, write_report
+from replay.report.html import render, timeline_figure, write_report
 from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
 from tests.conftest import DATA
@@ -125,6 +126,31 @@ def test_which_replica_crashed_first_is_stated(fleet: tuple[Path, list]) -> None
     found = [f for f in analyze_bundle(b).findings if f.id == "fleet:first_crash"]
     assert len(found) == 1 and found[0].title == "Replica replica-1.log crashed first"
     assert "then replica-2.log 300.0 s later" in found[0].detail and "every one of the 3 replicas" in found[0].detail
+    assert "replica-1.log crashed first" in render_postmortem(bundle)
+
+
+def test_a_fleets_samples_are_queried_not_held(fleet: tuple[Path, list], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet's day is 22.5M samples (0.6 GB held): the analysis, the report and the postmortem ask the
+    bundle's file for the rows they use. Here every sample held is refused, and what they give is what they
+    give from the samples held: findings, figures, the machines drawn, the GPUs' ties."""
+    bundle, _ = fleet
+    held = read_bundle(bundle)
+    assert held.samples.height
+    want, page, machines = analyze_bundle(held), render([analyze_bundle(held)]), machines_frame(held.samples)[0]
+    end_us = want.end_us
+
+    def whole(_: Bundle) -> pl.DataFrame:
+        raise AssertionError("every sample was read")
+    monkeypatch.setattr(Bundle, "samples", property(whole))
+    got = analyze_bundle(read_bundle(bundle))
+    drawn, total = machines_frame(read_bundle(bundle).scan_samples())
+    assert total == 2 * 2 and drawn.equals(machines) and drawn["series"].n_unique() == 4
+    assert [(f.id, f.detail) for f in got.findings] == [(f.id, f.detail) for f in want.findings]
+    assert any(f.id == "fleet:gpu_replica" for f in got.findings)
+    assert got.gap.equals(want.gap) and got.kv.equals(want.kv, null_equal=True) and got.layers.equals(want.layers)
+    assert got.end_us == end_us > 0
+    stamp = re.compile(r"generated [0-9T:+-]+")
+    assert stamp.sub("", render([got])) == stamp.sub("", page)
     assert "replica-1.log crashed first" in render_postmortem(bundle)
 
 

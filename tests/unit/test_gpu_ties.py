@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from replay.analysis import replicas
 from replay.analysis.pipeline import analyze_bundle
 from replay.analysis.replicas import GpuTie, gpu_tie_sentence, gpu_ties, replica_names
 from replay.bundle import Bundle, BundleMeta, BundleWriter, read_bundle
@@ -245,10 +246,10 @@ def _runs_whole(samples: pl.DataFrame) -> dict[tuple[str, int | None], list[tupl
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_runs_read_in_slices_are_the_runs_of_the_whole_series(seed: int) -> None:
-    """Runs cut by the slices' edges are joined again: any slice size gives the runs of each series
+def test_runs_read_in_slices_are_the_runs_of_the_whole_series(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs cut by the batches' edges are joined again: any batch size gives the runs of each series
     grouped whole (GPUs of no index, a series of no total, sources that are not a device's, times out
-    of order, categories or text)."""
+    of order, categories or text, a bundle's file in time order read as a query)."""
     import random
 
     from replay.analysis.replicas import _device_runs
@@ -273,3 +274,11 @@ def test_runs_read_in_slices_are_the_runs_of_the_whole_series(seed: int) -> None
         got = _device_runs(samples, rows_at_once)
         assert list(got) == list(want) and got == want, rows_at_once
     assert _device_runs(samples.with_columns(pl.col("source", "metric").cast(pl.Categorical)), 50) == want
+    samples.sort("t_us", maintain_order=True).write_parquet(tmp_path / "samples.parquet", row_group_size=64)
+    passes: list[int] = []
+    real = replicas._runs_of
+    monkeypatch.setattr(replicas, "_runs_of", lambda *a: passes.append(1) or real(*a))
+    for rows_at_once in (7, 100, 10_000_000):
+        assert _device_runs(pl.scan_parquet(tmp_path / "samples.parquet"), rows_at_once) == want, rows_at_once
+    assert len(passes) == 3  # (the file in time order is read batch by batch, once; shuffled rows twice:)
+    assert _device_runs(samples, 100) == want and len(passes) == 5  # (found out of order, then put in it)
