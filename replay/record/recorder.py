@@ -730,18 +730,22 @@ def _t_span(frame: pl.DataFrame | pl.LazyFrame) -> tuple[int | None, int | None]
 
 def _batches(frames: list[pl.DataFrame | pl.LazyFrame], rows: int) -> Iterator[pl.DataFrame]:
     """``frames`` joined into frames of ``rows`` or more (the last may hold fewer), each frame emptied
-    from the list as it is joined (and a lazy one read only then): a part file a scrape made thousands
-    of files."""
+    from the list as it is joined (and a lazy one read only then, ``rows`` at a time: a node's day of
+    nvidia-smi read whole, then filtered and cast, was the recording's peak): a part file a scrape made
+    thousands of files."""
     held: list[pl.DataFrame] = []
     n = 0
     frames.reverse()
     while frames:
         f = frames.pop()
-        held.append(f.collect() if isinstance(f, pl.LazyFrame) else f)
-        n += held[-1].height
-        if n >= rows or not frames:
-            yield pl.concat(held)
-            held, n = [], 0
+        for piece in f.collect_batches(chunk_size=rows) if isinstance(f, pl.LazyFrame) else [f]:
+            held.append(piece)
+            n += piece.height
+            if n >= rows:
+                yield pl.concat(held)
+                held, n = [], 0
+    if held:
+        yield pl.concat(held)
 
 
 LATEST_US = int(datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp() * 1_000_000)

@@ -949,3 +949,17 @@ def test_a_gpu_index_no_machine_has_is_quarantined_in_every_kind_of_evidence(tmp
         quarantined = [json.loads(ln) for ln in (out / "quarantine.jsonl").read_text().splitlines()]
         assert any(f"GPU index {big} is no index a machine has" in q["reason"] for q in quarantined), name
         assert b.samples.height > 0, name
+
+
+def test_evidence_samples_are_written_in_frames_of_a_bounded_size(tmp_path: Path) -> None:
+    """A spilled file's samples (a node's day of nvidia-smi is millions) are read ``rows`` at a time, not
+    whole: every frame written holds fewer than twice ``rows``, and together they are the frames given,
+    in order, the spilled and the held alike."""
+    from replay.record.recorder import _batches
+    spilled = pl.DataFrame({"t_us": range(1_000), "value": [float(i) for i in range(1_000)]})
+    spilled.write_ipc(tmp_path / "samples.arrow")
+    held = pl.DataFrame({"t_us": [5_000, 5_001], "value": [1.0, 2.0]})
+    frames: list[pl.DataFrame | pl.LazyFrame] = [held, pl.scan_ipc(tmp_path / "samples.arrow"), held]
+    out = list(_batches(frames, 64))
+    assert frames == [] and max(f.height for f in out) < 2 * 64 and len(out) >= 1_004 // 127
+    assert pl.concat(out).equals(pl.concat([held, spilled, held]))
