@@ -2,7 +2,7 @@
 
 A bundle's samples are flushed to part files while it is written and sorted into one file when it is
 closed. Sorted in one query, a fleet's 22.5M samples (40 parts) took 7.4 s and 4.35 GB of memory; here,
-about 4 s and 0.35 GB. The rows are cut by their first sort key (time) into buckets of about
+about 4 s and 0.15 GB. The rows are cut by their first sort key (time) into buckets of about
 BUCKET_ROWS, at the quantiles of a sample of the keys (``KeySample``), and the buckets are read, sorted
 and handed in order to one Parquet writer, which streams them out: the memory is that of a few
 buckets, whatever the input.
@@ -29,8 +29,9 @@ from polars.io.plugins import register_io_source
 from replay.parallel import ordered_map
 
 SORT_IN_MEMORY_ROWS = 1_000_000  # up to this many rows: one sort in memory (as little memory as the buckets)
-BUCKET_ROWS = 500_000  # the rows of a bucket, sorted at once
-CHUNK_ROWS = 500_000  # the rows of parts whose keys do not rise read at once, to be spilled by bucket
+BUCKET_ROWS = 250_000  # the rows of a bucket, sorted at once (a fleet's day of samples: 500,000 held ~100 MiB
+# more in the same time)
+CHUNK_ROWS = 250_000  # the rows of parts whose keys do not rise read at once, to be spilled by bucket
 SAMPLE_ROWS = 1 << 18  # the buckets are cut at the quantiles of this many keys or up to twice as many
 WORKERS = 2  # buckets read and sorted side by side (each is held until it is written)
 _ROW, _BUCKET, _KEY = "__row", "__bucket", "__key"  # (columns of the sort's own, dropped before they are written)
