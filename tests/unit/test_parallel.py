@@ -4,9 +4,11 @@ given, the first in this thread, the rest in one other, at most ``ahead`` waitin
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -88,10 +90,6 @@ def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> No
 def test_background_removal_lets_go_of_what_it_has_removed(tmp_path: Path) -> None:
     """Thousands of files handed on (a fleet's request join hands on 26,000) are not all held until the
     block is left: a removal done is forgotten, and every file is still gone at the end."""
-    import gc
-    import time
-    from concurrent.futures import Future
-
     from replay.parallel import background_removal
     files = [tmp_path / f"b{i}.arrows" for i in range(2_000)]
     for f in files:
