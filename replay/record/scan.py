@@ -250,8 +250,13 @@ def _pieces(data: memoryview, piece_bytes: int) -> Iterator[tuple[int, int]]:
         start = end
 
 
-def _line_ends(buf: npt.NDArray[np.uint8], base: int) -> Lines:
-    return (np.flatnonzero(buf == 10) + base).astype(np.int64)
+LF_STEP = 1 << 20  # bytes looked at for LFs at a time (a mark a byte for a whole piece was 16 MiB more a worker)
+
+
+def _line_ends(buf: npt.NDArray[np.uint8], base: int = 0) -> Lines:
+    """The offsets of the LFs in ``buf``, plus ``base``."""
+    found = [np.flatnonzero(buf[i:i + LF_STEP] == 10) + (base + i) for i in range(0, len(buf), LF_STEP)]
+    return np.concatenate(found).astype(np.int64, copy=False) if found else np.zeros(0, np.int64)
 
 
 def _matches(db: hyperscan.Database, piece: memoryview) -> tuple[npt.NDArray[np.uint8], Lines]:
@@ -703,37 +708,30 @@ class PieceClasses:
 
 class PieceScanner:
     """``scan_lines`` over a log's pieces as they come (from worker threads, in any order): the templates
-    found are kept for the pieces after, each thread classifies in a buffer of its own, kept (a buffer a
-    piece costs a page fault every 4 KiB), and no incident lines are looked for."""
+    found are kept for the pieces after, and no incident lines are looked for. A piece is compared where
+    it lies (a copy with room past its end cost a page fault every 4 KiB, or a buffer kept a worker:
+    20 MiB each); a line whose last word would be read past the piece's end is left to the reference."""
 
     def __init__(self) -> None:
         self.known: list[Template] = []
         self._lock = threading.Lock()
-        self._local = threading.local()
-
-    def _buffer(self, n: int) -> npt.NDArray[np.uint8]:
-        buf: npt.NDArray[np.uint8] | None = getattr(self._local, "buf", None)
-        if buf is None or len(buf) < n:
-            buf = np.zeros(n + (n >> 2), np.uint8)
-            self._local.buf = buf
-        return buf
 
     def classify(self, piece: bytes) -> PieceClasses:
         """The classes of ``piece``'s lines (cut at LF, as ``vllm_log.physical_lines`` cuts them)."""
-        n, pad = len(piece), TEMPLATE_MAX_BYTES + 8
-        buf = self._buffer(n + pad)
-        buf[:n] = np.frombuffer(piece, np.uint8)
-        buf[n:n + pad] = 0
-        ends = np.flatnonzero(buf[:n] == 10)
+        n = len(piece)
+        buf = np.frombuffer(piece, np.uint8)
+        ends = _line_ends(buf)
         if not len(ends) or ends[-1] != n - 1:
             ends = np.append(ends, n)
         starts = np.zeros(len(ends), np.int64)
         starts[1:] = ends[:-1] + 1
+        lens = (ends - starts).astype(np.int64)
+        lens[starts + (lens + 7) // 8 * 8 > n] = 0  # (its words would run past the piece: never a template's)
         codes = np.zeros(len(ends), np.uint8)
         which = np.full(len(ends), -1, np.int32)
         known = list(self.known)
         had = len(known)
-        _place(buf, starts, (ends - starts).astype(np.int64), codes, known, which, PIECE_MIN_LINES)
+        _place(buf, starts, lens, codes, known, which, PIECE_MIN_LINES)
         if len(known) > had:
             with self._lock:
                 self.known.extend(known[had:][:max(0, KNOWN_MAX - len(self.known))])
