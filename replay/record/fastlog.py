@@ -29,8 +29,9 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from replay.filehash import (
     compression,
     damaged,
     decompressed,
+    text_bom,
     utf8_chunks,
 )
 from replay.parallel import ordered_map
@@ -272,10 +274,17 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None,
     bound = None if max_line is None else max(max_line, chunk_bytes)
     try:
         with contextlib.closing(raw), contextlib.closing(fh):
+            if kind is None and _plain_head(raw):  # (the common case: each piece read whole, as it is cut)
+                at = yield from exact_pieces(raw, chunk_bytes, hasher, bound)
+                if at is None:
+                    return
+                raw.raw.seek(at)  # (a line too long for the window: read on as below, from its start)
+                chunks: Iterator[bytes] = iter(functools.partial(fh.read, chunk_bytes), b"")
+            else:
+                chunks = utf8_chunks(fh, chunk_bytes, past_nul_run=True)  # (a hole a copytruncate left: skipped)
             held: list[bytes | memoryview] = []  # the start of the line the last read ended in (joined once it ends:
             size = 0  # joining at every read was quadratic in the line's length)
             long_head: bytes | None = None  # (the head of a line over the bound, whose rest is skipped)
-            chunks = utf8_chunks(fh, chunk_bytes, past_nul_run=True)  # (a hole a copytruncate left: skipped)
             while True:  # one copy per piece: the rest of the last read joined to this read's lines
                 chunk = next(chunks, b"")
                 if not chunk:
@@ -312,6 +321,65 @@ def text_pieces(path: Path, chunk_bytes: int, hasher: Any = None,
         if kind is None:
             raise
         raise damaged(path, kind, e) from None
+
+
+TAIL_BYTES = 1 << 16  # where a piece read whole looks for its last line end: the end of its window
+
+
+def _plain_head(raw: HashingReader) -> bool:
+    """Whether an uncompressed file opens as plain UTF-8 text: no byte-order mark, no run of NULs."""
+    head = os.pread(raw.raw.fileno(), 4, 0)
+    return len(head) == 4 and text_bom(head) is None and not head.startswith(b"\x00")
+
+
+def exact_pieces(raw: HashingReader, chunk_bytes: int, hasher: Any,
+                 bound: int | None = None) -> Generator[bytes, None, int | None]:
+    """The pieces of a plain, uncompressed file, as ``text_pieces`` cuts them (each ends at the last line
+    end before the next multiple of ``chunk_bytes``), each read once into a bytes of its own: the end of
+    its window is looked at first. Reading a window whole and joining the line it ended in to the next
+    read cost a copy and a new block's page faults a piece. Returns None at the end of the file, or the
+    offset from which the caller reads on: where a window's end holds no line end, the line across a
+    window's start is longer than ``bound``, or the file changed while it was read."""
+    fd, at, end = raw.raw.fileno(), 0, 0
+    while True:
+        was, end = end, end + chunk_bytes  # (the window after the one the last piece ended in)
+        look = max(at, end - TAIL_BYTES)
+        tail = os.pread(fd, end - look, look)
+        last = len(tail) < end - look  # (the file ends in this window: the rest is the last piece)
+        if last:
+            piece = os.pread(fd, end - at, at)
+            if len(piece) == end - at:
+                return at
+        else:
+            cut = tail.rfind(b"\n")
+            if cut < 0:
+                return at
+            piece = os.pread(fd, look + cut + 1 - at, at)
+            if len(piece) != look + cut + 1 - at or not piece.endswith(b"\n"):
+                return at
+        if bound is not None and _line_across(piece, was - at) > bound:
+            return at
+        if hasher is not None:
+            hasher.update(piece)
+        if last:
+            cut = piece.rfind(b"\n") + 1
+            if 0 < cut < len(piece):  # (a last line that no line end ends: a piece of its own)
+                yield piece[:cut]
+                piece = piece[cut:]
+            if piece:
+                yield piece
+            return None
+        at += len(piece)
+        yield piece
+
+
+def _line_across(piece: bytes, k: int) -> int:
+    """The length of the line of ``piece`` that holds its offset ``k`` (0 if none): the only one that can
+    be longer than a window."""
+    if not 0 <= k < len(piece):
+        return 0
+    stop = piece.find(b"\n", k)
+    return (len(piece) if stop < 0 else stop) - (piece.rfind(b"\n", 0, k) + 1)
 
 
 def _lines(piece: bytes, has_cr: bool = True) -> pl.Series:

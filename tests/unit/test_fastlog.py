@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import read_bundle
@@ -637,14 +637,24 @@ def test_a_debug_level_excerpt_is_a_vllm_log(tmp_path: Path) -> None:
     assert reps[0].kind == "vllm-log" and reps[0].parsed == 3000 and summary["quarantined"] == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
+@example(lengths=[0, 4], chunk=3, bound=1, final_lf=False, gz=False, tail=1 << 16)  # (a line across a window's start)
 @given(lengths=st.lists(st.integers(0, 700), min_size=1, max_size=12), chunk=st.integers(1, 200),
-       bound=st.integers(1, 400), final_lf=st.booleans(), gz=st.booleans())
+       bound=st.integers(1, 400), final_lf=st.booleans(), gz=st.booleans(), tail=st.sampled_from([1, 2, 7, 64, 1 << 16]))
 def test_text_pieces_hand_on_every_line_and_stand_in_for_those_over_the_bound(
-        lengths: list[int], chunk: int, bound: int, final_lf: bool, gz: bool) -> None:
-    """GIVEN lines of any length, read in chunks of any size THEN the pieces end at line ends and hold
+        lengths: list[int], chunk: int, bound: int, final_lf: bool, gz: bool, tail: int) -> None:
+    """GIVEN lines of any length, read in chunks of any size (a plain file's pieces read whole, a
+    window's end of any length looked at for their cut) THEN the pieces end at line ends and hold
     every line in order, except those longer than the bound (and than a chunk), which come as a
     LongLine with their length and first bytes; the hash is the file's either way."""
+    was, fastlog.TAIL_BYTES = fastlog.TAIL_BYTES, tail
+    try:
+        _pieces_hold_every_line(lengths, chunk, bound, final_lf, gz)
+    finally:
+        fastlog.TAIL_BYTES = was
+
+
+def _pieces_hold_every_line(lengths: list[int], chunk: int, bound: int, final_lf: bool, gz: bool) -> None:
     lines = [bytes([97 + i % 26]) * n for i, n in enumerate(lengths)]
     data = b"\n".join(lines) + (b"\n" if final_lf else b"")
     with tempfile.TemporaryDirectory() as td:
