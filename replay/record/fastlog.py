@@ -484,6 +484,19 @@ def _key(rank_ts: pl.Expr | None = None) -> pl.Expr:
 _KEY = _key()
 
 
+RECEIVED_SLICE_BYTES = 2 << 20  # of 'Received request' messages read at a time (each step copies its prompts)
+
+
+def _received_by_slices(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
+    """``_received`` of a few MiB of lines at a time: over a whole piece of V0's request logging, its
+    copies of the prompts and id lists held 80 MiB a worker at once."""
+    slices = -(-int(rv["msg"].str.len_bytes().sum() or 0) // RECEIVED_SLICE_BYTES)
+    if slices <= 1:
+        return _received(rv, keep_prompts)
+    rows = -(-rv.height // slices)
+    return pl.concat([_received(rv.slice(at, rows), keep_prompts) for at in range(0, rv.height, rows)])
+
+
 def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     """'Received request <id>: prompt: '…', params: SamplingParams(…), prompt_token_ids: […]' lines as
     request facts with their details, as ``vllm_log.request_details`` reads them one by one: the
@@ -812,7 +825,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
                     else known.requests.select(requests.columns))
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
     rv = cand.filter(msg.str.starts_with("Received request "))
-    rv = _received(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads), keep_prompts) \
+    rv = _received_by_slices(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads),
+                             keep_prompts) \
         if rv.height else rv.select("line", proc=pl.lit(None, dtype=pl.Utf8), fl=pl.lit(None, dtype=pl.Utf8))
     if rv.height:  # (their details: the pieces without them keep the slim schema)
         requests = pl.concat([requests, rv.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,

@@ -553,12 +553,17 @@ def test_old_call_site_form_takes_the_fast_lane(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("keep", [False, True])
-def test_received_request_lines_take_the_fast_lane(keep: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("slice_bytes", [None, 3000])
+def test_received_request_lines_take_the_fast_lane(keep: bool, slice_bytes: int | None, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """'Received request' lines (vLLM 0.6-0.9 log one per request by default, with prompt, parameters
     and token ids) go through the vectorised lane with every detail the reference reads: parameters
     after the last 'params: ' (a prompt that says 'params: n=9' does not count), the token count,
     the prompt's length and sha256, and the prompt itself only with --keep-prompts. A prompt quoting
-    a stats line stays a stats fact, as in the reference."""
+    a stats line stays a stats fact, as in the reference. The same where a piece's lines are read a
+    few KiB at a time (``RECEIVED_SLICE_BYTES``)."""
+    if slice_bytes is not None:
+        monkeypatch.setattr(fastlog, "RECEIVED_SLICE_BYTES", slice_bytes)
     quoting = ("(APIServer pid=1) INFO 05-19 10:14:00 [logger.py:39] Received request cmpl-q-0: prompt: 'my log says "
                "Running: 5 reqs, Waiting: 0 reqs, GPU KV cache usage: 80.0%, why?', params: SamplingParams(n=1)")
     lines = [RECEIVED.format(s=i % 60, r=i, n=i % 3) for i in range(2000)] + [quoting, ADDED.format(s=1, r=5)]
@@ -576,12 +581,16 @@ def test_received_request_lines_take_the_fast_lane(keep: bool, tmp_path: Path) -
     assert [s for s in got[0] if s[0] == 2001] and not [r for r in got[1] if r[0] == 2001]  # the quoting line: stats
 
 
-def test_received_lines_of_every_shape_read_as_the_reference_reads_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("slice_bytes", [None, 5000])
+def test_received_lines_of_every_shape_read_as_the_reference_reads_them(slice_bytes: int | None, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The vectorised lane takes a 'Received request' line's prompt and token ids as whole matches and
     its parameters by a split (captures over kilobytes of prompt were its slowest step): on lines whose
     prompt quotes the markers themselves, is double-quoted with escapes, is None or runs to kilobytes,
     whose id list is empty, cut short with '...', spaced oddly or missing, and whose parameters are
-    missing, it reads what the line-by-line reference reads."""
+    missing, it reads what the line-by-line reference reads; also a few KiB of lines at a time."""
+    if slice_bytes is not None:
+        monkeypatch.setattr(fastlog, "RECEIVED_SLICE_BYTES", slice_bytes)
     head = "(APIServer pid=1) INFO 05-19 10:15:{s:02d} [logger.py:39] Received request cmpl-{i}-0: "
     params = "params: SamplingParams(n={n}, best_of=None, temperature=0.7, max_tokens={m}, logprobs=2, prompt_logprobs=None)"
     bodies = [
