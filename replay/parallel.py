@@ -10,6 +10,7 @@ submit every item at once and hold all their inputs and results; this holds at m
 from __future__ import annotations
 
 import shutil
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -97,13 +98,27 @@ def background_removal() -> Iterator[Callable[[Path], None]]:
     when the caller's own cleanup removes the folder around it made the two race, and left that folder
     (a recorder's partial bundle and its spill) behind."""
     with ThreadPoolExecutor(1, thread_name_prefix="remove") as pool:
-        handed: deque[Future[None]] = deque()  # (those not yet done: one thread removes them in turn; a
-        # fleet's request join hands on 26,000 files, whose futures held 44 MiB until the block was left)
+        handed: deque[Future[None]] = deque()  # (those not yet done: one thread removes them in turn)
+        lock = threading.Lock()
+        waiting: list[list[Path]] = []  # the paths of the job not yet started, which later paths join: while
+        # the thread lags, a fleet's request join hands on 25,000 files, and a job each held ~3 KB until done
+
+        def run(paths: list[Path]) -> None:
+            with lock:
+                if waiting and waiting[0] is paths:
+                    waiting.clear()  # (started: later paths make a job of their own)
+            for path in paths:
+                _remove(path)
 
         def remove(path: Path) -> None:
-            while handed and handed[0].done():
-                handed.popleft()
-            handed.append(pool.submit(_remove, path))
+            with lock:
+                if waiting:
+                    waiting[0].append(path)
+                    return
+                waiting.append([path])
+                while handed and handed[0].done():
+                    handed.popleft()
+                handed.append(pool.submit(run, waiting[0]))
         try:
             yield remove
         finally:

@@ -105,6 +105,32 @@ def test_background_removal_lets_go_of_what_it_has_removed(tmp_path: Path) -> No
     assert held < 100 and not any(f.exists() for f in files)
 
 
+def test_a_lagging_removal_holds_a_job_or_two_not_one_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN removals slower than the files come (unlinks waiting on a journal the bundle's writing
+    keeps busy) THEN the files handed on meanwhile join the job that waits, instead of a job each (at
+    a fleet's size: 25,000 of them, ~3 KB each), and every one is gone when the block is left."""
+    from replay import parallel
+    plain = parallel._remove
+    started = threading.Event()
+
+    def slow(path: Path) -> None:
+        started.set()
+        time.sleep(0.002)
+        plain(path)
+    monkeypatch.setattr(parallel, "_remove", slow)
+    files = [tmp_path / f"b{i}.arrows" for i in range(1_000)]
+    for f in files:
+        f.touch()
+    with parallel.background_removal() as remove:
+        remove(files[0])
+        started.wait(10)
+        for f in files[1:]:
+            remove(f)
+        held = sum(isinstance(o, Future) for o in gc.get_objects())
+        assert any(f.exists() for f in files)  # (it lags: the check above ran while files were left)
+    assert held <= 3 and not any(f.exists() for f in files)
+
+
 _INTERRUPTED_REMOVAL = """
 import signal, sys, threading, time
 from pathlib import Path
