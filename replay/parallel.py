@@ -100,25 +100,27 @@ def background_removal() -> Iterator[Callable[[Path], None]]:
     with ThreadPoolExecutor(1, thread_name_prefix="remove") as pool:
         handed: deque[Future[None]] = deque()  # (those not yet done: one thread removes them in turn)
         lock = threading.Lock()
-        waiting: list[list[Path]] = []  # the paths of the job not yet started, which later paths join: while
+        waiting: list[Path] | None = None  # the paths of the job not yet started, which later paths join: while
         # the thread lags, a fleet's request join hands on 25,000 files, and a job each held ~3 KB until done
 
         def run(paths: list[Path]) -> None:
+            nonlocal waiting
             with lock:
-                if waiting and waiting[0] is paths:
-                    waiting.clear()  # (started: later paths make a job of their own)
+                if waiting is paths:
+                    waiting = None  # (started: later paths make a job of their own)
             for path in paths:
                 _remove(path)
 
         def remove(path: Path) -> None:
+            nonlocal waiting
             with lock:
-                if waiting:
-                    waiting[0].append(path)
+                if waiting is not None:
+                    waiting.append(path)
                     return
-                waiting.append([path])
+                waiting = [path]
                 while handed and handed[0].done():
                     handed.popleft()
-                handed.append(pool.submit(run, waiting[0]))
+                handed.append(pool.submit(run, waiting))
         try:
             yield remove
         finally:
