@@ -409,11 +409,12 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spil
         # (fast-lane facts have no details: their null columns cost a fifth of the join below)
         facts = facts.drop([c for c in fastlog.REQUEST_DETAILS if facts[c].null_count() == facts.height])
         df = _partials(facts).with_columns(bucket=pl.col("h") % nb)
-        written = []
+        written: list[tuple[int, Path]] = []
         for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
-            written.append((b, Path(tmp) / f"b{b:05d}.g{g:05d}.arrows"))
-            part.write_ipc_stream(written[-1][1])  # (an IPC stream: a third cheaper to write than an IPC
-            # file, half as costly to read back whole)
+            path = Path(tmp) / f"b{b:05d}.g{g:05d}.arrows"
+            part.write_ipc_stream(path)  # (an IPC stream: a third cheaper to write than an IPC file, half as
+            # costly to read back whole)
+            written.append((b, path))
         return written
 
     parts: list[list[Path]] = [[] for _ in range(nb)]  # each bucket's files, in the order of their groups
