@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# NVML's "not available" for a process's memory (NVML_VALUE_NOT_AVAILABLE_ulonglong): nvidia-ml-py turns
+# it into None itself; a copy that does not is read the same
+_NOT_AVAILABLE = 2**64 - 1
+
 
 @dataclass
 class GpuMemory:
@@ -62,7 +66,7 @@ class Nvml:
             try:
                 for p in n.nvmlDeviceGetComputeRunningProcesses(h):
                     used = p.usedGpuMemory
-                    procs[int(p.pid)] = None if used in (None, n.NVML_VALUE_NOT_AVAILABLE) else int(used)
+                    procs[int(p.pid)] = None if used is None or int(used) == _NOT_AVAILABLE else int(used)
             except n.NVMLError:
                 pass
             name = n.nvmlDeviceGetName(h)

@@ -97,10 +97,12 @@ def test_live_on_a_unified_memory_gpu_records_its_processes_and_says_why_no_devi
         raise NotSupported("Not Supported")
 
     fake = types.SimpleNamespace(
-        NVMLError=NotSupported, nvmlMemory_v2=2, NVML_VALUE_NOT_AVAILABLE=2**64 - 1, nvmlDeviceGetMemoryInfo=memory_info,
+        NVMLError=NotSupported, nvmlMemory_v2=2, nvmlDeviceGetMemoryInfo=memory_info,
         nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=114687, usedGpuMemory=19135 * 2**20)],
         nvmlDeviceGetName=lambda h: "NVIDIA GB10", nvmlDeviceGetUUID=lambda h: b"GPU-2dee1e25",
         nvmlShutdown=lambda: None)
+    import pynvml
+    assert [k for k in vars(fake) if not hasattr(pynvml, k)] == []  # (a name the real module lacks hid a crash)
     nv = Nvml.__new__(Nvml)
     nv._n, nv._handles = fake, [object()]
     [g] = nv.read()
@@ -182,3 +184,28 @@ def test_live_pid_that_is_no_process_is_refused(server: _Server, tmp_path: Path)
     with pytest.raises(ReplayError, match="--pid 999999999: no such process"):
         record_live(server.url, tmp_path / "b", duration_s=0.1, pid=999999999, console=Console(file=io.StringIO()))
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("stated", [None, 2**64 - 1])
+def test_a_gpu_process_whose_memory_nvml_does_not_state_is_unknown(stated: int | None) -> None:
+    """GIVEN a compute process whose memory NVML does not state (nvidia-ml-py gives None for
+    NVML_VALUE_NOT_AVAILABLE; the raw value read the same) THEN it is listed with memory unknown, and
+    the read does not fail (on a real GPU, reading any process raised AttributeError and ended the
+    sampler's thread)."""
+    import types
+
+    import pynvml
+
+    from replay.nvml import Nvml
+
+    mem = types.SimpleNamespace(total=8 << 30, used=1 << 30, free=7 << 30, reserved=0)
+    fake = types.SimpleNamespace(
+        NVMLError=pynvml.NVMLError, nvmlMemory_v2=pynvml.nvmlMemory_v2,
+        nvmlDeviceGetMemoryInfo=lambda h, version=None: mem,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=stated),
+                                                        types.SimpleNamespace(pid=8, usedGpuMemory=1 << 30)],
+        nvmlDeviceGetName=lambda h: "NVIDIA H200", nvmlDeviceGetUUID=lambda h: "GPU-e607f875")
+    nv = Nvml.__new__(Nvml)
+    nv._n, nv._handles = fake, [object()]
+    [g] = nv.read()
+    assert g.processes == {7: None, 8: 1 << 30} and g.used_bytes == 1 << 30
