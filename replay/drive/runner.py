@@ -521,9 +521,11 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
             signal.signal(signal.SIGTERM, on_sigint)  # (a stop asked of the replay ends it as Ctrl-C does: a complete bundle)
         if emulation is not None:  # before the engine starts: vLLM measures free memory at startup
             with console.status(f"holding a {emulation['ballast_bytes'] / 2**30:.1f} GiB ballast on GPU 0"):
-                ballast = Ballast(spec.python, int(emulation["ballast_bytes"]), "cuda:0")
+                free = nvml.read()[0].free_bytes if nvml is not None else None
+                ballast = Ballast(spec.python, int(emulation["ballast_bytes"]), "cuda:0", free_before_bytes=free)
                 ballast.start()
                 emulation["ballast_pid"] = ballast.pid
+                emulation["ballast_context_bytes"] = ballast.context_bytes
         with console.status(f"starting vLLM {spec.version} ({spec.device}) server"):
             server.start()
         ready_us = int((server.ready_at or time.time()) * 1e6 - t_wall0 * 1e6)

@@ -25,14 +25,17 @@ def _engine_python():  # type: ignore[no-untyped-def]
     return spec.python
 
 
-def test_ballast_holds_and_releases_memory() -> None:
+@pytest.mark.parametrize("free_before", [None, 64 * 2**30])
+def test_ballast_holds_and_releases_memory(free_before: int | None) -> None:
+    """The whole size is held; on CPU no CUDA context is counted in it, told the free memory or not."""
     size = 512 * 2**20
-    b = Ballast(_engine_python(), size, device="cpu")
+    b = Ballast(_engine_python(), size, device="cpu", free_before_bytes=free_before)
     b.start()
     pid = b.pid
     assert pid is not None
     rss = psutil.Process(pid).memory_info().rss
     assert rss >= size  # really held, pages touched
+    assert b.context_bytes == (None if free_before is None else 0)
     b.stop()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
