@@ -57,6 +57,8 @@ class Sampler:
         self.peak_rss: int | None = None
         self.last_kv: float | None = None
         self.metrics_errors = 0
+        self.failed: dict[str, int] = {}  # ticks of a thread that raised ("memory", "metrics")
+        self.first_failure: dict[str, str] = {}  # what the first of them raised
 
     def t_us(self) -> int:
         return int((time.time() - self.t0) * 1_000_000)
@@ -146,10 +148,19 @@ class Sampler:
         start_cpu = time.thread_time()
         nxt = time.monotonic()
         while not self._stop.is_set():
-            tick()
+            try:
+                tick()
+            except Exception as e:  # (one failed reading is a gap in the series, not the end of them all)
+                self.failed[what] = self.failed.get(what, 0) + 1
+                self.first_failure.setdefault(what, f"{type(e).__name__}: {e}")
             self._cpu_s[what] = time.thread_time() - start_cpu
             nxt = max(nxt + self.interval_s, time.monotonic())
             self._stop.wait(max(0.0, nxt - time.monotonic()))
+
+    def failures(self) -> list[str]:
+        """Each thread's failed ticks, said once with what the first raised (none: an empty list)."""
+        return [f"{what} sampling failed {n} time(s), its series has gaps there (first: {self.first_failure[what]})"
+                for what, n in sorted(self.failed.items())]
 
     def _loop(self) -> None:
         self._every("memory", lambda: self.sample_once(None))

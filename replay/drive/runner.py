@@ -640,6 +640,9 @@ def _run(trace_path: Path, opts: RunOptions, console: Console | None = None) -> 
         console.print(f"[yellow]note:[/] {driver.stats.waited_for_connection} requests were sent late: this process may "
                       f"hold {driver.stats.connection_cap} connections at once (its open-file limit); their lateness "
                       "is in the bundle")
+    for failure in sampler.failures() if sampler else []:
+        meta.notes.append(failure)
+        console.print(f"[yellow]warning:[/] {escape(failure)}")
     replay_cpu = time.process_time() - cpu0
     meta.extra.update({
         "outcome": outcome, "baseline_rss_bytes": baseline,

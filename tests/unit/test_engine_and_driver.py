@@ -97,6 +97,36 @@ def test_a_slow_metrics_endpoint_does_not_hold_back_memory_samples(tmp_path: Pat
     assert s.cpu_s > 0
 
 
+def test_a_failing_nvml_read_leaves_gaps_not_the_end_of_sampling(tmp_path: Path) -> None:
+    """GIVEN NVML whose every other read raises (a driver hiccup; an AttributeError ended the sampler's
+    thread at its first read on a real GPU) WHEN the sampler runs THEN it keeps sampling: the process
+    memory of every tick and NVML's of the reads that worked are in the bundle, and the failures are
+    counted and said once, with what the first raised."""
+    import time
+
+    class Flaky(FakeNvml):
+        def read(self) -> list[GpuMemory]:
+            self.calls += 1
+            if self.calls % 2:
+                raise AttributeError("module 'pynvml' has no attribute 'X'")
+            return self.frames[0]
+
+    nv = Flaky([[GpuMemory(0, "H100", "GPU-x", 80 * 2**30, 2**30, 79 * 2**30, None, {})]])
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="replay"))
+    s = Sampler(w, time.time(), metrics_url=None, rss=lambda: 2**30, nvml=nv, interval_s=0.02)
+    s.start()
+    time.sleep(0.5)
+    s.stop()
+    w.close()
+    b = read_bundle(tmp_path / "b")
+    rss = b.samples.filter(b.samples["metric"] == "process_rss_bytes").height
+    used = b.samples.filter(b.samples["metric"] == "device_used_bytes").height
+    assert rss >= 10 and nv.calls >= 10 and used == nv.calls // 2
+    assert s.failed == {"memory": (nv.calls + 1) // 2}
+    [said] = s.failures()
+    assert said.startswith(f"memory sampling failed {s.failed['memory']} time(s)") and "AttributeError" in said
+
+
 def test_engine_args_file_must_hold_an_object(tmp_path: Path) -> None:
     """The --engine-args file is an object of argument names and values, and --set overrides it; a
     list or a file that is no JSON is refused naming the file (a list ended in dict.update's error)."""
