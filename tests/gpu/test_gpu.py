@@ -174,3 +174,37 @@ def test_emulated_capacity_leaves_an_engine_production_s_free_memory() -> None:
     taken = free_alone - int(beside.stdout.split()[0])
     assert abs(taken - plan["ballast_bytes"]) < 64 * 2**20, (taken - plan["ballast_bytes"]) / 2**20
     assert b.context_bytes is not None and 0 < b.context_bytes < 4 * 2**30
+
+
+def test_live_recording_keeps_a_real_gpu_process_s_memory(tmp_path: Path) -> None:
+    """`record --live --nvml` beside a vLLM-like /metrics endpoint while a torch process holds 3 GiB:
+    the recording runs its whole duration (its first NVML read of a GPU with a process raised, and
+    ended it), and that process's memory is a series of its own, of at least what it holds."""
+    import io
+
+    import polars as pl
+    from rich.console import Console
+
+    from replay.bundle import read_bundle
+    from replay.record.live import record_live
+    from tests.conftest import DATA, metrics_server
+
+    hold = ("import sys, torch\nx = torch.ones(3 * 2**30, dtype=torch.uint8, device='cuda')\n"
+            "torch.cuda.synchronize()\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    child = subprocess.Popen([str(_torch_python()), "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().startswith("ready")
+        with metrics_server((DATA / "vllm_v0_metrics_excerpt.prom").read_bytes()) as url:
+            res = record_live(url, tmp_path / "live", interval_s=0.1, duration_s=1.5, use_nvml=True,
+                              console=Console(file=io.StringIO()))
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=60)
+    assert res["seconds"] >= 1.5
+    s = read_bundle(tmp_path / "live").samples
+    mine = s.filter((pl.col("source") == "nvml") & (pl.col("metric") == f"process_used_bytes:{child.pid}"))
+    assert mine.height >= 10 and float(mine["value"].min()) >= 3 * 2**30  # type: ignore[arg-type]
+    used = s.filter((pl.col("source") == "nvml") & (pl.col("metric") == "device_used_bytes"))
+    assert used.height >= 10 and float(used["value"].min()) >= 3 * 2**30  # type: ignore[arg-type]
