@@ -404,6 +404,43 @@ def test_request_rows_do_not_depend_on_repeated_request_lines_or_buckets(bucket:
     assert whole.filter(pl.col("id") == "late-0")["status"].to_list() == ["unknown"]
 
 
+def test_the_request_join_spills_a_file_a_bucket_not_one_a_bucket_and_group(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a log whose request facts fall in many groups of pieces and many hash buckets THEN the join
+    spills one file for each bucket, every group's rows of it in that file (one file a bucket and a
+    group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day), and each is removed once its
+    bucket is joined; the rows are those of a join in one go."""
+    import contextlib
+
+    from replay.record import fastlog, recorder
+    lines = []
+    for i in range(60):
+        lines.append(f"INFO 02-12 12:20:{i % 60:02d} async_llm_engine.py:211] Added request cmpl-{i}.")
+        lines.append(f"INFO 02-12 12:21:{i % 60:02d} async_llm_engine.py:179] Finished request cmpl-{i}.")
+    log = tmp_path / "many.log"
+    log.write_text("\n".join(lines) + "\n")
+    record([log], tmp_path / "whole", RecordOptions(year=2025))
+    removed: list[Path] = []
+
+    @contextlib.contextmanager
+    def removal():  # type: ignore[no-untyped-def]
+        def remove(p: Path) -> None:
+            removed.append(p)
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+        yield remove
+
+    monkeypatch.setattr(recorder, "background_removal", removal)
+    monkeypatch.setattr(fastlog, "BUCKET_FACTS", 10)
+    monkeypatch.setattr(fastlog, "CHUNK_BYTES", 1024)
+    record([log], tmp_path / "split", RecordOptions(year=2025))
+    spilled = [p.name for p in removed if p.suffix == ".arrows"]
+    buckets = fastlog.buckets_for(120)
+    assert len(spilled) == len(set(spilled)) == buckets == 12
+    assert all(re.fullmatch(r"b\d{5}\.arrows", n) for n in spilled)
+    whole, split = (read_bundle(tmp_path / d).requests.sort("id") for d in ("whole", "split"))
+    assert split.height == 60 and split.equals(whole)
+
+
 def test_request_rows_are_in_order_of_arrival_line_then_finish_line() -> None:
     """GIVEN partial rows with and without an arrival or finish line, some sharing an arrival line THEN
     the rows come in the order of a sort by arrival line, then finish line, nulls last (the two stable
