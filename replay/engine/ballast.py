@@ -7,9 +7,9 @@ the production one (``scaled_utilization``). The helper only allocates memory; i
 setting. On CPU the same helper holds host memory, which is how its life cycle is tested here.
 
 The helper's own CUDA context takes device memory too (619 MiB on an H200 with torch 2.11, 527 of
-them the context and the rest the kernels loaded at first use): given
-the device's free bytes before it starts (NVML's), the helper measures its context and allocates that
-much less, so that the engine finds exactly ``nbytes`` fewer free.
+them the context and the rest the kernels loaded at first use): given the device's free bytes before
+it starts (NVML's), the helper measures its context and allocates that much less, so that the engine
+finds exactly ``nbytes`` fewer free.
 """
 
 from __future__ import annotations
