@@ -101,7 +101,8 @@ def background_removal() -> Iterator[Callable[[Path], None]]:
         handed: deque[Future[None]] = deque()  # (those not yet done: one thread removes them in turn)
         lock = threading.Lock()
         waiting: list[Path] | None = None  # the paths of the job not yet started, which later paths join: while
-        # the thread lags, a fleet's request join hands on 25,000 files, and a job each held ~3 KB until done
+        # the thread lags, each path handed on would be a job of ~3 KB until done (a fleet's request join hands
+        # on a file for each piece of log and each bucket, ~770; 25,000 when it spilled one a bucket and group)
 
         def run(paths: list[Path]) -> None:
             nonlocal waiting

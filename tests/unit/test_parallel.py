@@ -88,7 +88,7 @@ def test_background_removal_is_done_when_its_block_is_left(tmp_path: Path) -> No
 
 
 def test_background_removal_lets_go_of_what_it_has_removed(tmp_path: Path) -> None:
-    """Thousands of files handed on (a fleet's request join hands on 26,000) are not all held until the
+    """Thousands of files handed on (a fleet's request join once handed on 26,000) are not all held until the
     block is left: a removal done is forgotten, and every file is still gone at the end."""
     from replay.parallel import background_removal
     files = [tmp_path / f"b{i}.arrows" for i in range(2_000)]
@@ -107,8 +107,9 @@ def test_background_removal_lets_go_of_what_it_has_removed(tmp_path: Path) -> No
 
 def test_a_lagging_removal_holds_a_job_or_two_not_one_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN removals slower than the files come (unlinks waiting on a journal the bundle's writing
-    keeps busy) THEN the files handed on meanwhile join the job that waits, instead of a job each (at
-    a fleet's size: 25,000 of them, ~3 KB each), and every one is gone when the block is left."""
+    keeps busy) THEN the files handed on meanwhile join the job that waits, instead of a job each (of
+    ~3 KB each: 25,000 of them when a fleet's request join spilled a file a bucket and group), and every
+    one is gone when the block is left."""
     from replay import parallel
     plain = parallel._remove
     started = threading.Event()
