@@ -114,6 +114,25 @@ def test_samples_spilled_while_the_files_are_read_make_the_same_bundle(
     assert not (tmp_path / "spilled" / ".spill").exists()
 
 
+def test_another_machines_spilled_samples_are_tagged_a_slice_at_a_time(tmp_path: Path) -> None:
+    """A node's spilled samples, tagged as another machine's, are written SAMPLES_AT_ONCE rows at a time:
+    each slice is read from the file as a slice (the tag looked up row by row). A test on the column's
+    distinct names in the query read and tagged the whole file for every slice: a node's day of
+    nvidia-smi six times over, 150 MiB each time, the recording's peak at a fleet's day."""
+    from replay.record.recorder import _own_series, _slices
+    pl.DataFrame({"t_us": [1, 2, 3, 4, 5], "gpu": [0, 0, 1, 1, 0],
+                  "source": ["nvidia-smi", "vllm-log", "nvidia-smi[GPU_I_ID=3]", "dcgm", "nvidia-smi"],
+                  "metric": ["device_used_bytes"] * 5, "value": [1.0, 2.0, 3.0, 4.0, 5.0]}).write_ipc(tmp_path / "s.arrow")
+    tagged = _own_series(pl.scan_ipc(tmp_path / "s.arrow"), "smi-node1.csv")
+    assert pl.concat(list(_slices(tagged, 2)))["source"].to_list() == [
+        "nvidia-smi[smi-node1.csv]", "vllm-log", "nvidia-smi[GPU_I_ID=3][smi-node1.csv]", "dcgm[smi-node1.csv]",
+        "nvidia-smi[smi-node1.csv]"]
+    plan = tagged.slice(2, 2).explain()
+    assert "SLICE" in plan.split("SCAN", 1)[1] and "SLICE" not in plan.split("SCAN", 1)[0]  # (pushed to the file)
+    categories = _own_series(pl.scan_ipc(tmp_path / "s.arrow").with_columns(pl.col("source").cast(pl.Categorical)), "n")
+    assert categories.collect()["source"].to_list()[:2] == ["nvidia-smi[n]", "vllm-log"]  # (a bundle's, re-recorded)
+
+
 def test_which_replica_crashed_first_is_stated(fleet: tuple[Path, list]) -> None:
     """The replica whose crash comes first (replica-1, at 19:05) is named first by the analysis, then the
     others in order, and the postmortem's findings say so."""
