@@ -18,7 +18,11 @@ and, where installed, google-re2's Set (line by line), ahocorasick-rs (literals 
 buffer) and polars (lines read, one multi-literal pass). Each is timed by wall clock and CPU time
 (this machine is shared: CPU time is the steadier ratio).
 
-Usage: python benchmarks/bench_time_to_answer.py [--scale 0.02] [--full] [--scanners 1.0] [--keep DIR]
+With ``--repeat N``, ``record`` runs N times at each scale and its median run is shown (and the ratio of
+peaks taken from the medians): one run's peak on this machine moves by ±10 % from run to run. With
+``--keep DIR``, evidence kept there by an earlier run at the same scale is used again.
+
+Usage: python benchmarks/bench_time_to_answer.py [--scale 0.02] [--full] [--scanners 1.0] [--keep DIR] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -183,18 +187,43 @@ def chromium_open_s(html: Path, scratch: Path) -> tuple[float, float, bool] | No
     return secs, blank, 'data-errors="0"' in body and f'data-figures-rendered="{exp}"' in body
 
 
-def pipeline(root: Path, scale: float) -> tuple[list[Stage], int, int]:
-    """Build the fleet's evidence at ``scale`` and run the four stages; (stages, evidence bytes, report bytes)."""
+def evidence(root: Path, scale: float) -> list[Path]:
+    """The fleet's evidence at ``scale`` under ``root``: built, or the files a run before this one built
+    there (with --keep; a marker says they are whole and of which scale)."""
+    marker = root / "evidence" / ".complete"
+    if marker.exists() and marker.read_text() == f"{scale:g}":
+        return sorted(p for p in (root / "evidence").iterdir() if not p.name.startswith("."))
     files = fleet(root / "evidence", scale)
     os.sync()
+    marker.write_text(f"{scale:g}")
+    return files
+
+
+def median_stage(runs: list[Stage]) -> Stage:
+    """The stage's median run: wall time, CPU time and peak each the median of the runs' own."""
+    def mid(xs: list[float]) -> float:
+        return sorted(xs)[len(xs) // 2]
+    return Stage(runs[0].name, mid([r.secs for r in runs]), int(mid([r.peak_bytes for r in runs])),
+                 mid([r.cpu_s for r in runs]))
+
+
+def pipeline(root: Path, scale: float, repeat: int = 1) -> tuple[list[Stage], list[Stage], int, int]:
+    """Build the fleet's evidence at ``scale`` (or reuse it) and run the four stages, ``record``
+    ``repeat`` times; (stages, the record's runs, evidence bytes, report bytes). With repeats, the
+    record's stage is its median run (this machine's runs of one record differ by 10-20 %)."""
+    files = evidence(root, scale)
     size = sum(f.stat().st_size for f in files)
     bundle, html, pm = root / "fleet.bundle", root / "fleet.html", root / "postmortem.md"
     replay = [sys.executable, "-m", "replay"]
-    stages = [measured("record", [*replay, "record", *map(str, files), "-o", str(bundle), "--year", "2026"]),
+    runs = []
+    for _ in range(repeat):
+        shutil.rmtree(bundle, ignore_errors=True)
+        runs.append(measured("record", [*replay, "record", *map(str, files), "-o", str(bundle), "--year", "2026"]))
+    stages = [median_stage(runs),
               measured("analyze", [*replay, "analyze", str(bundle)]),
               measured("report", [*replay, "report", str(bundle), "-o", str(html)]),
               measured("postmortem", [*replay, "postmortem", str(bundle), "-o", str(pm)])]
-    return stages, size, html.stat().st_size
+    return stages, runs, size, html.stat().st_size
 
 
 # --- scanner candidates ---------------------------------------------------------------------------
@@ -305,7 +334,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.02, help="of a fleet's day: 1 is 8 × 1.2 GiB of logs and 24 h of 64 GPUs")
     ap.add_argument("--full", action="store_true", help="the issue's full size (--scale 1)")
     ap.add_argument("--scanners", type=float, default=0.0, help="GiB of log to time the line classifiers on (0: none)")
-    ap.add_argument("--keep", type=Path, help="keep the evidence, bundle and report here")
+    ap.add_argument("--keep", type=Path, help="keep the evidence, bundle and report here (and reuse evidence kept before)")
+    ap.add_argument("--repeat", type=int, default=1, help="record this many times at each scale; its median is shown")
     a = ap.parse_args()
     if a.scanners:
         scanners(a.scanners)
@@ -314,7 +344,7 @@ def main() -> None:
     for s in (scale / 10, scale):
         root = (a.keep / f"scale-{s:g}") if a.keep else Path(tempfile.mkdtemp(prefix="fleet-"))
         try:
-            stages, size, report = pipeline(root, s)
+            stages, runs, size, report = pipeline(root, s, a.repeat)
             shot = chromium_open_s(root / "fleet.html", root / "chromium")
         finally:
             if not a.keep:
@@ -324,7 +354,10 @@ def main() -> None:
         print(f"scale {s:g}: {size / 2**30:.2f} GiB of evidence -> postmortem in {total:.1f} s "
               f"(target < 60 s at scale 1); peak anon RSS {peaks[s] / 2**20:.0f} MiB; report {report / 2**20:.1f} MB")
         for st in stages:
-            print(f"  {st.name:<10} {st.secs:7.2f} s  (CPU {st.cpu_s:6.2f} s)  peak anon RSS {st.peak_bytes / 2**20:6.0f} MiB")
+            print(f"  {st.name:<10} {st.secs:7.2f} s  (CPU {st.cpu_s:6.2f} s)  peak anon RSS {st.peak_bytes / 2**20:6.0f} MiB"
+                  + (" (median of runs below)" if st.name == "record" and len(runs) > 1 else ""))
+        if len(runs) > 1:
+            print("  record runs: " + "; ".join(f"{r.secs:.1f} s, {r.peak_bytes / 2**20:.0f} MiB" for r in runs))
         if shot is not None:
             print(f"  chromium   {shot[0]:7.2f} s to open and draw the report ({'every figure drawn' if shot[2] else 'NOT every figure drawn'}; "
                   f"{shot[1]:.2f} s of it Chromium's own start, a blank page's)")
