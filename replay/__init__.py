@@ -14,8 +14,11 @@ import os
 # the freed pages made memory grow with the length of the file (a 10M-row import peaked 1.5x above a
 # 1M-row one). Given back at once, every piece faulted its pages in anew: recording a 1 GiB log took
 # 1.1M page faults and 6 s of system time. A second's hold keeps both down (10M/1M rows 1.1-1.2x;
-# the 1 GiB log 0.4-0.6M faults, 4-4.5 s). It must be set before polars is first imported, which is
-# why it is here; a setting of the user's own wins.
-os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0")
+# the 1 GiB log 0.4-0.6M faults, 4-4.5 s). Its per-thread caches are off: a thread's cache holds the
+# small blocks it freed, and while the request join fed the Parquet sink (a Python source that polars'
+# own threads read) memory grew by ~1.2 MiB a bucket, to the recording's peak at a fleet's day (a fleet's
+# 4 logs: 246 -> 363 MiB over 97 buckets with them, 206-237 MiB throughout without; no slower). It must
+# be set before polars is first imported, which is why it is here; a setting of the user's own wins.
+os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0,tcache:false")
 
 __version__ = "0.1.0"
