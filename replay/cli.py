@@ -30,7 +30,7 @@ from rich.progress import (
 from rich.table import Table
 
 from replay.atomic import WRITE_WHY, unpart, write_error
-from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, EXIT_TERMINATED, ReplayError, Terminated
+from replay.errors import EXIT_CHECK_FAILED, EXIT_IO, EXIT_TERMINATED, ReplayError
 from replay.text import console as _console
 from replay.text import printable
 
@@ -782,17 +782,6 @@ def check(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-_terminated: list[int] = []  # (SIGTERM came: whatever exit the command took for it, the process exits 143)
-
-
-def _on_sigterm(signum: int, _frame: object) -> None:
-    """SIGTERM (kill, systemd, Kubernetes) stops a command as Ctrl-C does, so that what it was writing is
-    cleaned up (the default ended the process where it stood, its spilled and half-written files left)."""
-    if not _terminated:
-        _terminated.append(signum)
-        raise Terminated()
-
-
 def _register_matrix() -> None:
     from replay.matrix.commands import bisect_cmd, matrix_cmd
     app.command("matrix")(matrix_cmd)
@@ -803,8 +792,8 @@ _register_matrix()
 
 
 def main() -> None:
-    import signal
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    from replay import signals
+    signals.install()
     try:
         app()
     except ReplayError as e:
@@ -818,14 +807,17 @@ def main() -> None:
         sys.exit(EXIT_IO)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]")
-        sys.exit(EXIT_TERMINATED if _terminated else 130)
+        sys.exit(signals.stopped() or 130)
     except SystemExit as e:
-        if _terminated and e.code == 130:  # (the command's own 'interrupted', for SIGTERM)
+        if signals.stopped() == EXIT_TERMINATED and e.code == 130:  # (the command's own 'interrupted', for SIGTERM)
             sys.exit(EXIT_TERMINATED)
         raise
     except GeneratorExit:
         raise
     except BaseException as e:  # a bug, not bad input (a library's panic is a BaseException)
+        if (code := signals.stopped()) is not None:  # (an interrupt a library turned into an error of its own)
+            err.print("[yellow]interrupted[/]")
+            sys.exit(code)
         full = write_error(e, "")  # (a full disk inside a library that names no file: still no bug)
         if full is not None:
             err.print(f"[red]error:[/] {escape(WRITE_WHY[full.errno or 0])}")

@@ -1,0 +1,96 @@
+"""How Ctrl-C and SIGTERM reach the program: as KeyboardInterrupt (SIGTERM as its subclass
+``Terminated``), raised where the program stands, so that what it was writing is cleaned up, but never
+inside polars' own Python code. polars calls it back from Rust (a dtype's conversion, a category's
+lookup) and turns an exception raised there into a ``TypeError`` or a Rust panic, printed with its
+traceback; the interrupt is then lost and the command ends as if on a bug. A signal that lands in
+polars' code is raised at the next line of the code below it, once polars returned to it."""
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any, NoReturn
+
+from replay.errors import EXIT_TERMINATED, Terminated
+
+_NATIVE = ("polars",)  # (packages whose Python code a native library calls back into)
+
+received: list[int] = []  # every signal that came, in order (whatever error the command ended on, it was stopped)
+_raised: set[int] = set()
+_put_off: list[int] = []  # (the signal waiting for polars to return, if any)
+
+
+def install() -> None:
+    """SIGINT and SIGTERM raise as described above (the main thread only: the others get none)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _on_signal)
+
+
+def stopped() -> int | None:
+    """The exit status for the signal that stopped the command (130 Ctrl-C, 143 SIGTERM); None if none came."""
+    if signal.SIGTERM in received:
+        return EXIT_TERMINATED
+    return 130 if received else None
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGTERM and signum in _raised:
+        return  # (a second SIGTERM while the first is cleaned up: the cleanup goes on)
+    received.append(signum)
+    if _put_off:  # (one is waiting already: it is raised, as SIGTERM if either was)
+        _put_off[0] = signal.SIGTERM if signal.SIGTERM in (signum, _put_off[0]) else signum
+        return
+    caller = _native_caller(frame)
+    if caller is None or sys.gettrace() is not None:  # (a debugger's trace function is left alone)
+        _raise(signum)
+    _put_off.append(signum)
+    _wait_in(caller)
+    sys.settrace(_no_trace)  # (frames are traced only while a trace function is set; new ones are not)
+
+
+def _native_caller(frame: FrameType | None) -> FrameType | None:
+    """Where the signal landed is a native library's Python code (a callback it runs, or the wrapper
+    around it): the first frame below those of it. None if it landed in other code: there it is raised
+    (the program's own callbacks, a Python source polars reads, take it as any error: it ends the call)."""
+    return _outside_native(frame) if frame is not None and _is_native(frame) else None
+
+
+def _outside_native(frame: FrameType | None) -> FrameType | None:
+    while frame is not None and _is_native(frame):
+        frame = frame.f_back
+    return frame
+
+
+def _is_native(frame: FrameType) -> bool:
+    roots = tuple(f"{m.__path__[0]}/" for name in _NATIVE if (m := sys.modules.get(name)) is not None)
+    return frame.f_code.co_filename.startswith(roots)
+
+
+def _no_trace(_frame: FrameType, _event: str, _arg: Any) -> None:
+    return None
+
+
+def _wait_in(frame: FrameType) -> None:
+    frame.f_trace = _in_caller
+    frame.f_trace_lines = True
+
+
+def _in_caller(frame: FrameType, event: str, _arg: Any) -> Any:
+    """The caller's next line, or an exception polars raised into it, raises the signal put off; if it
+    returns (or yields) first, the first frame below it outside polars waits instead."""
+    if not _put_off:  # (raised already, from a frame below)
+        return None
+    if event == "return":
+        if (below := _outside_native(frame.f_back)) is not None:
+            _wait_in(below)
+        return None
+    if event not in ("line", "exception"):
+        return _in_caller
+    sys.settrace(None)
+    frame.f_trace = None
+    _raise(_put_off.pop())
+
+
+def _raise(signum: int) -> NoReturn:
+    _raised.add(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
