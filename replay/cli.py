@@ -79,6 +79,14 @@ def _capacity_bytes(gib: float | None) -> int | None:
     return int(gib * 2**30)
 
 
+def _named_path(text: str) -> Path:
+    """A path argument as given; an empty one (an unset variable, say) is refused, not read as the
+    current folder: for evidence, that would record every file under it."""
+    if not text:
+        raise typer.BadParameter("an empty path (an unset shell variable?): name a file or folder, or '.' for this one")
+    return Path(text)
+
+
 def _file_out(path: Path, example: str, flag: str = "-o") -> Path:
     """An output file the user named: refused at once where a folder is in its place (it failed only
     when the work was done, as an internal error)."""
@@ -241,7 +249,7 @@ def _at_specs(specs: list[str], evidence: list[Path], tz_offset_s: int) -> tuple
 
 @app.command()
 def record(
-    evidence: Annotated[list[Path] | None, typer.Argument(help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip/bzip2/xz; container, compose, shipper or journald envelopes; Google Cloud Logging, AWS CloudWatch Logs and Azure Monitor Logs exports), Prometheus/DCGM scrapes or exports (query_range JSON, promtool tsdb dump), Grafana CSV or JSON, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), gpustat, kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k), benchmark harnesses' outputs (vLLM bench serve results, AIPerf's exports, GuideLLM's benchmarks.json).")] = None,
+    evidence: Annotated[list[Path] | None, typer.Argument(parser=_named_path, help="Evidence files, or folders of them: vLLM logs (plain, coloured, JSON, gzip/bzip2/xz; container, compose, shipper or journald envelopes; Google Cloud Logging, AWS CloudWatch Logs and Azure Monitor Logs exports), Prometheus/DCGM scrapes or exports (query_range JSON, promtool tsdb dump), Grafana CSV or JSON, dcgmi dmon, nvidia-smi (CSV queries, the default table, -q, dmon/pmon), gpustat, kubectl output (events and pods as JSON, YAML or the table printed; describe), kernel logs (dmesg -T, journalctl -k), benchmark harnesses' outputs (vLLM bench serve results, AIPerf's exports, GuideLLM's benchmarks.json).")] = None,
     out: Annotated[Path, typer.Option("-o", "--out", help="Bundle directory to write.")] = Path("incident.bundle"),
     year: Annotated[int | None, typer.Option(help="Year of log lines that carry none (vLLM logs, journalctl's short form); unset, the year used is inferred and said.")] = None,
     tz: Annotated[str, typer.Option(help="UTC offset of naive local times, e.g. +02:00.")] = "+00:00",

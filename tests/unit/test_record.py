@@ -30,6 +30,8 @@ from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA, shared
 from tests.unit.record_helpers import _JSON, _JSON_KEYS
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_inspect_reads_no_request_rows(tmp_path: Path) -> None:
     """`replay inspect` summarises without reading the bundle's request rows (a day of log holds
@@ -318,6 +320,21 @@ def test_clock_offset_flag_is_checked(tmp_path: Path) -> None:
     r = subprocess.run([*base, "--clock-offset", f"{log.name}=-250ms", "--year", "2025"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert read_bundle(tmp_path / "b").meta.inputs[0]["clock_offset_us"] == -250_000
+
+
+def test_an_empty_evidence_path_is_refused_not_read_as_the_current_folder(tmp_path: Path) -> None:
+    """GIVEN `replay record "$LOGS"` with LOGS unset (an empty argument), run in a folder holding a log
+    WHEN it runs THEN it exits 2 naming the empty path, writes no bundle and reads nothing; before, the
+    empty path was the current folder and every file under it was recorded."""
+    import subprocess
+    shutil.copy(shared("vllm-logs/v017_v1_stats_kv_ramp.log"), tmp_path / "vllm.log")
+    r = subprocess.run([sys.executable, "-m", "replay", "record", "", "-o", "b"], cwd=tmp_path, capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert r.returncode == 2 and "an empty path" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vllm.log"]
+    r = subprocess.run([sys.executable, "-m", "replay", "record", ".", "-o", "b", "--year", "2025"], cwd=tmp_path,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0 and read_bundle(tmp_path / "b").samples.height > 0, r.stderr
 
 
 RECEIVED_06 = ("INFO 02-12 12:20:{s:02d} logger.py:37] Received request cmpl-{i}: prompt: 'Tell me a secret {i}: "
