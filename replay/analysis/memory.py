@@ -8,9 +8,11 @@ estimated rather than measured is labelled so.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from replay.bundle import (
@@ -230,6 +232,26 @@ def gap_frame(actual: pl.DataFrame, acc: Accounting) -> pl.DataFrame:
         gap_bytes=pl.col("actual_bytes") - acc.accounted_bytes,
         headroom_bytes=(pl.lit(acc.total_bytes) - pl.col("actual_bytes")) if acc.total_bytes else pl.lit(None, dtype=pl.Float64),
     )
+
+
+def kv_usage_at(kv: pl.DataFrame) -> Callable[[int | None, Collection[str] | None], float | None]:
+    """The KV usage ratio at a moment, from ``kv`` (``kv_in_use``): ``at(t_us, sources)`` is the latest
+    sample at or before ``t_us`` (None: the last of all) among the series ``sources`` (None: of every
+    series). Each series is split out once: a fleet's day asks it for hundreds of OOMs."""
+    series = {str(src): (df["t_us"].to_numpy(), df["kv_usage_ratio"].to_numpy())
+              for (src,), df in kv.partition_by("source", as_dict=True).items()}
+
+    def at(t_us: int | None, sources: Collection[str] | None = None) -> float | None:
+        best: tuple[int, float] | None = None
+        for src in series if sources is None else sources:
+            ts, values = series.get(src, (None, None))
+            if ts is None or values is None:
+                continue
+            k = len(ts) if t_us is None else int(np.searchsorted(ts, t_us, side="right"))
+            if k and (best is None or ts[k - 1] > best[0]):
+                best = (int(ts[k - 1]), float(values[k - 1]))
+        return None if best is None else best[1]
+    return at
 
 
 def kv_in_use(samples: Samples, acc: Accounting) -> pl.DataFrame:

@@ -7,6 +7,7 @@ never bare verdicts. A bundle where actual memory stays with vLLM's accounting y
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from replay.analysis.memory import (
     actual_frame,
     gap_frame,
     kv_in_use,
+    kv_usage_at,
     layers_frame,
     machines_frame,
     unchosen,
@@ -32,9 +34,11 @@ from replay.analysis.replicas import (
     gpu_ties,
     replica_engine_starts,
     replica_names,
+    replica_of,
     replica_outages,
     replica_series,
     replicas,
+    series_replicas,
     tie_sentence,
 )
 from replay.bundle import Bundle
@@ -470,6 +474,21 @@ def merge_alike(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _kv_at_oom(b: Bundle, kv: pl.DataFrame) -> Callable[[dict[str, Any]], float | None]:
+    """The KV usage when an OOM struck: the latest sample at or before it, of its own replica's series
+    where the bundle has one (a fleet's: another replica's usage says nothing of this one's OOM), else
+    of any series; an OOM without a time takes the last sample."""
+    names = replica_names(b.meta.inputs)
+    own = series_replicas(kv["source"].unique().to_list(), names)
+    at = kv_usage_at(kv)
+
+    def of(e: dict[str, Any]) -> float | None:
+        rep = replica_of(e.get("source"), names)
+        sources = [s for s, r in own.items() if r == rep] if rep is not None else []
+        return at(e.get("t_us"), sources or None)
+    return of
+
+
 def analyze_bundle(b: Bundle) -> Analysis:
     """What the bundle shows. Its samples are queried (``Bundle.scan_samples``), never all held."""
     acc = accounting(b)
@@ -510,12 +529,12 @@ def analyze_bundle(b: Bundle) -> Analysis:
                     f"peak actual exceeded accounted by {over / GiB:.2f} GiB; gpu_memory_utilization {safe:.2f} "
                     f"(instead of {util}) leaves that much free", "medium",
                     [{"value_bytes": over, "what": "peak over accounted"}]))
+    kv_at = _kv_at_oom(b, kv)
     for e in ooms:
         if e.get("kind") == "oom" and e.get("warmup"):
             findings.append(_warmup_oom(e, b.meta.engine_args.get("max_num_seqs")))
         if e.get("kind") == "oom" and e.get("tried_to_allocate_bytes") is not None:
-            kvv = kv["kv_usage_ratio"].to_list()
-            for cause, conf, why in classify_oom(e, kvv[-1] if kvv else None)[:2]:
+            for cause, conf, why in classify_oom(e, kv_at(e))[:2]:
                 findings.append(Finding(f"oom:{cause}", f"CUDA OOM: {cause}", why, conf,
                                         [{"t_us": e.get("t_us"), "source": e.get("source"),
                                           **({"restated_at": e["restated_at"]} if e.get("restated_at") else {})}]))

@@ -307,3 +307,29 @@ def test_a_slow_leak_keeps_its_onset_where_it_began() -> None:
     d = _detect([0.0] * 100 + [float(i) for i in range(1, 400)], step_us=1_000_000)
     assert d.first_crossing_us is not None and d.first_crossing_us > 150_000_000
     assert d.onset_us is not None and abs(d.onset_us - 100_000_000) <= 10_000_000, d.onset_us
+
+
+_BUDGET_OOM = {"kind": "oom", "gpu_total_bytes": 80 * GIB, "tried_to_allocate_bytes": GIB, "free_bytes": 10 * 2**20,
+               "reserved_unallocated_bytes": 10 * 2**20, "allocated_by_pytorch_bytes": 78 * GIB,
+               "process_in_use_bytes": 78.5 * GIB, "other_processes": []}
+
+
+@pytest.mark.parametrize("fleet", [False, True], ids=["one log", "two replicas"])
+def test_an_ooms_kv_usage_is_its_own_replicas_when_it_struck(tmp_path: Path, fleet: bool) -> None:
+    """GIVEN an OOM at 100 s in b.log, whose KV usage was 42 % then (and 10 % after its engine restarted),
+    and, with two replicas, a.log's usage at 97 % later on WHEN the bundle is analysed THEN the OOM's
+    finding states 42 %: the usage when and where it struck. Before, every OOM took the last KV sample of
+    the bundle, whichever replica's and however long after."""
+    names = ["a.log", "b.log"] if fleet else ["b.log"]
+    meta = BundleMeta(kind="production", t0_utc="2025-01-01T00:00:00Z", gpus=[{"index": 0, "total_bytes": 80 * GIB}],
+                      inputs=[{"path": f"/logs/{n}", "kind": "vllm-log"} for n in names])
+    w = BundleWriter(tmp_path / "b", meta)
+    own = "vllm-log[b.log]" if fleet else "vllm-log"
+    for s in range(0, 300, 10):
+        w.sample(s * INTERVAL, None, own, "kv_usage_ratio", 0.42 if s <= 100 else 0.10)
+        if fleet:
+            w.sample(s * INTERVAL + 5, None, "vllm-log[a.log]", "kv_usage_ratio", 0.97)
+    w.event({**_BUDGET_OOM, "t_us": 105 * INTERVAL, "source": "b.log:900"})
+    w.close()
+    budget = [f for f in analyze_bundle(read_bundle(tmp_path / "b")).findings if f.id.startswith("oom:budget")]
+    assert len(budget) == 1 and "with KV usage at 42%" in budget[0].detail, budget
