@@ -1079,8 +1079,9 @@ class _Gathered:
     # server parsed: it comes first)
     logs: list[_LogFacts] = field(default_factory=list)  # stats and request facts of logs, never Python objects
     # Logs captured twice over (kubectl logs saved at 10:00 and again at 10:30) repeat lines: a fact with a
-    # logged time seen in an earlier log is the same fact, read once (request ids are merged likewise)
-    fact_seen: dict[tuple[str, str, str, str], str] = field(default_factory=dict)
+    # logged time seen in an earlier log is the same fact, read once (request ids are merged likewise), unless
+    # that log is another replica's (``_log_series``' 'beside'): the logs that state each fact
+    fact_seen: dict[tuple[str, str, str, str], list[str]] = field(default_factory=dict)
     stats_keys: list[pl.Series] = field(default_factory=list)
     stats_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # each log's stats, first and last time
     stats_series: dict[str, str] = field(default_factory=dict)  # each log's stats series, of those that have stats
@@ -1148,8 +1149,8 @@ def _gather_log(g: _Gathered, path: Path, read: LogRead, rep: FileReport, off: i
                                                      clock_offset_us=off, turns=turns),
                     pl.concat(g.stats_keys) if g.stats_keys else pl.Series("h", [], dtype=pl.UInt64))
     log.access = read.access
-    stats_repeated = _log_series(g, log, rep)
-    also_in = _log_events(g, path, lp, turns, off, opts)
+    stats_repeated, beside = _log_series(g, log, rep)
+    also_in = _log_events(g, path, lp, turns, off, opts, beside)
     g.logs.append(log)
     repeated = stats_repeated + sum(also_in.values())
     if repeated:
@@ -1159,10 +1160,11 @@ def _gather_log(g: _Gathered, path: Path, read: LogRead, rep: FileReport, off: i
     _log_span(g, path, log, lp, rep, turns, off, opts)
 
 
-def _log_series(g: _Gathered, log: _LogFacts, rep: FileReport) -> int:
+def _log_series(g: _Gathered, log: _LogFacts, rep: FileReport) -> tuple[int, set[str]]:
     """The series of a log's stats (its own where they run alongside an earlier log's, or follow one whose
     name it is no rotation of: another replica or engine; what is left once an overlapping capture's
-    repeats are gone); returns how many of its stats facts an earlier log holds."""
+    repeats are gone); returns how many of its stats facts an earlier log holds, and the earlier logs its
+    own stats run alongside (other replicas or engines: no capture of theirs)."""
     mine = log.ff.stats_keys()
     stats_repeated = int(mine.is_in(log.earlier.implode()).sum()) if log.earlier.len() else 0
     own = log.timed(log.ff.stats_frame(drop=log.earlier)).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
@@ -1185,18 +1187,23 @@ def _log_series(g: _Gathered, log: _LogFacts, rep: FileReport) -> int:
         g.stats_spans[log.name] = (lo, hi)
         g.stats_series[log.name] = log.series
     g.stats_keys.append(mine)
-    return stats_repeated
+    return stats_repeated, set(beside)
 
 
 def _log_events(g: _Gathered, path: Path, lp: LogParse, turns: list[tuple[int, int]], off: int,
-                opts: RecordOptions) -> dict[str, int]:
+                opts: RecordOptions, apart: set[str]) -> dict[str, int]:
     """A log's facts -> events (engine configurations and the GPU totals of OOM messages apart); returns
-    the facts repeated from an earlier log, by its name."""
+    the facts repeated from an earlier log, by its name. A fact is a repeat of one in an earlier log that
+    is not among ``apart`` (other replicas': two replicas' unprefixed OOM lines alike, in one second, are
+    two OOMs)."""
     also_in: dict[str, int] = {}
     for f in lp.facts:
         if f.key_ts is not None:  # (two logs of one name in two folders are two logs)
-            first = g.fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), str(path))
-            if first != str(path):
+            stated = g.fact_seen.setdefault((f.rank, f.key_ts, f.kind, f.text), [])
+            first = next((p for p in stated if p != str(path) and Path(p).name not in apart), None)
+            if str(path) not in stated:
+                stated.append(str(path))
+            if first is not None:
                 also_in[Path(first).name] = also_in.get(Path(first).name, 0) + 1
                 continue
         t = fact_time_us(f.ts, g.year + _year_at(turns, f.line, f.ts), opts.tz_offset_s)

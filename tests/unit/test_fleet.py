@@ -419,3 +419,33 @@ def test_an_export_as_near_two_replicas_logs_is_tied_to_neither() -> None:
     ties = export_ties(samples, {"vllm-log": "a.log", "vllm-log[b.log]": "b.log"})
     assert [(x.source, x.replica, x.points) for x in ties] == [("vllm-metrics[instance=x]", None, 30)]
     assert tie_sentence(ties) == "no replica's log matches vllm-metrics[instance=x] (as near two replicas' logs)."
+
+
+OOM_V0 = "v08x_v0_mq_oom_stated_twice.log"  # the engine's real OOM line: no process prefix
+
+
+def test_two_replicas_alike_unprefixed_oom_lines_are_two_ooms(tmp_path: Path) -> None:
+    """GIVEN two replicas' logs (their stats side by side, each front end's own pid) that each end on the
+    same real V0 OOM line, without a process prefix, in the same second WHEN both are recorded THEN each
+    replica has its OOM and both are named as crashed; before, the second was taken for the first's line
+    in an overlapping capture of one log, and the analysis said that replica did not crash. A log and its
+    later capture still give each fact once."""
+    stats = [ln for ln in (DATA / STATS).read_text().splitlines(keepends=True) if not ln.startswith("#")]
+    oom = (DATA / OOM_V0).read_text().splitlines(keepends=True)[-1]
+    logs = []
+    for j in range(2):
+        logs.append(tmp_path / f"replica-{j}.log")
+        logs[-1].write_text("".join(stats).replace("pid=11574", f"pid={11574 + j}").replace("03-17 15:38:", "03-19 10:54:") + oom)
+    reps, _ = record(logs, tmp_path / "b", RecordOptions(year=2025))
+    b = read_bundle(tmp_path / "b")
+    ooms = sorted(str(e["source"]).split(":")[0] for e in b.events if e.get("kind") == "oom")
+    assert ooms == ["replica-0.log", "replica-1.log"], [e for e in b.events if e.get("kind") == "oom"]
+    assert [c.replica for c in replicas(b).crashes] == ["replica-0.log", "replica-1.log"]
+    assert not any("counted once" in n for r in reps for n in r.notes)
+    # the first replica's log captured again, a little later: its OOM is the same OOM, said so
+    again = tmp_path / "replica-0.later.log"
+    again.write_text(logs[0].read_text())
+    reps, _ = record([logs[0], again], tmp_path / "c", RecordOptions(year=2025))
+    c = read_bundle(tmp_path / "c")
+    assert [e["source"] for e in c.events if e.get("kind") == "oom"] == ["replica-0.log:6"]
+    assert any("counted once" in n for n in reps[1].notes)
