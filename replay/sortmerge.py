@@ -272,7 +272,8 @@ def sorted_frame(df: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     """``df`` sorted stably by ``by`` (nulls first), as ``df.sort(by, maintain_order=True)``. Where
     ``by`` is an integer column then text columns, as a bundle's samples are (t_us, source, metric),
     they are sorted as one integer (time, then each text's place among the texts in ``df``): 0.3 s
-    for a million rows in no order, against 0.7 s as three columns."""
+    for a million rows in no order, against 0.7 s as three columns. Categories (a bundle's parts are
+    written so) take polars' own sort, by their text: 57 ms a million rows, against 84 ms as one integer."""
     key, texts = by[0], list(by[1:])
     if not df.schema[key].is_integer() or any(df.schema[c] != pl.String for c in texts):
         return df.sort(by, maintain_order=True)

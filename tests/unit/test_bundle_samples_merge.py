@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay import sortmerge
-from replay.bundle import SAMPLES_SCHEMA, SORT_SPILL, BundleMeta, BundleWriter, own_name
+from replay.bundle import (
+    SAMPLES_FILE_SCHEMA,
+    SAMPLES_SCHEMA,
+    SORT_SPILL,
+    BundleMeta,
+    BundleWriter,
+    own_name,
+)
 from replay.sortmerge import (
     KeySample,
     Part,
@@ -86,7 +93,8 @@ def test_close_in_buckets_writes_the_one_stable_sort(tmp_path: Path, monkeypatch
     w.sample(5000, 0, "nvidia-smi", "used", 7.0)  # (a row flushed at close, tied with those of the parts)
     w.close()
     got = pl.read_parquet(tmp_path / "b" / "samples.parquet")
-    assert got.equals(pl.concat([expected, samples([5000], ["nvidia-smi"], ["used"], 7.0)]).sort(BY, maintain_order=True))
+    flushed = samples([5000], ["nvidia-smi"], ["used"], 7.0).cast(SAMPLES_FILE_SCHEMA)  # type: ignore[arg-type]
+    assert got.equals(pl.concat([expected, flushed]).sort(BY, maintain_order=True))
     assert spilled == [2]  # (two runs of parts in no order; the rising ones were read where they lie)
     assert not list((tmp_path / "b").glob("samples.part*")) and not (tmp_path / "b" / SORT_SPILL).exists()
 
@@ -209,3 +217,25 @@ def test_a_bundle_read_back_is_in_time_order_without_sorting_it_again(tmp_path: 
     if times == sorted(times, key=lambda t: (t is not None, t or 0)):
         assert got is df  # (in order already: the frame as read, no copy)
     assert in_time_order([df, df]).equals(pl.concat([df, df]).sort("t_us", maintain_order=True))
+
+
+def test_samples_names_are_written_as_categories_and_text_bundles_read_alike(tmp_path: Path) -> None:
+    """GIVEN a bundle's samples merged at close WHEN samples.parquet is read THEN its source and metric are
+    categories, and a bundle written before, with them as text, gives the same samples through
+    read_bundle and scan_samples."""
+    from replay.bundle import read_bundle
+    frames = [rising(400, 0, 10, 0), jumbled(300, 1, 1000, nulls=True)]
+    w, _ = written_bundle(tmp_path / "b", frames)
+    w.close()
+    new = tmp_path / "b" / "samples.parquet"
+    assert {c: pl.read_parquet_schema(new)[c] for c in ("source", "metric")} == {"source": pl.Categorical(),
+                                                                                 "metric": pl.Categorical()}
+    shutil.copytree(tmp_path / "b", tmp_path / "old")
+    pl.read_parquet(new).cast({"source": pl.String, "metric": pl.String}).write_parquet(tmp_path / "old" / "samples.parquet")
+    assert pl.read_parquet_schema(tmp_path / "old" / "samples.parquet")["source"] == pl.String
+    a, b = read_bundle(tmp_path / "b"), read_bundle(tmp_path / "old")
+    as_text = {"source": pl.String, "metric": pl.String}
+    assert a.samples.height == 700 and a.samples.cast(as_text).equals(b.samples.cast(as_text))  # type: ignore[arg-type]
+    assert a.scan_samples().collect().cast(as_text).equals(b.scan_samples().collect().cast(as_text))  # type: ignore[arg-type]
+    assert a.scan_samples().filter(pl.col("source") == "nvidia-smi").collect().height == \
+        b.scan_samples().filter(pl.col("source") == "nvidia-smi").collect().height > 400
