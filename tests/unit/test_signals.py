@@ -92,6 +92,21 @@ def test_a_signal_put_off_in_a_generator_that_yields_first_is_raised_below_once(
     assert after == [] and next(it) == 2 and sys.gettrace() is None
 
 
+def test_a_second_signal_outside_polars_raises_the_one_put_off_at_once() -> None:
+    """GIVEN a signal put off in polars' code, its wait somehow never reached (a trace function unset by
+    another) WHEN Ctrl-C comes again where the program's own code runs THEN it is raised there at once:
+    a signal put off never leaves the program deaf to the next."""
+    def callback(x: int) -> int:
+        _interrupt_in_polars(sys._getframe())
+        return x
+
+    pl.Series([1]).map_elements(callback, return_dtype=pl.Int64); sys.settrace(None)  # noqa: E702
+    assert signals._put_off == [signal.SIGINT]
+    with pytest.raises(KeyboardInterrupt):
+        signals._on_signal(signal.SIGINT, sys._getframe())
+    assert signals._put_off == [] and sys.gettrace() is None
+
+
 def test_an_error_polars_raises_after_the_signal_becomes_the_interrupt() -> None:
     """GIVEN a callback that fails after the signal came WHEN polars raises its error into the caller
     THEN the caller gets KeyboardInterrupt, not polars' error."""
