@@ -37,13 +37,13 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if signum == signal.SIGTERM and signum in _raised:
         return  # (a second SIGTERM while the first is cleaned up: the cleanup goes on)
     received.append(signum)
+    caller = _native_caller(frame)
     if _put_off:  # (one is waiting already: it is raised, as SIGTERM if either was; at once, outside polars)
         _put_off[0] = signal.SIGTERM if signal.SIGTERM in (signum, _put_off[0]) else signum
-        if _native_caller(frame) is not None:
+        if caller is not None:
             return
         sys.settrace(None)
         _raise(_put_off.pop())
-    caller = _native_caller(frame)
     if caller is None or sys.gettrace() is not None:  # (a debugger's trace function is left alone)
         _raise(signum)
     _put_off.append(signum)
