@@ -1,10 +1,15 @@
 """The C allocator's hold on freed memory, where it is glibc's (Linux's usual C library).
 
-A recording reads file after file, each in pieces worked on by threads. glibc serves large blocks from
-per-thread heaps once frees have raised its threshold for mapping them on their own, and it keeps what
-is freed there: reading a day of a fleet's logs, a recorder held about 100 MiB more after each 1.2 GiB
-log than before it, its live data unchanged. Blocks of ``LARGE_BYTES`` or more mapped on their own go
-back to the system when freed, and a trim after each file gives back what the heaps hold free.
+A recording reads file after file, each in pieces worked on by threads. Left to itself, glibc serves
+large blocks from per-thread heaps once frees have raised its threshold for mapping them on their own,
+and keeps what is freed there: reading a day of a fleet's logs, a recorder held about 100 MiB more
+after each 1.2 GiB log than before it, its live data unchanged. A trim after each file gives back what
+the heaps hold free.
+
+Within a file, the pieces of a log (16 MiB each) are taken and freed by the dozen: a block mapped on
+its own is zeroed page by page as it is first touched (a page fault every 4 KiB, ~2 s of system time a
+log), while a block of a heap is used again as it is. So blocks under ``LARGE_BYTES`` come from the
+heaps, and a heap keeps up to ``KEEP_FREE_BYTES`` free at its top between trims.
 
 Elsewhere (another C library, another system) both calls do nothing.
 """
@@ -15,10 +20,11 @@ import ctypes
 import sys
 from functools import cache
 
-LARGE_BYTES = 4 << 20  # a block this large or larger is mapped on its own (glibc's own default: 128 KiB,
-# raised by frees up to 32 MiB). At 256 KiB, reading a log took about a fifth more CPU time (the pages of
-# each block faulted in anew); at 4 MiB a fleet's day took the same (271 CPU-s), three of its logs a tenth more
-_M_MMAP_THRESHOLD = -3  # (mallopt's parameter, from glibc's malloc.h)
+LARGE_BYTES = 32 << 20  # a block this large or larger is mapped on its own (glibc's most). At 4 MiB, a
+# log's pieces were each mapped anew: a fleet's day took 156 CPU-s (35 s of them the system's), at 32 MiB
+# 146 (26 s), its record 5 s sooner, its peak ~80 MiB higher
+KEEP_FREE_BYTES = 64 << 20  # free memory a heap keeps at its top (about four pieces of a log)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # (mallopt's parameters, from glibc's malloc.h)
 
 
 @cache
@@ -35,9 +41,11 @@ def _glibc() -> ctypes.CDLL | None:
 
 def give_back_large_blocks() -> bool:
     """Map blocks of LARGE_BYTES or more on their own from now on, so that freeing one returns it to the
-    system. Whether the allocator took the setting."""
+    system, and give back free memory past KEEP_FREE_BYTES at a heap's top. Whether the allocator took
+    the settings."""
     libc = _glibc()
-    return bool(libc is not None and libc.mallopt(_M_MMAP_THRESHOLD, LARGE_BYTES) == 1)
+    return bool(libc is not None and libc.mallopt(_M_MMAP_THRESHOLD, LARGE_BYTES) == 1
+                and libc.mallopt(_M_TRIM_THRESHOLD, KEEP_FREE_BYTES) == 1)
 
 
 def trim() -> None:

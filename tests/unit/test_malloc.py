@@ -1,6 +1,7 @@
-"""The allocator gives freed large blocks back (``replay.malloc``), measured in a process of its own:
-blocks freed under glibc's raised threshold stay held until a trim, and are given back at once with
-``give_back_large_blocks``."""
+"""The allocator gives freed large blocks back and uses a log's pieces again (``replay.malloc``),
+measured in a process of its own: blocks freed under glibc's raised threshold stay held until a trim;
+with ``give_back_large_blocks``, a block of LARGE_BYTES or more goes back at once, and a piece-sized
+block freed and taken again is not faulted in anew."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from replay import malloc
 
 PROBE = """
-import ctypes, sys
+import ctypes, resource, sys
 from replay import malloc
 def anon_mib():
     for line in open("/proc/self/status"):
@@ -23,32 +24,50 @@ def anon_mib():
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
+mib = 1 << 20
 if sys.argv[1] == "given":
     assert malloc.give_back_large_blocks()
-mib = 1 << 20
-first = libc.malloc(8 * mib); ctypes.memset(first, 1, 8 * mib); libc.free(first)  # (raises glibc's threshold)
-before = anon_mib()
-blocks = [libc.malloc(6 * mib) for _ in range(20)]
-for b in blocks:
-    ctypes.memset(b, 1, 6 * mib)
-for b in blocks[:-1]:  # (the last one kept: the heap cannot shrink past it)
-    libc.free(b)
-held = anon_mib() - before
-malloc.trim()
-print(held, anon_mib() - before)
+elif sys.argv[1] == "mapped":  # (every block of 4 MiB or more mapped on its own)
+    assert libc.mallopt(-3, 4 * mib) == 1
+if sys.argv[2] == "held":
+    first = libc.malloc(8 * mib); ctypes.memset(first, 1, 8 * mib); libc.free(first)  # (raises glibc's threshold)
+    size = malloc.LARGE_BYTES if sys.argv[1] == "given" else 6 * mib
+    before = anon_mib()
+    blocks = [libc.malloc(size) for _ in range(120 * mib // size + 1)]
+    for b in blocks:
+        ctypes.memset(b, 1, size)
+    for b in blocks[:-1]:  # (the last one kept: the heap cannot shrink past it)
+        libc.free(b)
+    held = anon_mib() - before - size // mib  # (less the block still in use)
+    malloc.trim()
+    print(held, anon_mib() - before - size // mib)
+else:  # a log's pieces: 16 MiB taken, written, freed, 20 times
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        b = libc.malloc(16 * mib); ctypes.memset(b, 1, 16 * mib); libc.free(b)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
 """
+
+
+def _probe(mode: str, what: str) -> list[int]:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode, what], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[2]).stdout.split()
+    return [int(x) for x in out]
 
 
 @pytest.mark.skipif(malloc._glibc() is None, reason="glibc's allocator only")
 def test_freed_large_blocks_go_back_to_the_system() -> None:
-    def run(mode: str) -> tuple[int, int]:
-        out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).parents[2]).stdout.split()
-        return int(out[0]), int(out[1])
-    held, trimmed = run("kept")
+    held, trimmed = _probe("kept", "held")
     assert held >= 100 and trimmed <= 20  # 19 blocks of 6 MiB held while freed, given back by the trim
-    given, _ = run("given")
-    assert given <= 20  # mapped on their own, given back as each was freed
+    given, _ = _probe("given", "held")
+    assert given <= 20  # blocks of LARGE_BYTES mapped on their own, given back as each was freed
+
+
+@pytest.mark.skipif(malloc._glibc() is None, reason="glibc's allocator only")
+def test_a_piece_freed_and_taken_again_is_not_faulted_in_anew() -> None:
+    pages = (16 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert _probe("mapped", "pieces")[0] >= 15 * pages  # (each one mapped anew: zeroed page by page)
+    assert _probe("given", "pieces")[0] <= 2 * pages  # (the first one faulted in, the others used again)
 
 
 def test_elsewhere_both_do_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
