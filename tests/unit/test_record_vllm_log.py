@@ -1438,3 +1438,40 @@ def test_version_range_is_the_catalogues(name: str, want: tuple[str, str], tmp_p
     text = (DATA / name).read_bytes().decode("utf-8", errors="replace")
     assert parse_log(physical_lines(text)).version_range == want
     assert parse_log_file(DATA / name, tmp_path / "spill", chunk_bytes=4096)[0].version_range == want
+
+
+# --- a log's span from its columns: the least and greatest time strings alone, where that is the same ---
+_TS = st.one_of(
+    st.none(),
+    st.builds(lambda mo, d, h, mi, s: f"{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}", st.integers(1, 12), st.integers(1, 28),
+              st.integers(0, 23), st.integers(0, 59), st.integers(0, 59)),
+    st.sampled_from(["13-01 00:00:00", "00-05 12:00:00", "05-01 25:00:00", "12-31 23:59:6x", "5-01 12:00:00",
+                     "05-01 12:00:00.123", "99-99 99:99:99", "01-01 00:00:00"]))
+_FACT = st.tuples(_TS, st.one_of(st.none(), st.integers(1_700_000_000_000_000, 1_800_000_000_000_000)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(stats=st.lists(_FACT, max_size=6), requests=st.lists(_FACT, max_size=12), clock_us=st.integers(-10**7, 10**7))
+def test_a_logs_columns_span_is_that_of_every_fact_timed(stats: list[tuple[str | None, int | None]],
+                                                         requests: list[tuple[str | None, int | None]], clock_us: int) -> None:
+    """``_columns_span`` times only the least and greatest time string where that gives the span of
+    every fact timed: invalid or odd-shaped strings at either end, exact container times and none."""
+    import functools
+
+    from replay.record.fastlog import FastFacts
+    from replay.record.recorder import _columns_span, _LogFacts, _timed
+
+    def frame(facts: list[tuple[str | None, int | None]]) -> pl.LazyFrame:
+        return pl.LazyFrame({"line": range(len(facts)), "ts": [f[0] for f in facts], "t_exact": [f[1] for f in facts]},
+                            schema={"line": pl.Int64, "ts": pl.Utf8, "t_exact": pl.Int64})
+
+    class Facts(FastFacts):
+        def stats_frame(self, drop: pl.Series | None = None) -> pl.LazyFrame:
+            return frame(stats)
+
+        def requests_frame(self, files: list[Path] | None = None) -> pl.LazyFrame:
+            return frame(requests)
+    log = _LogFacts("a.log", Facts(), functools.partial(_timed, year=2026, tz_offset_s=3600, clock_offset_us=clock_us),
+                    pl.Series("h", [], dtype=pl.UInt64))
+    every = log.timed(pl.concat([frame(stats), frame(requests)])).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
+    assert _columns_span(log, False) == (None if every["lo"][0] is None else (every["lo"][0], every["hi"][0]))
