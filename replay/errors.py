@@ -22,6 +22,9 @@ class ReplayError(Exception):
         self.message = message
         self.exit_code = exit_code
 
+    def __reduce__(self) -> tuple[type[ReplayError], tuple[str, int]]:  # (raised in a worker process, whole here)
+        return type(self), (self.message, self.exit_code)
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, systemd, Kubernetes), raised where the program is so that it stops as at

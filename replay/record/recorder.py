@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, cast
 
 import polars as pl
 
-from replay import malloc
+from replay import malloc, processes
 from replay.atomic import written_in_place
 from replay.bundle import (
     REQUESTS_SCHEMA,
@@ -877,6 +877,15 @@ class _Seen:
     # scrapes of the same bytes
     fingerprints: dict[tuple[int, str], list[Path]] = field(default_factory=dict)
     launches: list[engine_config.EngineConfig] = field(default_factory=list)  # the launch configurations
+    workers: processes.Workers | None = None  # where large logs are read, side by side (``_read_apart``)
+    pending: dict[Path, Callable[[], None]] = field(default_factory=dict)  # logs read there: each one's
+    # taking of what its worker gives back (its facts; its hash, which a later look-alike is checked against)
+
+    def take(self, paths: list[Path]) -> None:
+        """What the workers give back for ``paths`` (those among them read apart), taken now."""
+        for path in paths:
+            if (taken := self.pending.pop(path, None)) is not None:
+                taken()
 
 
 def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
@@ -886,10 +895,19 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     seen = _Seen()
     files: list[FileRead] = []
     malloc.give_back_large_blocks()
-    for path in paths:
-        files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
-        malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
+    with processes.workers(LOG_PROCESSES, opts.progress) as workers:
+        if sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
+            seen.workers = workers
+        for path in paths:
+            files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
+            malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
+        seen.take(paths)
     return files, seen.launches
+
+
+LOG_PROCESSES = 2  # large logs read side by side, each in a process of its own (``replay.processes``)
+APART_MIN_BYTES = 64 << 20  # a log this large is read apart where there are two such files (a worker's start:
+# ~1 s, its imports)
 
 
 def _done(opts: RecordOptions, size: int) -> None:
@@ -918,6 +936,7 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
         return launch
     fp = _fingerprint(path, size)
     alike = seen.fingerprints.setdefault(fp, [])
+    seen.take(alike)  # (a look-alike's hash: this one may be a copy of it)
     # a log with no look-alike is hashed while it is parsed (one read); anything else now
     hash_later = kind in STREAMED and not alike and size > (1 << 16)
     alike.append(path)
@@ -934,6 +953,8 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
         return FileRead(path, rep)
     if opts.stage is not None:
         opts.stage(f"reading {path.name}")
+    if kind == "vllm-log" and seen.workers is not None and size >= APART_MIN_BYTES:
+        return _read_log_apart(path, rep, hash_later, opts, seen, spill)
     if kind in STREAMED:
         return FileRead(path, rep, log=_read_log(path, head, kind, rep, hash_later, opts, seen, spill))
     if kind not in PARSERS:  # streamed into quarantine when the bundle is written, never held whole
@@ -1029,6 +1050,36 @@ def _read_log(path: Path, head: str, kind: str, rep: FileReport, hash_later: boo
         rep.sha256 = hasher.hexdigest()
         seen.hashes[rep.sha256] = str(path)
     return read
+
+
+def _read_log_apart(path: Path, rep: FileReport, hashed: bool, opts: RecordOptions, seen: _Seen, spill: Path) -> FileRead:
+    """A plain vLLM log handed to a worker process (``_read_plain_log``); what it gives back is taken into
+    the file read (``seen.take``) before the next look-alike is checked, and once every file is read."""
+    assert seen.workers is not None
+    pending = seen.workers.submit(_read_plain_log, path, spill, opts.keep_prompts, hashed)
+    read = FileRead(path, rep)
+
+    def take() -> None:
+        if opts.stage is not None:
+            opts.stage(f"reading {path.name}")
+        read.log, sha = pending.get()
+        if sha is not None:
+            rep.sha256 = sha
+            seen.hashes[sha] = str(path)
+    seen.pending[path] = take
+    return read
+
+
+def _read_plain_log(path: Path, spill: Path, keep_prompts: bool, hashed: bool) -> tuple[LogRead, str | None]:
+    """A plain vLLM log as ``_read_log`` reads one, in a worker process: its facts and, with ``hashed``,
+    its sha256."""
+    hasher = hashlib.sha256() if hashed else None
+    lp, ff = parse_log_file(path, spill, keep_prompts=keep_prompts, progress=processes.report, hasher=hasher,
+                            request_repeats=False)
+    read = LogRead(lp, ff)
+    if not _states_requests(ff):
+        read.access = access_log.scan(_text_lines(path), None)
+    return read, None if hasher is None else hasher.hexdigest()
 
 
 # --- infer the year and the clocks -------------------------------------------------------------------

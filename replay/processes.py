@@ -1,0 +1,111 @@
+"""Work in processes of their own: calls run side by side in fresh interpreters, their progress passed
+back to the caller's, every one of them ended when the block is left.
+
+A vLLM log's reading is bounded by the process that reads it: its pieces are prepared by threads, but
+the line-by-line parser of the lines the fast lane leaves, polars' own pool and the GIL between them
+kept a 2-core machine ~1.55 cores busy. Two logs read in two processes kept it ~1.9 busy: two 1.2 GiB
+logs in 10.0 s where one after the other took 12.8 s (``benchmarks/bench_time_to_answer.py``).
+
+The processes are started fresh ("spawn": a fork of a process that runs threads may copy a lock that
+one of them held), ignore Ctrl-C (the caller's handler decides), and die with the caller; leaving the
+block after an error or a signal ends them at once, and what they were writing is the caller's to remove.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from multiprocessing.pool import AsyncResult, Pool
+from multiprocessing.queues import SimpleQueue
+from typing import Any, Generic, TypeVar
+
+from replay import malloc
+
+R = TypeVar("R")
+_PR_SET_PDEATHSIG = 1  # (prctl's option, from linux/prctl.h)
+_progress: SimpleQueue[int | None] | None = None  # in a worker: where ``report`` sends its progress
+
+
+def _start(progress: SimpleQueue[int | None]) -> None:
+    """A worker's start: Ctrl-C left to the caller, killed with it, its allocator set as the caller's."""
+    global _progress
+    _progress = progress
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    malloc.give_back_large_blocks()
+
+
+def report(n: int) -> None:
+    """In a worker, add ``n`` to the caller's progress (bytes read, say)."""
+    if _progress is not None and n:
+        _progress.put(n)
+
+
+class Pending(Generic[R]):
+    """A call handed to a worker: ``get`` waits for its result, or raises what it raised."""
+
+    def __init__(self, result: AsyncResult[R]) -> None:
+        self._result = result
+
+    def get(self) -> R:
+        return self._result.get()
+
+
+class Workers:
+    """A pool of ``processes`` workers, started at the first call handed on."""
+
+    def __init__(self, processes: int, progress: Callable[[int], None] | None) -> None:
+        self._processes, self._on_progress = processes, progress
+        self._pool: Pool | None = None
+        self._queue: SimpleQueue[int | None] | None = None
+        self._drain: threading.Thread | None = None
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Pending[R]:
+        """``fn(*args)`` in a worker (``fn`` a module's function, ``args`` what pickle can carry)."""
+        if self._pool is None:
+            ctx = multiprocessing.get_context("spawn")
+            self._queue = ctx.SimpleQueue()
+            self._pool = ctx.Pool(self._processes, initializer=_start, initargs=(self._queue,))
+            self._drain = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
+            self._drain.start()
+        return Pending(self._pool.apply_async(fn, args))
+
+    def _pass_progress(self) -> None:
+        assert self._queue is not None
+        while (n := self._queue.get()) is not None:
+            if self._on_progress is not None:
+                self._on_progress(n)
+
+    def stop(self, finished: bool) -> None:
+        """Wait for the workers to end (``finished``: each call's result was taken), or end them now."""
+        if self._pool is None:
+            return
+        if finished:
+            self._pool.close()
+        else:
+            self._pool.terminate()
+        self._pool.join()
+        assert self._queue is not None and self._drain is not None
+        self._queue.put(None)
+        self._drain.join()
+        self._pool = None
+
+
+@contextlib.contextmanager
+def workers(processes: int, progress: Callable[[int], None] | None = None) -> Iterator[Workers]:
+    """Workers for the block: left normally, they are waited for; left by an error, Ctrl-C or SIGTERM,
+    they are ended at once."""
+    w = Workers(processes, progress)
+    try:
+        yield w
+    except BaseException:
+        w.stop(finished=False)
+        raise
+    w.stop(finished=True)

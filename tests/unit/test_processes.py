@@ -1,0 +1,118 @@
+"""Work in processes of their own (``replay.processes``): results and progress come back, an error
+comes back whole, and no worker outlives the block or the process that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from replay import processes
+from replay.errors import EXIT_IO, ReplayError
+
+ROOT = Path(__file__).parents[2]
+
+
+def square(x: int) -> tuple[int, int]:
+    """(x², the worker's pid), reporting x as progress."""
+    processes.report(x)
+    return x * x, os.getpid()
+
+
+def refuse(path: str) -> None:
+    raise ReplayError(f"{path}: cannot be read", EXIT_IO)
+
+
+def sleep_long(pid_file: str) -> None:
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def _gone(pid: int, within_s: float = 10) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_results_in_order_progress_passed_back_and_the_workers_ended() -> None:
+    got: list[int] = []
+    with processes.workers(2, got.append) as w:
+        pending = [w.submit(square, x) for x in range(1, 7)]
+        results = [p.get() for p in pending]
+    assert [r for r, _ in results] == [1, 4, 9, 16, 25, 36]
+    pids = {pid for _, pid in results}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2  # (in the workers, not here)
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]  # (every report passed on before the block was left)
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_a_workers_error_comes_back_whole() -> None:
+    with processes.workers(1) as w, pytest.raises(ReplayError) as e:
+        w.submit(refuse, "a.log").get()
+    assert e.value.message == "a.log: cannot be read" and e.value.exit_code == EXIT_IO
+
+
+def test_leaving_the_block_by_an_error_ends_a_worker_at_once(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), processes.workers(1) as w:
+        w.submit(sleep_long, str(pid_file))
+        while not pid_file.exists() or not pid_file.read_text():
+            time.sleep(0.02)
+        raise KeyboardInterrupt
+    assert time.monotonic() - t < 30
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_nothing_is_started_where_nothing_is_handed_on() -> None:
+    before = set(psutil.Process().children())
+    with processes.workers(2):
+        assert set(psutil.Process().children()) == before
+
+
+CALLER = """
+import sys, time
+from replay import processes
+from tests.unit.test_processes import sleep_long
+with processes.workers(1) as w:
+    w.submit(sleep_long, sys.argv[1])
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent's death signal is Linux's")
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C"])
+def test_a_worker_ignores_ctrl_c_and_dies_with_its_caller(how: str, tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the worker leaves it to its caller (no traceback of its
+    own), and a caller killed outright (no cleanup of its own) takes its worker with it."""
+    pid_file = tmp_path / "pid"
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(pid_file)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        end = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < end:
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        if how == "Ctrl-C":
+            os.killpg(caller.pid, signal.SIGINT)  # (as a terminal sends it: to every process of the group)
+            _, err = caller.communicate(timeout=60)
+            assert caller.returncode != 0 and err.count("Traceback") == 1 and "KeyboardInterrupt" in err
+        else:
+            caller.send_signal(signal.SIGKILL)
+            caller.wait(timeout=60)
+        assert _gone(worker)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
