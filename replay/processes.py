@@ -21,20 +21,24 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from multiprocessing.pool import AsyncResult, Pool
-from multiprocessing.queues import SimpleQueue
 from typing import Any, Generic, TypeVar
 
 from replay import malloc
 
 R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1  # (prctl's option, from linux/prctl.h)
-_progress: SimpleQueue[int | None] | None = None  # in a worker: where ``report`` sends its progress
+_SLOTS_PER_WORKER = 4  # (a pool starts a worker anew for one that died: each takes a slot of its own)
+_slot: tuple[Any, int] | None = None  # in a worker: the shared counts, and which one is its own
 
 
-def _start(progress: SimpleQueue[int | None]) -> None:
-    """A worker's start: Ctrl-C left to the caller, killed with it, its allocator set as the caller's."""
-    global _progress
-    _progress = progress
+def _start(counts: Any, taken: Any) -> None:
+    """A worker's start: a progress count of its own, Ctrl-C left to the caller, killed with it, its
+    allocator set as the caller's."""
+    global _slot
+    with taken.get_lock():
+        mine = taken.value
+        taken.value += 1
+    _slot = (counts, mine) if mine < len(counts) else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
@@ -43,9 +47,12 @@ def _start(progress: SimpleQueue[int | None]) -> None:
 
 
 def report(n: int) -> None:
-    """In a worker, add ``n`` to the caller's progress (bytes read, say)."""
-    if _progress is not None and n:
-        _progress.put(n)
+    """In a worker, add ``n`` to the caller's progress (bytes read, say). Each worker counts in a shared
+    slot of its own that the caller reads: no lock is taken (a worker ended while it held one, as
+    leaving the block ends them, would leave it held) and no message can be left half-sent."""
+    if _slot is not None and n:
+        counts, mine = _slot
+        counts[mine] += n
 
 
 class Pending(Generic[R]):
@@ -64,24 +71,32 @@ class Workers:
     def __init__(self, processes: int, progress: Callable[[int], None] | None) -> None:
         self._processes, self._on_progress = processes, progress
         self._pool: Pool | None = None
-        self._queue: SimpleQueue[int | None] | None = None
-        self._drain: threading.Thread | None = None
+        self._counts: Any = None
+        self._passed = 0
+        self._stopped = threading.Event()
+        self._watch: threading.Thread | None = None
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Pending[R]:
         """``fn(*args)`` in a worker (``fn`` a module's function, ``args`` what pickle can carry)."""
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
-            self._queue = ctx.SimpleQueue()
-            self._pool = ctx.Pool(self._processes, initializer=_start, initargs=(self._queue,))
-            self._drain = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
-            self._drain.start()
+            self._counts = ctx.Array("q", self._processes * _SLOTS_PER_WORKER, lock=False)
+            self._pool = ctx.Pool(self._processes, initializer=_start, initargs=(self._counts, ctx.Value("i", 0)))
+            self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
+            self._watch.start()
         return Pending(self._pool.apply_async(fn, args))
 
     def _pass_progress(self) -> None:
-        assert self._queue is not None
-        while (n := self._queue.get()) is not None:
-            if self._on_progress is not None:
-                self._on_progress(n)
+        """The workers' progress passed on, ten times a second, and once more when they have ended."""
+        while not self._stopped.wait(PROGRESS_EVERY_S):
+            self._pass_new()
+        self._pass_new()
+
+    def _pass_new(self) -> None:
+        total = sum(self._counts)
+        if total > self._passed and self._on_progress is not None:
+            self._on_progress(total - self._passed)
+        self._passed = total
 
     def stop(self, finished: bool) -> None:
         """Wait for the workers to end (``finished``: each call's result was taken), or end them now."""
@@ -92,10 +107,13 @@ class Workers:
         else:
             self._pool.terminate()
         self._pool.join()
-        assert self._queue is not None and self._drain is not None
-        self._queue.put(None)
-        self._drain.join()
+        assert self._watch is not None
+        self._stopped.set()
+        self._watch.join()
         self._pool = None
+
+
+PROGRESS_EVERY_S = 0.1
 
 
 @contextlib.contextmanager

@@ -1088,7 +1088,8 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
                    progress: Callable[[int], None] | None = None, hasher: Any = None,
-                   request_repeats: bool = True, templates: bool | None = None) -> tuple[LogParse, FastFacts]:
+                   request_repeats: bool = True, templates: bool | None = None,
+                   workers: int = WORKERS) -> tuple[LogParse, FastFacts]:
     """Parse a vLLM log file in bounded pieces. Stats and request facts of both lanes end up in the
     returned FastFacts (columnar, on disk under ``spill``), every other fact and the file's counts,
     version and engine in the LogParse.
@@ -1102,7 +1103,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
-    WORKERS + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read. Lines
+    ``workers`` + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read. Lines
     are read by templates where ``templates`` says, else in a file of TEMPLATE_MIN_BYTES or more."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
@@ -1137,8 +1138,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
         return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats, parser.logged_first,
                           scanner), len(piece))
 
-    for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=WORKERS,
-                                                           ahead=WORKERS + 1)):
+    for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=workers,
+                                                           ahead=workers + 1)):
         if progress is not None:
             progress(size)
         if p.long_line is not None:  # (it ends any message open before it, as a fast line does)

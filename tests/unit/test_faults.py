@@ -529,15 +529,16 @@ main()
 """
 
 
-def _workers(pid: int, lines: dict[int, str]) -> list[int]:
-    """The multiprocessing workers (not its helper) among the children of ``pid`` seen so far; ``lines``
-    holds each child's command line as first seen."""
+def _workers(pid: int, found: set[int]) -> set[int]:
+    """``found`` and the multiprocessing workers (not its helper) now among the children of ``pid`` (a
+    child just forked has its parent's command line until it starts its own: it is looked at again)."""
     with contextlib.suppress(psutil.Error):
         for c in psutil.Process(pid).children():
-            if c.pid not in lines:
+            if c.pid not in found:
                 with contextlib.suppress(psutil.Error):
-                    lines[c.pid] = " ".join(c.cmdline())
-    return [k for k, line in lines.items() if "spawn_main" in line]
+                    if "spawn_main" in " ".join(c.cmdline()):
+                        found.add(c.pid)
+    return found
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -557,15 +558,14 @@ def test_a_signal_while_logs_are_read_in_workers_ends_them_and_leaves_the_last_b
         p = subprocess.Popen([sys.executable, "-c", APART, "record", str(log), str(other), "--year", "2025", "-o", str(out)],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        lines: dict[int, str] = {}
-        while p.poll() is None and len(_workers(p.pid, lines)) < 2:  # (both logs handed on)
+        workers: set[int] = set()
+        while p.poll() is None and len(_workers(p.pid, workers)) < 2:  # (both logs handed on)
             time.sleep(0.01)
         while p.poll() is None and not list(work.glob(f"{out.name}.partial-*/.spill/*/*")):
             time.sleep(0.002)
         time.sleep(delay)
         p.send_signal(sig)
         _, err = p.communicate(timeout=120)
-        workers = [k for k, line in lines.items() if "spawn_main" in line]
         assert len(workers) == 2, err[-500:]
         assert p.returncode == (130 if sig == signal.SIGINT else 143), (delay, err[-500:])
         assert "Traceback" not in err
