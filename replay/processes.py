@@ -20,7 +20,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from multiprocessing.pool import AsyncResult, Pool
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Generic, TypeVar
 
 from replay import malloc
@@ -55,14 +56,22 @@ def report(n: int) -> None:
         counts[mine] += n
 
 
-class Pending(Generic[R]):
-    """A call handed to a worker: ``get`` waits for its result, or raises what it raised."""
+class WorkerDied(Exception):
+    """A worker ended before its call did: killed (the kernel's OOM killer, say) or crashed."""
 
-    def __init__(self, result: AsyncResult[R]) -> None:
-        self._result = result
+
+class Pending(Generic[R]):
+    """A call handed to a worker: ``get`` waits for its result, or raises what it raised (WorkerDied
+    where the worker ended first: a pool that waited on such a call waited forever)."""
+
+    def __init__(self, future: Future[R]) -> None:
+        self._future = future
 
     def get(self) -> R:
-        return self._result.get()
+        try:
+            return self._future.result()
+        except BrokenProcessPool as e:
+            raise WorkerDied(str(e)) from None
 
 
 class Workers:
@@ -70,7 +79,7 @@ class Workers:
 
     def __init__(self, processes: int, progress: Callable[[int], None] | None) -> None:
         self._processes, self._on_progress = processes, progress
-        self._pool: Pool | None = None
+        self._pool: ProcessPoolExecutor | None = None
         self._counts: Any = None
         self._passed = 0
         self._stopped = threading.Event()
@@ -81,10 +90,11 @@ class Workers:
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
             self._counts = ctx.Array("q", self._processes * _SLOTS_PER_WORKER, lock=False)
-            self._pool = ctx.Pool(self._processes, initializer=_start, initargs=(self._counts, ctx.Value("i", 0)))
+            self._pool = ProcessPoolExecutor(self._processes, ctx, initializer=_start,
+                                             initargs=(self._counts, ctx.Value("i", 0)))
             self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
             self._watch.start()
-        return Pending(self._pool.apply_async(fn, args))
+        return Pending(self._pool.submit(fn, *args))
 
     def _pass_progress(self) -> None:
         """The workers' progress passed on, ten times a second, and once more when they have ended."""
@@ -102,11 +112,11 @@ class Workers:
         """Wait for the workers to end (``finished``: each call's result was taken), or end them now."""
         if self._pool is None:
             return
-        if finished:
-            self._pool.close()
-        else:
-            self._pool.terminate()
-        self._pool.join()
+        if not finished:  # (ended now: SIGKILL, a call in its middle has nothing of its own to clean up; the
+            for proc in list((self._pool._processes or {}).values()):  # executor has no call for it before 3.14)
+                with contextlib.suppress(OSError, ValueError):
+                    proc.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)
         assert self._watch is not None
         self._stopped.set()
         self._watch.join()

@@ -38,7 +38,7 @@ from replay.bundle import (
     sample_names,
 )
 from replay.engine import catalogue
-from replay.errors import ReplayError
+from replay.errors import EXIT_IO, ReplayError
 from replay.filehash import (
     DECOMPRESS_ERRORS,
     compression,
@@ -894,18 +894,17 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     paths, from_folder = _expand(paths, out)
     seen = _Seen()
     malloc.give_back_large_blocks()
-    large = [p.is_file() and p.stat().st_size >= APART_MIN_BYTES for p in paths]
+    files: list[FileRead] = []
     with processes.workers(LOG_PROCESSES, opts.progress) as workers:
-        order: list[int] = list(range(len(paths)))
-        if sum(large) >= 2:  # (the large files first: their logs are read by the workers while the rest are
-            seen.workers = workers  # read here; files of one size keep their order, the first of two copies kept)
-            order.sort(key=lambda i: not large[i])
-        read: dict[int, FileRead] = {}
-        for i in order:
-            read[i] = _read_file(paths[i], paths[i] in from_folder, opts, seen, spill_root / str(i))
+        # (in order: reading the smaller files here while the workers read the logs saved nothing at a
+        # fleet's day, and raised its peak by what those files hold)
+        if sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
+            seen.workers = workers
+        for path in paths:
+            files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
             malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
         seen.take(paths)
-    return [read[i] for i in range(len(paths))], seen.launches
+    return files, seen.launches
 
 
 LOG_PROCESSES = 2  # large logs read side by side, each in a process of its own (``replay.processes``)
@@ -1065,7 +1064,11 @@ def _read_log_apart(path: Path, rep: FileReport, hashed: bool, opts: RecordOptio
     def take() -> None:
         if opts.stage is not None:
             opts.stage(f"reading {path.name}")
-        read.log, sha = pending.get()
+        try:
+            read.log, sha = pending.get()
+        except processes.WorkerDied:
+            raise ReplayError(f"{path}: the process that read it ended before it was done (killed: out of "
+                              "memory?); nothing written", EXIT_IO) from None
         if sha is not None:
             rep.sha256 = sha
             seen.hashes[sha] = str(path)

