@@ -9,6 +9,7 @@ logs in 10.0 s where one after the other took 12.8 s (``benchmarks/bench_time_to
 The processes are started fresh ("spawn": a fork of a process that runs threads may copy a lock that
 one of them held), ignore Ctrl-C (the caller's handler decides), and die with the caller; leaving the
 block after an error or a signal ends them at once, and what they were writing is the caller's to remove.
+A worker that dies in the middle of a call (the kernel's OOM killer) fails it (``WorkerDied``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from replay import malloc
 
 R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1  # (prctl's option, from linux/prctl.h)
-_SLOTS_PER_WORKER = 4  # (a pool starts a worker anew for one that died: each takes a slot of its own)
+_SLOTS_PER_WORKER = 4  # (room to spare: each worker started takes a slot of its own)
 _slot: tuple[Any, int] | None = None  # in a worker: the shared counts, and which one is its own
 
 
