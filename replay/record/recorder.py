@@ -877,7 +877,7 @@ class _Seen:
     # scrapes of the same bytes
     fingerprints: dict[tuple[int, str], list[Path]] = field(default_factory=dict)
     launches: list[engine_config.EngineConfig] = field(default_factory=list)  # the launch configurations
-    workers: processes.Workers | None = None  # where large logs are read, side by side (``_read_apart``)
+    workers: processes.Workers | None = None  # where large logs are read, side by side (``_read_log_apart``)
     pending: dict[Path, Callable[[], None]] = field(default_factory=dict)  # logs read there: each one's
     # taking of what its worker gives back (its facts; its hash, which a later look-alike is checked against)
 
