@@ -898,13 +898,18 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     with processes.workers(LOG_PROCESSES, opts.progress) as workers:
         # (in order: reading the smaller files here while the workers read the logs saved nothing at a
         # fleet's day, and raised its peak by what those files hold)
-        if sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
+        if _cores() >= 2 and sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
             seen.workers = workers
         for path in paths:
             files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
             malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
         seen.take(paths)
     return files, seen.launches
+
+
+def _cores() -> int:
+    """The cores this process may run on (one core: two workers would take turns, and hold twice the memory)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 LOG_PROCESSES = 2  # large logs read side by side, each in a process of its own (``replay.processes``)

