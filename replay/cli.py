@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -487,8 +488,12 @@ def run(
                       tower=_tower(vision_patch, vision_merge, vision_max_pixels))
     trace_path, opts.window = _trace_for_run(trace, out, dry_run, window, before_crash)
     if dry_run:
-        p = do_plan(trace_path, opts, err)
-        _print_plan(p.to_json(), as_json)
+        try:
+            p = do_plan(trace_path, opts, err)
+            _print_plan(p.to_json(), as_json)
+        finally:
+            if trace_path != trace:  # (a bundle's trace, made in a temporary folder of its own)
+                shutil.rmtree(trace_path.parent, ignore_errors=True)
         return
     res = do_run(trace_path, opts, err)
     gib = 2**30

@@ -133,7 +133,12 @@ def test_no_trace_from_a_bundle_without_requests(tmp_path: Path) -> None:
 
 
 def test_dry_run_json_plan_of_a_bundle(v032_bundle: Path, tmp_path: Path) -> None:
-    r = _cli("run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json", "-o", str(tmp_path / "r"))
+    temp = tmp_path / "temp"  # (where the trace it plans from is made, and removed again)
+    temp.mkdir()
+    r = subprocess.run([sys.executable, "-m", "replay", "run", str(v032_bundle), "--vllm", "0.32", "--dry-run", "--json",
+                        "-o", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, "COLUMNS": "400", "TMPDIR": str(temp)})
+    assert list(temp.iterdir()) == []
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert set(plan) == {"vllm", "engine_args", "model", "requests", "window_us", "warmup", "notes"}
