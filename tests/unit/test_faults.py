@@ -560,13 +560,21 @@ def test_a_signal_while_logs_are_read_in_workers_ends_them_and_leaves_the_last_b
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         workers: set[int] = set()
-        while p.poll() is None and len(_workers(p.pid, workers)) < 2:  # (both logs handed on)
-            time.sleep(0.01)
-        while p.poll() is None and not list(work.glob(f"{out.name}.partial-*/.spill/*/*")):
-            time.sleep(0.002)
-        time.sleep(delay)
-        p.send_signal(sig)
-        _, err = p.communicate(timeout=120)
+        try:
+            while p.poll() is None and len(_workers(p.pid, workers)) < 2:  # (both logs handed on)
+                time.sleep(0.01)
+            while p.poll() is None and not list(work.glob(f"{out.name}.partial-*/.spill/*/*")):
+                time.sleep(0.002)
+            time.sleep(delay)
+            p.send_signal(sig)
+            _, err = p.communicate(timeout=120)
+        finally:  # (a record that hangs is a failure, not a process left behind)
+            if p.poll() is None:
+                for w in workers:
+                    with contextlib.suppress(psutil.Error):
+                        psutil.Process(w).kill()
+                p.kill()
+                p.communicate()
         assert len(workers) == 2, err[-500:]
         assert p.returncode == (130 if sig == signal.SIGINT else 143), (delay, err[-500:])
         assert "Traceback" not in err
