@@ -1036,34 +1036,41 @@ def _read_log(path: Path, head: str, kind: str, rep: FileReport, hash_later: boo
               spill: Path) -> LogRead:
     """A vLLM log, or one as a logging service exports it (its entries as log lines, then its facts at
     the export's lines), read in pieces."""
+    if kind != "log-export":
+        read, sha = _read_plain_log(path, spill, opts.keep_prompts, hash_later, opts.progress, fastlog.WORKERS)
+        _keep_hash(rep, seen, path, sha)
+        return read
     hasher = hashlib.sha256() if hash_later else None
-    log_path, progress, conv = path, opts.progress, None
-    if kind == "log-export":
-        which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
-        spill.mkdir(parents=True, exist_ok=True)
-        log_path, progress = spill / "export.log", None
-        conv = convert(path, which, log_path, opts.progress, hasher)  # (the export is hashed as it is read)
-        rep.notes += conv.notes(path.name, which)
-    lp, ff = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts, progress=progress,
-                            hasher=hasher if conv is None else None, request_repeats=False)
+    which = export_kind(head) or ("aws" if head.lstrip().startswith("{") else "gcp")
+    spill.mkdir(parents=True, exist_ok=True)
+    log_path = spill / "export.log"
+    conv = convert(path, which, log_path, opts.progress, hasher)  # (the export is hashed as it is read)
+    rep.notes += conv.notes(path.name, which)
+    lp, ff = parse_log_file(log_path, spill, keep_prompts=opts.keep_prompts, request_repeats=False)
     read = LogRead(lp, ff)
     if not _states_requests(ff):  # (its access lines stand in for them: read while it is at hand)
-        read.access = access_log.scan(_text_lines(log_path), None if conv is None else conv.lines)
-    if conv is not None:
-        renumber(lp, ff, conv)
-        if lp.container_year is None and conv.year is not None:
-            lp.container_year = conv.year  # (the export's own dates, which have no zone)
-    if hasher is not None:
-        rep.sha256 = hasher.hexdigest()
-        seen.hashes[rep.sha256] = str(path)
+        read.access = access_log.scan(_text_lines(log_path), conv.lines)
+    renumber(lp, ff, conv)
+    if lp.container_year is None and conv.year is not None:
+        lp.container_year = conv.year  # (the export's own dates, which have no zone)
+    _keep_hash(rep, seen, path, None if hasher is None else hasher.hexdigest())
     return read
+
+
+def _keep_hash(rep: FileReport, seen: _Seen, path: Path, sha: str | None) -> None:
+    """A log's sha256 where it was hashed as it was read (None: it was hashed before)."""
+    if sha is not None:
+        rep.sha256 = sha
+        seen.hashes[sha] = str(path)
 
 
 def _read_log_apart(path: Path, rep: FileReport, hashed: bool, opts: RecordOptions, seen: _Seen, spill: Path) -> FileRead:
     """A plain vLLM log handed to a worker process (``_read_plain_log``); what it gives back is taken into
     the file read (``seen.take``) before the next look-alike is checked, and once every file is read."""
     assert seen.workers is not None
-    pending = seen.workers.submit(_read_plain_log, path, spill, opts.keep_prompts, hashed)
+    pending = seen.workers.submit(_read_plain_log, path, spill, opts.keep_prompts, hashed, processes.report, 1)
+    # (one thread: two logs at once keep the cores busy, and a second thread a worker held 90 MiB more
+    # for 5 % less time)
     read = FileRead(path, rep)
 
     def take() -> None:
@@ -1074,22 +1081,20 @@ def _read_log_apart(path: Path, rep: FileReport, hashed: bool, opts: RecordOptio
         except processes.WorkerDied:
             raise ReplayError(f"{path}: the process that read it ended before it was done (killed: out of "
                               "memory?); nothing written", EXIT_IO) from None
-        if sha is not None:
-            rep.sha256 = sha
-            seen.hashes[sha] = str(path)
+        _keep_hash(rep, seen, path, sha)
     seen.pending[path] = take
     return read
 
 
-def _read_plain_log(path: Path, spill: Path, keep_prompts: bool, hashed: bool) -> tuple[LogRead, str | None]:
-    """A plain vLLM log as ``_read_log`` reads one, in a worker process: its facts and, with ``hashed``,
-    its sha256."""
+def _read_plain_log(path: Path, spill: Path, keep_prompts: bool, hashed: bool, progress: Callable[[int], None] | None,
+                    workers: int) -> tuple[LogRead, str | None]:
+    """A plain vLLM log, here or in a worker process: its facts, its uvicorn access lines where it states
+    no request, and, with ``hashed``, its sha256 (the file hashed as it is read)."""
     hasher = hashlib.sha256() if hashed else None
-    lp, ff = parse_log_file(path, spill, keep_prompts=keep_prompts, progress=processes.report, hasher=hasher,
-                            request_repeats=False, workers=1)  # (two logs at once: the cores are busy, and
-    # a second thread a worker held 90 MiB more for 5 % less time)
+    lp, ff = parse_log_file(path, spill, keep_prompts=keep_prompts, progress=progress, hasher=hasher,
+                            request_repeats=False, workers=workers)
     read = LogRead(lp, ff)
-    if not _states_requests(ff):
+    if not _states_requests(ff):  # (its access lines stand in for them: read while it is at hand)
         read.access = access_log.scan(_text_lines(path), None)
     return read, None if hasher is None else hasher.hexdigest()
 
