@@ -1317,7 +1317,7 @@ def _columns_span(log: _LogFacts, turns: bool) -> tuple[int, int] | None:
             t = log.timed(pl.LazyFrame({"ts": [lo, hi, None, None], "t_exact": [None, None, x_lo, x_hi]},
                                        schema={"ts": pl.Utf8, "t_exact": pl.Int64})).collect()["t"]
             if t[:2].null_count() == (lo is None) * 2:  # (else a time of its shape that is none: all are timed)
-                return None if t.null_count() == 4 else (int(cast(int, t.min())), int(cast(int, t.max())))
+                return None if t.null_count() == 4 else (cast(int, t.min()), cast(int, t.max()))
     span = log.timed(frame).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
     return None if span["lo"][0] is None else (int(span["lo"][0]), int(span["hi"][0]))
 
