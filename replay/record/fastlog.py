@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import itertools
 import os
 import re
 from collections.abc import Callable, Generator, Iterator
@@ -716,7 +717,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), representative lines for version inference, and the first and last fast
     line that states a time (``_timed_ends``). With ``known``, only the lines its templates left (its
-    ``rest``; the frame and flags returned are theirs), and its facts joined to theirs.
+    ``rest_raw``, one piece's or several's; ``lines`` is not read; the frame and flags returned are
+    theirs), and its facts joined to theirs.
 
     Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
@@ -724,7 +726,7 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if known is None:
         df = pl.DataFrame({"raw": lines}).with_row_index("i").with_columns(line=pl.col("i").cast(pl.Int64) + first_no).drop("i")
     else:
-        df = pl.DataFrame({"raw": lines.gather(known.rest), "line": known.rest.cast(pl.Int64) + first_no})
+        df = pl.DataFrame({"raw": known.rest_raw, "line": known.rest_no})
     # 'orig' is the line as the file has it (for the line-by-line parser and version clues), 'raw' the
     # line vLLM wrote, without a container runtime's or kubectl's envelope, and 'iso' that envelope's time
     df = df.with_columns(orig=raw, iso=pl.lit(None, dtype=pl.Utf8))
@@ -875,8 +877,10 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     if not reps:
         return df, is_fast, stats, requests, [], ends
     g = pl.concat(reps, how="diagonal_relaxed")
-    return (df, is_fast, stats, requests, _representatives(g.with_columns(orig=lines.gather(g["line"] - first_no))),
-            ends)
+    if df.height:  # (each the line as the file has it; a template's carries its own)
+        own = pl.lit(df["orig"].gather(df["line"].search_sorted(g["line"]).clip(0, df.height - 1)))
+        g = g.with_columns(orig=pl.coalesce("orig", own) if "orig" in g.columns else own)
+    return df, is_fast, stats, requests, _representatives(g), ends
 
 
 @dataclass(frozen=True)
@@ -945,12 +949,27 @@ class _Templated:
 
     classed: pl.Series  # per line of the piece: read by its template
     rest: pl.Series  # the others' places in the piece
+    rest_raw: pl.Series  # the others' text (an empty line may be null, as ``_lines`` gives it)
+    rest_no: pl.Series  # the others' line numbers
     adjacent: pl.Series  # per rest line: the next line is the next rest line
     before_classed: pl.Series  # per rest line: the next line is a template's (which opens a message)
     requests: pl.DataFrame  # their request facts (spill schema)
-    reps: pl.DataFrame  # a representative line a template, with its count
+    reps: pl.DataFrame  # a representative line a template, with its count and its text (``orig``)
     timed: pl.DataFrame  # line, ts, iso of the first and the last of them that state a time
     n: int
+
+    @staticmethod
+    def joined(parts: list[_Templated]) -> _Templated:
+        """Consecutive pieces' as one (their lines one after another), less their request facts (spilled
+        a piece at a time: ``_Partial``)."""
+        at = itertools.accumulate((len(p.classed) for p in parts[:-1]), initial=0)
+        return _Templated(
+            classed=pl.concat([p.classed for p in parts]),
+            rest=pl.concat([p.rest + int(o) for p, o in zip(parts, at, strict=True)]),
+            rest_raw=pl.concat([p.rest_raw for p in parts]), rest_no=pl.concat([p.rest_no for p in parts]),
+            adjacent=pl.concat([p.adjacent for p in parts]), before_classed=pl.concat([p.before_classed for p in parts]),
+            requests=parts[0].requests.clear(), reps=pl.concat([p.reps for p in parts]),
+            timed=pl.concat([p.timed for p in parts]), n=sum(p.n for p in parts))
 
 
 def _templated(lines: pl.Series, pc: PieceClasses, first_no: int, request_keys: bool) -> _Templated:
@@ -969,13 +988,17 @@ def _templated(lines: pl.Series, pc: PieceClasses, first_no: int, request_keys: 
     used = [cast(_Shape, shapes[k]) for k in np.flatnonzero(count)]
     reps = pl.DataFrame({"proc": [s.proc for s in used], "fl": [s.fl for s in used],
                          "line": first[count > 0] + first_no, "n": count[count > 0].astype(np.uint32),
-                         "kind": [s.kind for s in used], "msg": [""] * len(used)},
-                        schema={"proc": pl.Utf8, "fl": pl.Utf8, "line": pl.Int64, "n": pl.UInt32, "kind": pl.Utf8, "msg": pl.Utf8})
+                         "kind": [s.kind for s in used], "msg": [""] * len(used),
+                         "orig": lines.gather(pl.Series(first[count > 0], dtype=pl.UInt32))},
+                        schema={"proc": pl.Utf8, "fl": pl.Utf8, "line": pl.Int64, "n": pl.UInt32, "kind": pl.Utf8, "msg": pl.Utf8,
+                                "orig": pl.Utf8})
     timed_at = at[codes != scan.ACCESS][[0, -1]] if (codes != scan.ACCESS).any() else at[:0]
     ts = [str(lines[int(i)])[cast(_Shape, shapes[pc.which[i]]).ts_at:][:TS_CHARS] for i in timed_at]
     rq = np.isin(codes, (scan.ADDED, scan.FINISHED))
+    rest_at = pl.Series(rest, dtype=pl.UInt32)
     return _Templated(
-        classed=pl.Series(classed), rest=pl.Series(rest, dtype=pl.UInt32),
+        classed=pl.Series(classed), rest=rest_at, rest_raw=lines.gather(rest_at),
+        rest_no=pl.Series(rest.astype(np.int64) + first_no, dtype=pl.Int64),
         adjacent=pl.Series(np.append(np.diff(rest) == 1, False)), before_classed=pl.Series(np.append(classed[1:], False)[rest]),
         requests=_template_requests(lines, at[rq], w[rq], shapes, first_no, request_keys),
         reps=reps, timed=pl.DataFrame({"line": timed_at.astype(np.int64) + first_no, "ts": ts, "iso": [None] * len(ts)},
@@ -1040,21 +1063,42 @@ class _Piece:
     slow: pl.DataFrame  # line, raw, prev (the line before took the fast lane; null for the first)
     last_fast: bool
     fast_lines: int
-    files: _Spilled  # this piece's fast-lane stats and request facts
+    files: list[_Spilled]  # this piece's fast-lane stats and request facts
     representatives: list[tuple[str, int]]
     long_line: LongLine | None = None  # the piece is this one line, too long to read
     timed_ends: list[tuple[int, str]] = field(default_factory=list)  # of its fast lines (``_timed_ends``)
     template_lines: int = 0  # of ``fast_lines``: read by their template's shape
 
 
+@dataclass
+class _Partial:
+    """A piece whose lines that equal a template are read (their request facts spilled), the others
+    (``known.rest``: a stats line, a piece's last line, a start's chatter; a few hundred of 160,000) not
+    yet classified: they are, with those of the pieces after it (``_rest_piece``). Classifying them a
+    piece at a time cost ~23 ms a piece whatever their number, a fifth of a log's reading; 8 pieces'
+    at once cost 4 ms a piece."""
+
+    known: _Templated
+    files: _Spilled  # the template lines' request facts
+    has_cr: bool  # what the piece holds, as ``_classify`` is told it
+    esc: bool
+    web: bool
+    rest_bytes: int  # of the lines left to classify
+
+
+REST_PIECES = 8  # pieces whose other lines are classified at once (their templated lines are spilled as read),
+REST_BYTES = CHUNK_BYTES  # as long as those lines come to no more than a piece (a log of V0's request lines leaves
+# most of each piece: those are classified a piece at a time, as before, in the memory a piece took)
+
+
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
              keep_prompts: bool = False, request_keys: bool = True, logged_first: bool = False,
-             scanner: PieceScanner | None = None) -> tuple[_Piece, int, int]:
+             scanner: PieceScanner | None = None) -> tuple[_Piece | _Partial, int, int]:
     """The vectorised lane's work on one piece (in a worker thread): cut its lines, number them from
     the line after the last piece's (``start``, which this publishes in ``end`` for the next as soon
     as it has cut them), classify, spill the fast facts. Returns the piece, its first line number and
     its lines. With ``scanner``, a plain piece's lines that equal a template are read by its shape,
-    and only the others are classified."""
+    and the others are left to be classified with the next pieces' (a ``_Partial``)."""
     try:
         has_cr = b"\r" in piece
         lines = _lines(piece, has_cr)
@@ -1076,14 +1120,33 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     known = None
     if scanner is not None and not json_lines and not _ENVELOPED.match(lines[0] or ""):  # (the scanner reads vLLM's own lines)
         pc = scanner.classify(piece)
-        known = _templated(lines, pc, first_no, request_keys) if len(pc.codes) == len(lines) else None
+        if len(pc.codes) == len(lines):
+            known = _templated(lines, pc, first_no, request_keys)
+            files = _write_facts((pl.DataFrame(), known.requests), f"{tag}.t", spill)
+            return (_Partial(dataclasses.replace(known, requests=known.requests.clear()), files, has_cr, esc, web,
+                             int(known.rest_raw.str.len_bytes().sum() or 0)), first_no, len(lines))
     df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web,
-                                                logged_first, known)
-    every = is_fast if known is None else known.classed.scatter(known.rest, is_fast)  # (each line of the piece)
-    prev = every.shift(1) if known is None else every.shift(1).gather(known.rest)
-    slow = df.select("line", raw="orig").with_columns(prev=prev).filter(~is_fast).with_columns(pl.col("raw").fill_null(""))
-    return (_Piece(slow, bool(every[-1]), int(every.sum()), _write_facts((st, rq), f"{tag}.a", spill), reps,
-                   timed_ends=ends, template_lines=known.n if known is not None else 0), first_no, len(lines))
+                                                logged_first)
+    slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
+        pl.col("raw").fill_null(""))
+    return (_Piece(slow, bool(is_fast[-1]), int(is_fast.sum()), [_write_facts((st, rq), f"{tag}.a", spill)], reps,
+                   timed_ends=ends), first_no, len(lines))
+
+
+def _rest_piece(parts: list[_Partial], tag: str, spill: Path, keep_prompts: bool, request_keys: bool,
+                logged_first: bool) -> _Piece:
+    """Consecutive pieces' lines left by their templates, classified at once (``_classify``), and the
+    pieces as one (a colour code, a CR or a web page's space in one is looked for in all: each is taken
+    out only of the lines that hold it)."""
+    known = _Templated.joined([p.known for p in parts])
+    df, is_fast, st, rq, reps, ends = _classify(known.rest_raw, int(known.rest_no[0]) if known.rest_no.len() else 0,
+                                                any(p.has_cr for p in parts), keep_prompts, any(p.esc for p in parts),
+                                                False, request_keys, any(p.web for p in parts), logged_first, known)
+    every = known.classed.scatter(known.rest, is_fast)  # (each line of the pieces)
+    slow = df.select("line", raw="orig").with_columns(prev=every.shift(1).gather(known.rest)).filter(~is_fast).with_columns(
+        pl.col("raw").fill_null(""))
+    return _Piece(slow, bool(every[-1]), int(every.sum()), [*(p.files for p in parts), _write_facts((st, rq), f"{tag}.a", spill)],
+                  reps, timed_ends=ends, template_lines=known.n)
 
 
 def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep_prompts: bool = False,
@@ -1103,7 +1166,8 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
 
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
-    ``workers`` + 2 pieces are in memory. With ``hasher``, the file as given is hashed as it is read. Lines
+    ``workers`` + 2 pieces are in memory, and the lines their templates left of up to REST_PIECES
+    pieces before them (REST_BYTES at most), which this thread classifies at once. With ``hasher``, the file as given is hashed as it is read. Lines
     are read by templates where ``templates`` says, else in a file of TEMPLATE_MIN_BYTES or more."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)
@@ -1124,7 +1188,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
             yield piece, start, end
             start = end
 
-    def prepare(item: tuple[int, tuple[bytes | LongLine, Future[int], Future[int]]]) -> tuple[_Piece, int, int, int]:
+    def prepare(item: tuple[int, tuple[bytes | LongLine, Future[int], Future[int]]]) -> tuple[_Piece | _Partial, int, int, int]:
         k, (piece, start, end) = item
         if isinstance(piece, LongLine):
             try:
@@ -1133,22 +1197,21 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
                 end.set_exception(e)
                 raise
             end.set_result(no + 1)
-            return (_Piece(pl.DataFrame(), False, 0, _Spilled(None, None, []), [], piece), no, 1,
+            return (_Piece(pl.DataFrame(), False, 0, [], [], piece), no, 1,
                     piece.n_bytes + 1)
         return (*_prepare(piece, start, end, f"{k:06d}", spill, keep_prompts, request_repeats, parser.logged_first,
                           scanner), len(piece))
 
-    for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=workers,
-                                                           ahead=workers + 1)):
-        if progress is not None:
-            progress(size)
+    def take(p: _Piece, first_no: int, n: int, tag: str) -> None:
+        """A piece's (or pieces') lines given to the line-by-line parser in order, its facts to ``ff``."""
+        nonlocal prev_fast, seen
         if p.long_line is not None:  # (it ends any message open before it, as a fast line does)
             parser.barrier()
             parser.res.quarantine.append((first_no, p.long_line.note(),
                                           p.long_line.head.decode("utf-8", errors="replace")))
             parser.res.lines_read = max(parser.res.lines_read, first_no)
             prev_fast = True
-            continue
+            return
         # the line-by-line parser gets every other line, in order, with a barrier after fast ones
         for no, raw, after_fast in p.slow.iter_rows():
             if after_fast if after_fast is not None else prev_fast:
@@ -1166,9 +1229,33 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
                 for ln in split_line(0, raw):
                     parser.observe(ln, weight)
             parser.res.timed_ends += p.timed_ends
-        _add_files(ff, p.files)
-        _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{k:06d}.b", spill), slow=True)
+        for files in p.files:
+            _add_files(ff, files)
+        _add_files(ff, _write_facts(_slow_frames(parser.res, keep_prompts, seen), f"{tag}.b", spill), slow=True)
         seen = max(0, len(parser.res.facts) - 8)  # the last few facts may still take continuation lines
+
+    held: list[tuple[_Partial, int, int]] = []  # pieces whose other lines wait to be classified with the next ones'
+
+    def take_held(tag: str) -> None:
+        if held:
+            take(_rest_piece([p for p, _, _ in held], tag, spill, keep_prompts, request_repeats, parser.logged_first),
+                 held[0][1], sum(n for _, _, n in held), tag)
+            held.clear()
+
+    for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=workers,
+                                                           ahead=workers + 1)):
+        if progress is not None:
+            progress(size)
+        if isinstance(p, _Partial):
+            if held and sum(q.rest_bytes for q, _, _ in held) + p.rest_bytes > REST_BYTES:
+                take_held(f"{k:06d}.h")
+            held.append((p, first_no, n))
+            if len(held) == REST_PIECES:
+                take_held(f"{k:06d}")
+            continue
+        take_held(f"{k:06d}.h")
+        take(p, first_no, n, f"{k:06d}")
+    take_held("last")
     res = parser.finish()
     ends = res.timed_ends  # (of both lanes; the parts of a line glued from several messages, in their order)
     res.timed_ends = [min(ends, key=lambda e: e[0]), max(reversed(ends), key=lambda e: e[0])] if ends else []
