@@ -1020,8 +1020,9 @@ def _template_requests(lines: pl.Series, at: npt.NDArray[np.intp], w: npt.NDArra
     ws = pl.Series(w, dtype=pl.UInt32)
     s = pl.col("s")
     rq = pl.DataFrame({"line": at.astype(np.int64) + first_no, "s": lines.gather(pl.Series(at, dtype=pl.UInt32)),
-                       **{f: per(f) for f in ("ts_at", "msg_at", "msg_len", "id_at", "id_len")}}).with_columns(
-        ts=s.str.slice("ts_at", TS_CHARS), msg=s.str.slice("msg_at", "msg_len"), request_id=s.str.slice("id_at", "id_len"))
+                       **{f: per(f) for f in ("ts_at", "id_at", "id_len", *(("msg_at", "msg_len") if request_keys else ()))}})
+    rq = rq.with_columns(ts=s.str.slice("ts_at", TS_CHARS), request_id=s.str.slice("id_at", "id_len"),
+                         **({"msg": s.str.slice("msg_at", "msg_len")} if request_keys else {}))  # (the message: for the key alone)
     keyed: dict[str, pl.Expr | pl.Series] = {"rank": ranks.gather(ws), "h": pl.lit(pl.Series(rank_kind[w])).xor(
         pl.col("ts").hash(seed=KEY_SEEDS["ts"])).xor(pl.col("msg").hash(seed=KEY_SEEDS["msg"])), "repeatable": pl.lit(True)} if request_keys else {}
     return rq.select("line", "ts", t_exact=pl.lit(None, dtype=pl.Int64), kind=pl.Series(kinds, dtype=REQUEST_KINDS).gather(ws),
