@@ -672,7 +672,7 @@ def _take_out(df: pl.DataFrame, char: str, pattern: str, literal: bool) -> pl.Da
 def _unweb(df: pl.DataFrame) -> pl.DataFrame:
     """``df`` with what a copy from a web page put in its lines taken out, as ``vllm_log.unweb`` does."""
     r = df["raw"]
-    at = r.str.contains_any([NBSP, *INVISIBLE, BOX]).fill_null(False).arg_true()  # (one pass; few lines hold one)
+    at = r.str.contains(_WEB_CHARS).fill_null(False).arg_true()  # (one pass; few lines hold one)
     if not at.len():
         return df
     rows = r.gather(at).str.strip_chars_start("".join(INVISIBLE))
@@ -685,6 +685,8 @@ def _unweb(df: pl.DataFrame) -> pl.DataFrame:
 
 
 WEB_BYTES = tuple(c.encode() for c in (NBSP, *INVISIBLE, BOX))
+_WEB_CHARS = "[" + NBSP + "".join(INVISIBLE) + BOX + "]"  # (one class: 5 ms over a DEBUG log's piece, where
+# ``contains_any``'s automaton took 30 ms)
 
 
 def _take_out_bare_codes(df: pl.DataFrame, at: pl.Series) -> pl.DataFrame:
