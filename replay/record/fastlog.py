@@ -1086,12 +1086,14 @@ class _Partial:
     has_cr: bool  # what the piece holds, as ``_classify`` is told it
     esc: bool
     web: bool
-    rest_bytes: int  # of the lines left to classify
+    rest_bytes: int  # what the lines left to classify hold: their text, and REST_LINE_BYTES a line
 
 
 REST_PIECES = 8  # pieces whose other lines are classified at once (their templated lines are spilled as read),
-REST_BYTES = CHUNK_BYTES  # as long as those lines come to no more than a piece (a log of V0's request lines leaves
-# most of each piece: those are classified a piece at a time, as before, in the memory a piece took)
+REST_BYTES = CHUNK_BYTES  # as long as those lines hold no more than a piece (a log of V0's request lines leaves
+# most of each piece, and a run of empty lines all of it: such a piece is classified alone, as before, in the
+# memory a piece took)
+REST_LINE_BYTES = 32  # a line's own cost in the frames it is classified in (its place, number and marks)
 
 
 def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill: Path,
@@ -1127,7 +1129,8 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
             known = _templated(lines, pc, first_no, request_keys)
             files = _write_facts((pl.DataFrame(), known.requests), f"{tag}.t", spill)
             return (_Partial(dataclasses.replace(known, requests=known.requests.clear()), files, has_cr, esc, web,
-                             int(known.rest_raw.str.len_bytes().sum() or 0)), first_no, len(lines))
+                             int(known.rest_raw.str.len_bytes().sum() or 0) + REST_LINE_BYTES * known.rest.len()),
+                    first_no, len(lines))
     df, is_fast, st, rq, reps, ends = _classify(lines, first_no, has_cr, keep_prompts, esc, json_lines, request_keys, web,
                                                 logged_first)
     slow = df.select("line", raw="orig").with_columns(prev=is_fast.shift(1)).filter(~is_fast).with_columns(
@@ -1170,7 +1173,7 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
     The vectorised lane prepares the next pieces in worker threads (polars releases the GIL) while
     this thread feeds the line-by-line parser and spills the piece before them, in order: at most
     ``workers`` + 2 pieces are in memory, and the lines their templates left of up to REST_PIECES
-    pieces before them (REST_BYTES at most), which this thread classifies at once. With ``hasher``, the file as given is hashed as it is read. Lines
+    pieces before them (while those hold REST_BYTES or less), which this thread classifies at once. With ``hasher``, the file as given is hashed as it is read. Lines
     are read by templates where ``templates`` says, else in a file of TEMPLATE_MIN_BYTES or more."""
     spill.mkdir(parents=True, exist_ok=True)
     parser = LogParser(defer_repeats=True)

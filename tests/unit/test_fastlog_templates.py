@@ -57,29 +57,33 @@ def test_the_messy_log_read_by_templates_equals_the_reference(seed: int, monkeyp
 def test_lines_left_by_templates_are_classified_with_the_next_pieces_alike(
         rest_pieces: int, rest_bytes: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The lines a piece's templates leave are classified with those of the pieces after it (up to
-    REST_PIECES pieces, while they come to REST_BYTES at most), pieces of other shapes and lines too long
-    to read between them: however they are grouped, the messy log's facts are those of the lane without
-    templates (itself held to the reference's), a line too long to read included."""
+    REST_PIECES pieces, while they hold REST_BYTES at most, each line's own cost counted), with pieces of
+    other shapes, pieces of empty lines and a line too long to read between them: however they are grouped,
+    the messy log's facts are those of the lane without templates (itself held to the reference's)."""
     monkeypatch.setattr(scan, "PIECE_MIN_LINES", 1)
     monkeypatch.setattr(fastlog, "REST_PIECES", rest_pieces)
     monkeypatch.setattr(fastlog, "REST_BYTES", rest_bytes)
     monkeypatch.setattr(fastlog, "MAX_LINE_BYTES", 4096)
     groups: list[tuple[int, int]] = []
+    lines: list[tuple[int, int]] = []  # (pieces, lines left) of each group
     rest_piece = fastlog._rest_piece
 
     def counted(parts: list[fastlog._Partial], *args: object) -> fastlog._Piece:
         groups.append((len(parts), sum(p.rest_bytes for p in parts)))
+        lines.append((len(parts), sum(p.known.rest.len() for p in parts)))
         return rest_piece(parts, *args)  # type: ignore[arg-type]
     monkeypatch.setattr(fastlog, "_rest_piece", counted)
     real = [p.read_text(errors="replace").splitlines() for p in _real_logs()]
     log = tmp_path / "messy.log"
     _messy_log(log, 1, real)
-    with log.open("a") as fh:  # (a line too long to read, between pieces read by templates)
-        fh.write("\n" + "x" * 20_000 + "\n" + (tmp_path / "messy.log").read_text()[:20_000])
+    head = log.read_text()[:20_000]
+    with log.open("a") as fh:  # (a line too long to read, and pieces of empty lines, between pieces read by templates)
+        fh.write("\n" + "x" * 20_000 + "\n" + head + "\n" * 30_000 + head)
     res, ff = parse_log_file(log, tmp_path / "spill", chunk_bytes=8192, templates=True)
     assert _canon(res, ff) == _canon(*parse_log_file(log, tmp_path / "plain", chunk_bytes=8192, templates=False))
     assert any(q[1].startswith("a line of 20,000 bytes") for q in res.quarantine) and ff.template_lines > 0
     assert all(n <= rest_pieces and (n == 1 or b <= rest_bytes) for n, b in groups), groups
+    assert all(n == 1 or k * fastlog.REST_LINE_BYTES <= rest_bytes for n, k in lines), lines  # (empty lines too)
     if rest_bytes == 1 << 24:  # (far more than the pieces leave: the count ends each group)
         assert max(n for n, _ in groups) == rest_pieces, groups
     else:  # (the bytes bound ends a group first: this log's pieces leave ~7 KiB each)
