@@ -719,8 +719,8 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
     """All lines with their numbers, which of them take the fast lane, that lane's stats and request
     facts (spill schemas), representative lines for version inference, and the first and last fast
     line that states a time (``_timed_ends``). With ``known``, only the lines its templates left (its
-    ``rest_raw``, one piece's or several's; ``lines`` is not read; the frame and flags returned are
-    theirs), and its facts joined to theirs.
+    ``rest_raw``, one piece's or several's; ``lines`` is not read; the frame, flags and facts returned
+    are theirs: the template lines' own request facts are spilled as they are read, ``_prepare``).
 
     Cheap tests (literal searches, anchored matches) run on every line, side by side in one lazy
     plan so that both cores work; the costly splits and extractions run only on the candidates."""
@@ -824,9 +824,6 @@ def _classify(lines: pl.Series, first_no: int, has_cr: bool = True, keep_prompts
         rq = _heads(rq, heads.select("ts")).with_columns(kind=kind)
     requests = rq.select("line", **ts_exact, kind=pl.col("kind").cast(REQUEST_KINDS), **keyed,
                          request_id="request_id", rh=ID_HASH)  # no REQUEST_DETAILS
-    if known is not None and known.requests.height:  # (in line order: sorted only where both hold some)
-        requests = (pl.concat([requests, known.requests.select(requests.columns)]).sort("line") if requests.height
-                    else known.requests.select(requests.columns))
     # (a prompt that quotes a stats line makes the reference read a stats fact there, and nothing else)
     rv = cand.filter(msg.str.starts_with("Received request "))
     rv = _received_by_slices(_heads(rv.filter(unglued & ~folded & ~pl.col("line").is_in(st["line"].implode())), heads),

@@ -900,8 +900,8 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
             seen.workers = workers
         # the logs the workers read are handed to them first, then the other files are read here meanwhile
         # (in order otherwise: files of the same bytes are of the same size, so which is read first of them holds)
-        apart = [i for i, p in enumerate(paths) if seen.workers is not None and _a_log_read_apart(p, opts)]
-        for i in [*apart, *sorted(set(range(len(paths))) - set(apart))]:
+        apart = {i for i, p in enumerate(paths) if seen.workers is not None and _a_log_read_apart(p, opts)}
+        for i in sorted(range(len(paths)), key=lambda i: i not in apart):
             read[i] = _read_file(paths[i], paths[i] in from_folder, opts, seen, spill_root / str(i))
             malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
         seen.take(paths)
