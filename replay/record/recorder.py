@@ -553,12 +553,25 @@ def _partials(facts: pl.DataFrame) -> pl.DataFrame:
     details = [c for c in fastlog.REQUEST_DETAILS if c in facts.columns]
     # (a request's details may come on several lines: V1 at DEBUG states its token ids on 'Request … details:'
     # and its SamplingParams on the 'Received request' line after it; each detail is its first stated value)
-    arrivals = facts.filter(kind != "request_finished").sort("line").group_by("h").agg(
-        id=pl.col("request_id").first(), arrival_t=pl.col("t").first(), line=pl.col("line").first(),
-        **{c: pl.col(c).drop_nulls().first() for c in details})
-    finished = facts.filter(kind == "request_finished").group_by("h").agg(
-        finish_t=pl.col("t").min(), fid=pl.col("request_id").first(), fline=pl.col("line").min())
+    placed = ("h", "request_id", "t", "line")
+    first = _one_a_hash(facts.filter(kind != "request_finished").select(*placed, *details), lambda many: many.sort(
+        "line").group_by("h").agg(pl.col("request_id", "t", "line").first(), *(pl.col(c).drop_nulls().first() for c in details)))
+    ends = _one_a_hash(facts.filter(kind == "request_finished").select(placed), lambda many: many.group_by("h").agg(
+        pl.col("t").min(), pl.col("request_id").first(), pl.col("line").min()))
+    arrivals = first.rename({"request_id": "id", "t": "arrival_t"}).select("h", "id", "arrival_t", "line", *details)
+    finished = ends.select("h", finish_t="t", fid="request_id", fline="line")
     return arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid")).drop("fid")
+
+
+def _one_a_hash(facts: pl.DataFrame, agg: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
+    """``facts`` (h, request_id, t, line, …) one row per ``h``: those of a hash met once as they are, the
+    others as ``agg`` makes them one. Most requests have one arrival and one finish among a group's
+    facts: sorting and grouping only the rest took a fifth off ``_partials``."""
+    many = facts["h"].is_duplicated()
+    if not many.any():
+        return facts
+    lone = facts.filter(~many)
+    return pl.concat([lone, agg(facts.filter(many)).select(lone.columns)])
 
 
 def _merge(partials: pl.DataFrame) -> pl.DataFrame:

@@ -421,6 +421,39 @@ def test_request_rows_do_not_depend_on_repeated_request_lines_or_buckets(bucket:
     assert whole.filter(pl.col("id") == "late-0")["status"].to_list() == ["unknown"]
 
 
+_FACT = st.tuples(st.integers(0, 5), st.sampled_from(["request_received", "request_added", "request_finished"]),
+                  st.integers(0, 9), st.none() | st.integers(1, 99), st.none() | st.integers(1, 9))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_FACT, max_size=30))
+def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(facts: list[tuple[int, str, int, int | None,
+                                                                                                   int | None]]) -> None:
+    """GIVEN request facts in no order (ids met once, twice or more, arrivals on several lines with details
+    on some, finishes without arrival, arrivals without finish) THEN each id's partial row is its first
+    arrival by line (its time and id), each detail as first stated, its earliest finish and first finish
+    line: the same whether the id's facts are one of a kind, taken as they are, or several, grouped."""
+    from replay.record.recorder import _partials
+    rows = [{"request_id": f"cmpl-{i}", "h": i * 7919, "kind": kind, "t": t, "line": line, "max_tokens": mt,
+             "n": n} for line, (i, kind, t, mt, n) in zip(range(1000, 0, -37), facts, strict=False)]
+    df = pl.DataFrame(rows, schema={"request_id": pl.Utf8, "h": pl.UInt64, "kind": fastlog.REQUEST_KINDS, "t": pl.Int64,
+                                    "line": pl.Int64, "max_tokens": pl.Int64, "n": pl.Int64})
+    got = {r["h"]: r for r in _partials(df).to_dicts()}
+    want: dict[int, dict[str, object]] = {}
+    for r in sorted(rows, key=lambda r: r["line"]):
+        w = want.setdefault(r["h"], {"h": r["h"], "id": r["request_id"], "arrival_t": None, "line": None,
+                                     "max_tokens": None, "n": None, "finish_t": None, "fline": None})
+        if r["kind"] == "request_finished":
+            w["finish_t"] = r["t"] if w["finish_t"] is None else min(w["finish_t"], r["t"])
+            w["fline"] = w["fline"] if w["fline"] is not None else r["line"]
+            continue
+        if w["line"] is None:
+            w.update(arrival_t=r["t"], line=r["line"])
+        for c in ("max_tokens", "n"):
+            w[c] = r[c] if w[c] is None else w[c]
+    assert got == want
+
+
 def test_the_request_join_spills_a_file_a_bucket_not_one_a_bucket_and_group(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN a log whose request facts fall in many groups of pieces and many hash buckets THEN the join
