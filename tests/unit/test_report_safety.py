@@ -23,6 +23,7 @@ from replay.record.recorder import RecordOptions, record
 from replay.report.escape import md_code, md_item, md_text, plotly_text
 from replay.report.html import write_report
 from replay.report.postmortem import render_postmortem
+from tests.unit.report_helpers import page_specs
 
 BOLD_ID = "cmpl-<b>bold</b>-0"  # (no space: a request id as a vLLM log line carries it)
 S = 1_000_000
@@ -95,7 +96,7 @@ def hostile_bundles(root: Path, port: int) -> tuple[Path, Path]:
 
 def figure_specs(html: str) -> list[dict[str, Any]]:
     """The plotly figures a report page holds, as it hands them to Plotly.newPlot."""
-    return [json.loads(m) for m in re.findall(r"var spec=(.*?);\nPlotly\.newPlot", html, re.S)]
+    return page_specs(html)
 
 
 def _strings(obj: Any, path: str = "") -> list[tuple[str, str]]:
