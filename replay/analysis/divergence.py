@@ -74,7 +74,7 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
         onset = later[0] if later else onset
     if onset is not None and first_cross is not None:
         onset = _rise_start(t, x, t.index(onset), t.index(first_cross), k, thr / 2, base + thr / 4)
-    imax = max(range(len(x)), key=lambda i: x[i])
+    imax = int(g["gap_bytes"].arg_max() or 0)  # (the first of the largest; a bundle holds no NaN)
     return Divergence(onset if first_cross else None, first_cross, base, thr, x[imax], t[imax], episodes)
 
 

@@ -6,6 +6,7 @@ never bare verdicts. A bundle where actual memory stays with vLLM's accounting y
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,8 +102,10 @@ class Analysis:
     machines_total: int = 0
     unjudged: list[Unjudged] = field(default_factory=list)  # what the evidence cannot judge (``unjudged``)
 
-    @property
+    @functools.cached_property
     def end_us(self) -> int:
+        """The last time the evidence knows of (its last event or sample): asked once an outage, a query
+        of every sample each time, so kept once known (a fleet's day: 19 ms a time)."""
         ts = [e["t_us"] for e in self.bundle.events if e.get("t_us") is not None]
         last = self.bundle.scan_samples().select(pl.col("t_us").max()).collect().item()
         if last is not None:

@@ -277,6 +277,18 @@ def _detect(mib: list[float], step_us: int = 250_000):  # type: ignore[no-untype
                                 "actual_bytes": [3000.0 * MIB + v * MIB for v in mib]}))
 
 
+def test_the_largest_gap_is_its_first_sample_where_it_is_reached_again() -> None:
+    """GIVEN a gap that reaches its peak, falls, and reaches the same peak again THEN the largest gap is
+    dated to the first of them; the gap's samples in no order are taken in time order first."""
+    mib = [5, 5, 6, 5, 5, 6, 5, 5, 400, 900, 300, 900, 900, 20]
+    d = _detect(mib)
+    assert (d.max_gap_bytes, d.max_gap_us) == (900 * MIB, 9 * 250_000)
+    from replay.analysis.divergence import detect
+    shuffled = pl.DataFrame({"t_us": [i * 250_000 for i in range(len(mib))], "gap_bytes": [v * MIB for v in map(float, mib)],
+                             "actual_bytes": [3000.0 * MIB] * len(mib)}).reverse()
+    assert detect(shuffled).max_gap_us == 9 * 250_000
+
+
 def test_a_level_step_before_a_sudden_rise_is_not_its_onset() -> None:
     """GIVEN a CPU replay's gap as measured (a fresh server's first requests creep it up 10 MiB, one more
     request steps it 10 MiB above the baseline and it stays level, then a long prompt_logprobs prefill
