@@ -356,8 +356,10 @@ def _device_runs(samples: Samples, rows: int = RUN_ROWS) -> dict[tuple[str, int 
     batch's runs."""
     key = ["source", "gpu"]
     lf = samples.lazy()
-    peaks, totals = (lf.filter(pl.col("metric") == m).group_by(key).agg(pl.col("value").max()).collect(engine="streaming")
-                     for m in ("device_used_bytes", "device_total_bytes"))
+    metrics = ("device_used_bytes", "device_total_bytes")  # (both in one pass over the samples: a third less)
+    highs = lf.filter(pl.col("metric").is_in(metrics)).group_by(*key, "metric").agg(pl.col("value").max()).collect(
+        engine="streaming")
+    peaks, totals = (highs.filter(pl.col("metric") == m).drop("metric") for m in metrics)
     lines = peaks.join(totals, on=key, how="left", nulls_equal=True, suffix="_total").filter(
         device_source(pl.col("source"))).select(pl.col("source").cast(pl.Utf8), "gpu", line=pl.max_horizontal(
             pl.coalesce("value_total", "value"), pl.lit(float(LINE_FLOOR_BYTES))))
@@ -379,8 +381,7 @@ def _runs_of(batches: Iterable[pl.DataFrame], lines: pl.DataFrame,
     they do not), each series against its ``lines``; the series in ``order``."""
     key = ["source", "gpu"]
     runs: dict[tuple[str, int | None], list[tuple[bool, int, int]]] = {(str(s), g): [] for s, g in order}
-    value, line = pl.col("value"), pl.col("line")
-    taken = value > GPU_HIGH * line
+    line_of = {(str(s), g): v for s, g, v in lines.select(*key, "line").iter_rows()}
     last_us: int | None = None
     for batch in batches:
         if not batch.height:
@@ -389,10 +390,16 @@ def _runs_of(batches: Iterable[pl.DataFrame], lines: pl.DataFrame,
         if not t.is_sorted() or (last_us is not None and t[0] < last_us):
             raise _OutOfOrder
         last_us = t[-1]
-        part = (batch.with_columns(pl.col("source").cast(pl.Utf8)).join(lines, on=key, nulls_equal=True, maintain_order="left").filter(taken | (value < GPU_LOW * line))
-                .group_by(key, maintain_order=True).agg("t_us", taken=taken))
-        for i, (s, g) in enumerate(part.select(key).iter_rows()):
-            _extend(runs[(str(s), g)], part["t_us"][i].to_numpy(), part["taken"][i].to_numpy())
+        # (each series' samples, then its line's bounds in numpy: a join of every sample to its line took most of the time)
+        part = batch.group_by(key, maintain_order=True).agg("t_us", "value")
+        for (s, g), t_us, value in zip(part.select(key).iter_rows(), part["t_us"], part["value"], strict=True):
+            line = line_of.get((str(s), g))
+            if line is None:
+                continue
+            v = value.to_numpy()
+            taken, free = v > GPU_HIGH * line, v < GPU_LOW * line
+            kept = taken | free
+            _extend(runs[(str(s), g)], t_us.to_numpy()[kept], taken[kept])
     return runs
 
 
