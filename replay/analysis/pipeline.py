@@ -30,6 +30,7 @@ from replay.analysis.memory import (
 from replay.analysis.multimodal import image_growth
 from replay.analysis.outages import DOWN_KINDS, Outage
 from replay.analysis.replicas import (
+    SeriesTie,
     export_ties,
     gpu_tie_sentence,
     gpu_ties,
@@ -101,6 +102,7 @@ class Analysis:
     # chosen (memory.machines_frame), and how many such series there were
     machines_total: int = 0
     unjudged: list[Unjudged] = field(default_factory=list)  # what the evidence cannot judge (``unjudged``)
+    export_ties: list[SeriesTie] = field(default_factory=list)  # each export series' replica (of a fleet's bundle)
 
     @functools.cached_property
     def end_us(self) -> int:
@@ -286,12 +288,13 @@ def _first_replica(b: Bundle) -> list[Finding]:
                     [{"t_us": c.t_us, "what": c.replica, "source": c.source} for c in r.crashes])]
 
 
-def _export_ties(b: Bundle) -> list[Finding]:
+def _ties_of_exports(b: Bundle) -> list[SeriesTie]:
     """Which replica each metrics export's vLLM series is (an instance's), tied by the KV usage its log states."""
     names = replica_names(b.meta.inputs)
-    if len(names) < 2:
-        return []
-    ties = export_ties(b.scan_samples(), replica_series(b, names))
+    return export_ties(b.scan_samples(), replica_series(b, names)) if len(names) >= 2 else []
+
+
+def _export_tie_findings(ties: list[SeriesTie]) -> list[Finding]:
     if not ties:
         return []
     tied = sum(1 for t in ties if t.replica is not None)
@@ -552,7 +555,8 @@ def analyze_bundle(b: Bundle) -> Analysis:
                                     str(e.get("label")), "high", [{"t_us": e.get("t_us"), "source": "replay"}]))
     findings += _kills(b.events)
     findings += _first_replica(b)
-    findings += _export_ties(b)
+    ties = _ties_of_exports(b)
+    findings += _export_tie_findings(ties)
     findings += _gpu_ties(b)
     findings += _image_growth(b, gap)
     findings += _vllm_memory_errors(b.events)
@@ -585,6 +589,6 @@ def analyze_bundle(b: Bundle) -> Analysis:
     findings += cuda.values()
     findings += _shared_gpus(b.meta.gpus)
     out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(samples), replica_outages(b),
-                   machines=machines, machines_total=machines_total)
+                   machines=machines, machines_total=machines_total, export_ties=ties)
     out.unjudged = unjudged(out)
     return out

@@ -28,7 +28,6 @@ from replay.analysis.pipeline import OOM_STATED, Analysis, analyze_bundle, crash
 from replay.analysis.replicas import (
     Replicas,
     events_of,
-    export_ties,
     replica_kv_pools,
     replica_of,
     replica_series,
@@ -46,7 +45,7 @@ from replay.analysis.verdict import (
     verdicts_of,
 )
 from replay.atomic import written_in_place
-from replay.bundle import Bundle, Samples, read_bundle, samples_where
+from replay.bundle import Samples, read_bundle, samples_where
 from replay.report.downsample import LANE_MARKS, lane_marks, minmax, points_each, thin_marks
 from replay.report.escape import plotly_safe
 from replay.units import GiB
@@ -123,14 +122,15 @@ class FleetView:
         return f is not None and (e.get("t_us"), e.get("kind"), e.get("source")) == (f.t_us, f.kind, f.source)
 
 
-def fleet_of(b: Bundle) -> FleetView | None:
-    """The bundle's replicas drawn apart; None where it holds one vLLM log or none."""
+def fleet_of(a: Analysis) -> FleetView | None:
+    """The analysed bundle's replicas drawn apart (its export series by the replica the analysis tied each
+    to); None where it holds one vLLM log or none."""
+    b = a.bundle
     r = replicas(b)
     if len(r.names) < 2:
         return None
-    series = replica_series(b, r.names)
-    exports = {t.source: t.replica for t in export_ties(b.scan_samples(), series) if t.replica is not None}
-    return FleetView(r, series, replica_kv_pools(b, r.names), exports)
+    exports = {t.source: t.replica for t in a.export_ties if t.replica is not None}
+    return FleetView(r, replica_series(b, r.names), replica_kv_pools(b, r.names), exports)
 
 
 def timeline_figure(a: Analysis) -> go.Figure:
@@ -138,7 +138,7 @@ def timeline_figure(a: Analysis) -> go.Figure:
     samples = b.scan_samples()
     img, hits = image_tokens_in_flight(b.scan_requests()), mm_cache_hit_ratio(samples)
     images = bool(img.height or hits.height)  # (a lane of its own where the bundle has images)
-    fleet = fleet_of(b)
+    fleet = fleet_of(a)
     heights, height_px = _row_heights(images, len(fleet.reps.names) if fleet else 0)
     fig = make_subplots(rows=5 if images else 4, cols=1, shared_xaxes=True, vertical_spacing=0.03, row_heights=heights,
                         specs=[[{}], [{}], [{}], [{}], *([[{"secondary_y": True}]] if images else [])],
