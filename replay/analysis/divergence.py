@@ -7,8 +7,11 @@ noise (MAD) for several consecutive samples, and cleared below a lower threshold
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from replay.units import MiB
@@ -39,30 +42,16 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
     scale = max(abs(base), float(g["actual_bytes"].median() or 0))  # type: ignore[arg-type]
     thr = max(abs_floor_bytes, k_mad * 1.4826 * mad, rel_floor * scale)
     low = thr / 2
-    # hysteresis episodes
-    episodes: list[tuple[int, int | None]] = []
-    run = 0
-    active: int | None = None
+    episodes = _episodes(t, np.asarray(x[n_warm:]) - base, n_warm, thr, low, confirm)
     first_cross = None
-    for i in range(n_warm, len(x)):
-        ex = x[i] - base
-        if active is None:
-            run = run + 1 if ex > thr else 0
-            if run >= confirm:
-                active = t[i - confirm + 1]
-                first_cross = first_cross or active
-        elif ex < low:
-            episodes.append((active, t[i]))
-            active = None
-            run = 0
-    if active is not None:
-        episodes.append((active, None))
+    for begun, _ in episodes:  # (the first episode's start; a start at 0 µs is taken as none, as ever)
+        first_cross = first_cross or begun
     # CUSUM change-point: the last time the cumulative excess was zero before the first alarm
     k = max(1.5 * 1.4826 * mad, 8 * MiB)  # drift worth accumulating: above the baseline noise
     s = 0.0
     last_zero = t[n_warm - 1]
     onset = None
-    for i in range(n_warm, len(x)):
+    for i in range(n_warm, len(x) if first_cross is not None else n_warm):  # (no alarm: no onset to look for)
         s = max(0.0, s + (x[i] - base - k))
         if s == 0.0:
             last_zero = t[i]
@@ -70,12 +59,34 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
             onset = last_zero
             break
     if onset is not None:  # the first sample after the last zero is where growth began
-        later = [ti for ti in t if ti > onset]
-        onset = later[0] if later else onset
+        later = bisect_right(t, onset)
+        onset = t[later] if later < len(t) else onset
     if onset is not None and first_cross is not None:
-        onset = _rise_start(t, x, t.index(onset), t.index(first_cross), k, thr / 2, base + thr / 4)
+        onset = _rise_start(t, x, bisect_left(t, onset), bisect_left(t, first_cross), k, thr / 2, base + thr / 4)
     imax = int(g["gap_bytes"].arg_max() or 0)  # (the first of the largest; a bundle holds no NaN)
     return Divergence(onset if first_cross else None, first_cross, base, thr, x[imax], t[imax], episodes)
+
+
+def _episodes(t: list[int], excess: npt.NDArray[np.float64], first: int, thr: float, low: float,
+              confirm: int) -> list[tuple[int, int | None]]:
+    """The hysteresis episodes of ``excess`` (the gap over the baseline, from sample ``first`` of ``t`` on):
+    each begins at the first of ``confirm`` samples in a row over ``thr`` and ends at the next sample under
+    ``low`` (None: still on at the end). Found by numpy over the run lengths, not sample by sample."""
+    at = np.arange(len(excess))
+    over = excess > thr
+    runs = at - np.maximum.accumulate(np.where(over, -1, at))  # (samples over thr in a row, up to each)
+    starts, ends = np.flatnonzero(runs >= confirm), np.flatnonzero(excess < low)
+    out: list[tuple[int, int | None]] = []
+    i = 0
+    while (k := int(np.searchsorted(starts, i))) < len(starts):
+        begun = t[first + int(starts[k]) - confirm + 1]
+        m = int(np.searchsorted(ends, starts[k] + 1))
+        if m == len(ends):
+            out.append((begun, None))
+            break
+        out.append((begun, t[first + int(ends[m])]))
+        i = int(ends[m]) + 1
+    return out
 
 
 def _rise_start(t: list[int], x: list[float], i_onset: int, i_cross: int, step: float, jump: float,

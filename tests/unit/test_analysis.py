@@ -8,6 +8,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.analysis.attribution import FEATURES, attribute, classify_oom
 from replay.analysis.pipeline import analyze_bundle
@@ -275,6 +277,37 @@ def _detect(mib: list[float], step_us: int = 250_000):  # type: ignore[no-untype
     from replay.analysis.divergence import detect
     return detect(pl.DataFrame({"t_us": [i * step_us for i in range(len(mib))], "gap_bytes": [float(v) * MIB for v in mib],
                                 "actual_bytes": [3000.0 * MIB + v * MIB for v in mib]}))
+
+
+def _episodes_one_by_one(t: list[int], excess: list[float], first: int, thr: float, low: float,
+                         confirm: int) -> list[tuple[int, int | None]]:
+    """The hysteresis episodes as a loop over the samples reads them: the reference for ``_episodes``."""
+    episodes: list[tuple[int, int | None]] = []
+    run, active = 0, None
+    for i, ex in enumerate(excess):
+        if active is None:
+            run = run + 1 if ex > thr else 0
+            if run >= confirm:
+                active = t[first + i - confirm + 1]
+        elif ex < low:
+            episodes.append((active, t[first + i]))
+            active, run = None, 0
+    return episodes + ([(active, None)] if active is not None else [])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 20.0, 40.0, 60.0, 100.0, 300.0]), max_size=60), st.integers(0, 4),
+       st.integers(1, 4))
+def test_hysteresis_episodes_are_those_a_loop_over_the_samples_finds(levels: list[float], first: int, confirm: int) -> None:
+    """GIVEN a gap's excess over its baseline in steps around the threshold (100) and the level that ends an
+    episode (50): runs over it shorter and longer than ``confirm``, ends under it, an episode still on at
+    the end THEN the episodes numpy finds are those a loop over the samples finds."""
+    import numpy as np
+
+    from replay.analysis.divergence import _episodes
+    t = [1_000 * i for i in range(first + len(levels))]
+    want = _episodes_one_by_one(t, levels, first, 100.0, 50.0, confirm)
+    assert _episodes(t, np.asarray(levels, dtype=float), first, 100.0, 50.0, confirm) == want
 
 
 def test_the_largest_gap_is_its_first_sample_where_it_is_reached_again() -> None:
