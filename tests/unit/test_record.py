@@ -426,7 +426,7 @@ _FACT = st.tuples(st.integers(0, 5), st.sampled_from(["request_received", "reque
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_FACT, max_size=30))
+@given(st.lists(_FACT, max_size=28))
 def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(facts: list[tuple[int, str, int, int | None,
                                                                                                    int | None]]) -> None:
     """GIVEN request facts in no order (ids met once, twice or more, arrivals on several lines with details

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from replay.report.downsample import minmax
 from replay.report.html import timeline_figure, write_report
 from replay.report.perfetto import write_perfetto
 from replay.report.postmortem import render_postmortem
+from tests.unit.report_helpers import page_specs
 from tests.unit.test_analysis import make_bundle
 
 
@@ -142,6 +144,18 @@ def test_timeline_stacks_accounted_parts_and_draws_measured_layers(tmp_path: Pat
     assert abs(sum(t.y[0] for t in stack) - 70.0) < 1e-6  # 40 + 1 + 4 + 25 GiB, stacked
     assert "KV in use (inside the pool)" in names
     assert 'data-figures-expected="2"' in html
+    # the numbers reach the page as plotly's typed arrays (not checked and copied value by value), read back whole
+    actual = next(t for t in fig.data if t.name.startswith("actual"))
+    assert actual.y.dtype == "float64" and '"bdata"' in html
+    drawn = next(t for spec in page_specs(html) for t in spec["data"] if t.get("name") == actual.name)
+    assert drawn["y"] == actual.y.tolist() and drawn["x"] == actual.x.tolist()
+
+
+def test_a_null_in_a_traces_numbers_is_a_gap() -> None:
+    """A null among a series' numbers reaches the figure as NaN (plotly's gap, as a null was), the others as floats."""
+    from replay.report.html import _xy
+    v = _xy(pl.Series([1, None, 3]))
+    assert v.dtype == "float64" and v[0] == 1.0 and math.isnan(v[1]) and v[2] == 3.0
 
 
 def test_postmortem_downtime_between_restarts_from_real_log(tmp_path: Path) -> None:
