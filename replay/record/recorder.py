@@ -564,8 +564,8 @@ def _partials(facts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _one_a_hash(facts: pl.DataFrame, agg: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
-    """``facts`` (h, request_id, t, line, …) one row per ``h``: those of a hash met once as they are, the
-    others as ``agg`` makes them one. Most requests have one arrival and one finish among a group's
+    """``facts`` (request facts, or partial rows) one row per ``h``: those of a hash met once as they are,
+    the others as ``agg`` makes them one (its columns put in ``facts``' order). Most requests have one arrival and one finish among a group's
     facts: sorting and grouping only the rest took a fifth off ``_partials``."""
     many = facts["h"].is_duplicated()
     if not many.any():
@@ -577,17 +577,17 @@ def _one_a_hash(facts: pl.DataFrame, agg: Callable[[pl.DataFrame], pl.DataFrame]
 def _merge(partials: pl.DataFrame) -> pl.DataFrame:
     """Partial rows (``_partials``) of the same id as one: its first arrival, earliest finish, first
     finish line."""
-    dup = partials["h"].is_duplicated()
-    if not dup.any():
-        return partials
-    many = partials.filter(dup)
+    return _one_a_hash(partials, _merged)
+
+
+def _merged(many: pl.DataFrame) -> pl.DataFrame:
+    """Partial rows of ids each met more than once, one row an id (``_merge``)."""
     arrivals = many.filter(pl.col("line").is_not_null()).sort("line").group_by("h").agg(
         pl.col("id", "arrival_t", "line").first(),
         *(pl.col(c).drop_nulls().first() for c in many.columns if c not in ("h", "id", "arrival_t", "line", "finish_t", "fline")))
     finished = many.filter(pl.col("fline").is_not_null()).group_by("h").agg(
         finish_t=pl.col("finish_t").min(), fid=pl.col("id").first(), fline=pl.col("fline").min())
-    merged = arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid"))
-    return pl.concat([partials.filter(~dup), merged.select(partials.columns)])
+    return arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid"))
 
 
 def _request_extras(keep_prompts: bool) -> dict[str, pl.DataType]:
