@@ -3,11 +3,15 @@
 inside polars' own Python code. polars calls it back from Rust (a dtype's conversion, a category's
 lookup) and turns an exception raised there into a ``TypeError`` or a Rust panic, printed with its
 traceback; the interrupt is then lost and the command ends as if on a bug. A signal that lands in
-polars' code is raised at the next line of the code below it, once polars returned to it."""
+polars' code, or in library code it calls (the standard library's ``inspect.isclass`` in a dtype's
+constructor, say), is raised at the next line of the program's code below it, once polars returned to it."""
 from __future__ import annotations
 
 import signal
 import sys
+import sysconfig
+from functools import cache
+from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -53,15 +57,40 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 def _native_caller(frame: FrameType | None) -> FrameType | None:
     """Where the signal landed is a native library's Python code (a callback it runs, or the wrapper
-    around it): the first frame below those of it. None if it landed in other code: there it is raised
-    (the program's own callbacks, a Python source polars reads, take it as any error: it ends the call)."""
-    return _outside_native(frame) if frame is not None and _is_native(frame) else None
+    around it), or library code that it called: the program's frame below them (the first frame below
+    the native library's if no frame of the program's is). None if it landed in the program's own code,
+    or in library code the program called: there it is raised (the program's own callbacks, a Python
+    source polars reads, take it as any error: it ends the call)."""
+    below, native = frame, False
+    while below is not None and ((here := _is_native(below)) or _is_library(below)):
+        native = native or here
+        below = below.f_back
+    if not native:
+        return None
+    return below if below is not None else _outside_native(frame)
 
 
 def _outside_native(frame: FrameType | None) -> FrameType | None:
     while frame is not None and _is_native(frame):
         frame = frame.f_back
     return frame
+
+
+@cache
+def _library_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Where library code lies (the standard library, installed packages) and the program's own package
+    (each as given and with its links resolved)."""
+    paths = [Path(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    own = Path(__file__).parent
+    return (tuple({f"{p}/" for p in paths} | {f"{p.resolve()}/" for p in paths}),
+            tuple({f"{own}/", f"{own.resolve()}/"}))
+
+
+def _is_library(frame: FrameType) -> bool:
+    """The frame runs library code, not the program's (whose package may be installed among them)."""
+    name = frame.f_code.co_filename
+    roots, own = _library_roots()
+    return (name.startswith(roots) or name.startswith("<frozen ")) and not name.startswith(own)
 
 
 def _is_native(frame: FrameType) -> bool:

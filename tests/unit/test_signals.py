@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM are raised where the program stands, never inside polars (replay/signals.py)."""
 from __future__ import annotations
 
+import inspect
 import signal
 import subprocess
 import sys
@@ -132,6 +133,34 @@ def test_sigterm_put_off_with_a_ctrl_c_is_raised_as_sigterm() -> None:
         pl.Series([1, 2]).map_elements(callback, return_dtype=pl.Int64)
         pytest.fail("the line after polars' call ran")
     assert signals.received == [signal.SIGINT, signal.SIGTERM] and signals.stopped() == 143
+
+
+def test_a_signal_in_library_code_polars_calls_is_put_off_as_in_polars_own() -> None:
+    """GIVEN Ctrl-C landing in the standard library's code that polars' Python code calls while Rust
+    calls it back (``inspect.isclass`` in ``Enum``'s constructor, as polars gives a frame's schema)
+    WHEN the handler runs THEN polars finishes and KeyboardInterrupt is raised at the next line of the
+    code that called it. Before, it was raised in ``isclass``, and polars' Rust panicked on it and
+    printed the traceback: a record stopped by Ctrl-C said so on stderr."""
+    df = pl.DataFrame({"k": pl.Series(["a"], dtype=pl.Enum(["a", "b"]))})
+    landed: list[str] = []
+    after: list[object] = []
+
+    def land(frame: FrameType, event: str, _arg: object) -> None:  # (a signal that lands as isclass starts)
+        back = frame.f_back
+        if event == "call" and frame.f_code is inspect.isclass.__code__ and back is not None \
+                and back.f_code.co_filename.endswith("/polars/datatypes/classes.py"):
+            sys.setprofile(None)
+            landed.append(back.f_code.co_name)
+            signals._on_signal(signal.SIGINT, frame)
+
+    sys.setprofile(land)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            schema = df.schema
+            after.append(schema)
+    finally:
+        sys.setprofile(None)
+    assert landed == ["__init__"] and after == [] and sys.gettrace() is None
 
 
 def test_signals_that_land_anywhere_in_polars_all_come_out_as_keyboard_interrupt() -> None:
