@@ -7,7 +7,9 @@ kept a 2-core machine ~1.55 cores busy. Two logs read in two processes kept it ~
 logs in 10.0 s where one after the other took 12.8 s (``benchmarks/bench_time_to_answer.py``).
 
 The processes are started fresh ("spawn": a fork of a process that runs threads may copy a lock that
-one of them held), ignore Ctrl-C (the caller's handler decides), and die with the caller; leaving the
+one of them held), ignore Ctrl-C from their first instruction (the caller's handler decides: a Ctrl-C
+at a terminal reaches every process of the command, and one that came while a worker was still starting
+printed its traceback), and die with the caller; leaving the
 block after an error or a signal ends them at once, and what they were writing is the caller's to remove.
 A worker that dies in the middle of a call (the kernel's OOM killer) fails it (``WorkerDied``).
 """
@@ -23,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import resource_tracker
 from typing import Any, Generic, TypeVar
 
 from replay import malloc
@@ -42,6 +45,7 @@ def _start(counts: Any, taken: Any) -> None:
         taken.value += 1
     _slot = (counts, mine) if mine < len(counts) else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # (blocked from its start: see ``_started``)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -55,6 +59,21 @@ def report(n: int) -> None:
     if _slot is not None and n:
         counts, mine = _slot
         counts[mine] += n
+
+
+@contextlib.contextmanager
+def _started() -> Iterator[None]:
+    """Processes started in the block (a pool starts a worker as a call is handed on) start with Ctrl-C
+    blocked, as the standard library starts its resource tracker: a new interpreter keeps the mask it is
+    started with, until the worker ignores Ctrl-C (``_start``). One that comes to the caller meanwhile
+    waits, and is handled as the block ends. (The resource tracker is started first: starting it unblocks
+    the signals it blocked for itself, whatever the mask was before.)"""
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class WorkerDied(Exception):
@@ -88,14 +107,15 @@ class Workers:
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Pending[R]:
         """``fn(*args)`` in a worker (``fn`` a module's function, ``args`` what pickle can carry)."""
-        if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._counts = ctx.Array("q", self._processes * _SLOTS_PER_WORKER, lock=False)
-            self._pool = ProcessPoolExecutor(self._processes, ctx, initializer=_start,
-                                             initargs=(self._counts, ctx.Value("i", 0)))
-            self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
-            self._watch.start()
-        return Pending(self._pool.submit(fn, *args))
+        with _started():
+            if self._pool is None:
+                ctx = multiprocessing.get_context("spawn")
+                self._counts = ctx.Array("q", self._processes * _SLOTS_PER_WORKER, lock=False)
+                self._pool = ProcessPoolExecutor(self._processes, ctx, initializer=_start,
+                                                 initargs=(self._counts, ctx.Value("i", 0)))
+                self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
+                self._watch.start()
+            return Pending(self._pool.submit(fn, *args))
 
     def _pass_progress(self) -> None:
         """The workers' progress passed on, ten times a second, and once more when they have ended."""

@@ -3,6 +3,7 @@ comes back whole, and no worker outlives the block or the process that started i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -135,6 +136,53 @@ def test_a_worker_ignores_ctrl_c_and_dies_with_its_caller(how: str, tmp_path: Pa
             caller.send_signal(signal.SIGKILL)
             caller.wait(timeout=60)
         assert _gone(worker)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+
+
+PATIENT_CALLER = """
+import sys, time
+from replay import processes
+from tests.unit.test_processes import sleep_long
+with processes.workers(1) as w:
+    w.submit(sleep_long, sys.argv[1])
+    try:
+        time.sleep(120)
+    except KeyboardInterrupt:
+        time.sleep(1)  # (what the worker prints of its own has time to come before it is ended)
+        raise
+"""
+
+
+def _catches_ctrl_c(pid: int) -> bool:
+    """The process has a handler of its own for SIGINT (its status's caught signals)."""
+    caught = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & 1 << (signal.SIGINT - 1))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent's death signal is Linux's")
+def test_a_ctrl_c_while_a_worker_starts_is_left_to_its_caller(tmp_path: Path) -> None:
+    """GIVEN a worker process just started (its interpreter still starting, importing, unpickling its
+    call) WHEN Ctrl-C reaches the whole process group, as a terminal sends it THEN only the caller
+    takes it: the worker prints nothing and ends with it. Before, the worker's interpreter raised
+    KeyboardInterrupt wherever it stood and printed its own traceback (or 'Fatal Python error')."""
+    pid_file = tmp_path / "pid"
+    caller = subprocess.Popen([sys.executable, "-c", PATIENT_CALLER, str(pid_file)], cwd=ROOT, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        starting: list[psutil.Process] = []
+        end = time.monotonic() + 60
+        while not starting and time.monotonic() < end:  # (its interpreter catches Ctrl-C: it is up, still starting)
+            with contextlib.suppress(psutil.Error, OSError):
+                starting = [c for c in psutil.Process(caller.pid).children() if "spawn_main" in " ".join(c.cmdline())
+                            and _catches_ctrl_c(c.pid)]
+        assert starting and not pid_file.exists(), "the worker had started: the test shows nothing"
+        os.killpg(caller.pid, signal.SIGINT)
+        _, err = caller.communicate(timeout=60)
+        assert caller.returncode != 0 and err.count("Traceback") == 1 and "Fatal Python error" not in err, err[-3000:]
+        assert "test_processes.py" not in err and "spawn_main" not in err, err[-3000:]
+        assert _gone(starting[0].pid)
     finally:
         if caller.poll() is None:
             caller.kill()
