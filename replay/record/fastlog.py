@@ -394,20 +394,31 @@ def _lines(piece: bytes, has_cr: bool = True) -> pl.Series:
     between each two add up to the piece, and no line holds an LF; a byte that acted as its field
     separator, or a line it dropped, would be missing). The check runs in polars, without the GIL:
     counting the LFs in Python held it for 12 ms a piece, a tenth of the parse."""
-    if not has_cr:
-        try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
-            raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
-                              infer_schema=False, comment_prefix=None, encoding="utf8")["raw"]
-        except (pl.exceptions.PolarsError, OSError):  # anything the reader refuses takes the reference route (a
-            # piece that opens as a compressed stream would, 'x^' a zlib header, is read by it as one: 'corrupt
-            # deflate stream')
-            raw = None
-        if raw is not None:
-            ends = len(raw) - (0 if piece.endswith(b"\n") else 1)
-            held = raw.str.len_bytes().sum() + ends
-            if held == len(piece) and not raw.str.contains("\n", literal=True).any():
-                return raw  # (an empty line reads as null: filled where the slow lane takes it)
-    return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8)
+    exact = None if has_cr else _lf_lines(piece)
+    return exact if exact is not None else pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")),
+                                                     dtype=pl.Utf8)
+
+
+def _lf_lines(piece: bytes) -> pl.Series | None:
+    """``_lines`` cut natively, each line's bytes exactly those between its LFs (an empty one null); None
+    where that cannot be so (a piece that is not UTF-8, or that the reader would cut elsewhere)."""
+    try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
+        raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
+                          infer_schema=False, comment_prefix=None, encoding="utf8")["raw"]
+    except (pl.exceptions.PolarsError, OSError):  # anything the reader refuses takes the reference route (a
+        # piece that opens as a compressed stream would, 'x^' a zlib header, is read by it as one: 'corrupt
+        # deflate stream')
+        return None
+    ends = len(raw) - (0 if piece.endswith(b"\n") else 1)
+    held = raw.str.len_bytes().sum() + ends
+    if held == len(piece) and not raw.str.contains("\n", literal=True).any():
+        return raw  # (an empty line reads as null: filled where the slow lane takes it)
+    return None
+
+
+def _line_ends(lines: pl.Series) -> npt.NDArray[np.int64]:
+    """Where each of ``_lf_lines``' lines ends in its piece: its LF, or the piece's end for a last line without one."""
+    return ((lines.str.len_bytes().fill_null(0).cast(pl.Int64) + 1).cum_sum() - 1).to_numpy()
 
 
 def iso_us(col: pl.Expr) -> pl.Expr:
@@ -1103,7 +1114,8 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     and the others are left to be classified with the next pieces' (a ``_Partial``)."""
     try:
         has_cr = b"\r" in piece
-        lines = _lines(piece, has_cr)
+        exact = None if has_cr else _lf_lines(piece)
+        lines = exact if exact is not None else _lines(piece, has_cr)
         first_no = start.result()
     except BaseException as e:  # the pieces after this one learn of it instead of waiting forever
         end.set_exception(e)
@@ -1121,7 +1133,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
     known = None
     if scanner is not None and not json_lines and not _ENVELOPED.match(lines[0] or ""):  # (the scanner reads vLLM's own lines)
-        pc = scanner.classify(piece)
+        pc = scanner.classify(piece, None if exact is None else _line_ends(exact))  # (its LFs found again otherwise)
         if len(pc.codes) == len(lines):
             known = _templated(lines, pc, first_no, request_keys)
             files = _write_facts((pl.DataFrame(), known.requests), f"{tag}.t", spill)

@@ -716,12 +716,13 @@ class PieceScanner:
         self.known: list[Template] = []
         self._lock = threading.Lock()
 
-    def classify(self, piece: bytes) -> PieceClasses:
-        """The classes of ``piece``'s lines (cut at LF, as ``vllm_log.physical_lines`` cuts them)."""
+    def classify(self, piece: bytes, line_ends: Lines | None = None) -> PieceClasses:
+        """The classes of ``piece``'s lines (cut at LF, as ``vllm_log.physical_lines`` cuts them); ``line_ends``,
+        where the caller knows them: each line's LF, or the piece's end for a last line without one."""
         n = len(piece)
         buf = np.frombuffer(piece, np.uint8)
-        ends = _line_ends(buf)
-        if not len(ends) or ends[-1] != n - 1:
+        ends = _line_ends(buf) if line_ends is None else line_ends
+        if not len(ends) or ends[-1] not in (n - 1, n):
             ends = np.append(ends, n)
         starts = np.zeros(len(ends), np.int64)
         starts[1:] = ends[:-1] + 1

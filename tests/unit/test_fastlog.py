@@ -281,6 +281,20 @@ def test_line_cutting_equals_the_reference(parts: list[bytes]) -> None:
     assert _lines(piece, b"\r" in piece).fill_null("").to_list() == physical_lines(piece.decode("utf-8", errors="replace"))
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PARTS), min_size=1, max_size=60))
+def test_line_ends_from_the_cut_lines_are_the_pieces_lfs(parts: list[bytes]) -> None:
+    """Where the native cutter takes a piece (``_lf_lines``), the line ends read off its lines' lengths
+    (which the template scanner is given) are the piece's LFs, and the piece's end for a last line
+    without one: as the scanner finds them itself."""
+    piece = b"".join(parts)
+    lines = fastlog._lf_lines(piece)
+    lfs = [k for k, b in enumerate(piece) if b == 10]
+    if lines is not None:  # (else the reference cuts it, and the scanner finds the LFs itself)
+        assert fastlog._line_ends(lines).tolist() == lfs + ([] if piece.endswith(b"\n") else [len(piece)])
+    assert fastlog._lf_lines(b"a\n\n\xc3\xa9 b\n") is not None  # (the native cutter takes a plain piece)
+
+
 @pytest.mark.parametrize("env", ["{t}.123456789Z stderr F ", "{t}.123Z ", "[pod/vllm-0/vllm] {t}+00:00 ", "{t}.5+0200 ",
                                  "vllm-1  | ", "vllm-1  | {t}.123456789Z ", "{t}+0000 gpu-node-1 python3[1234]: ",
                                  "May 19 10:13:00 gpu-node-1 vllm[1234]: ", "12: "])
