@@ -911,23 +911,34 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     with processes.workers(LOG_PROCESSES, opts.progress) as workers:
         if _cores() >= 2 and sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
             seen.workers = workers
-        # the logs the workers read are handed to them first, then the other files are read here meanwhile
-        # (in order otherwise: files of the same bytes are of the same size, so which is read first of them holds)
-        apart = {i for i, p in enumerate(paths) if seen.workers is not None and _a_log_read_apart(p, opts)}
-        for i in sorted(range(len(paths)), key=lambda i: i not in apart):
+        # the logs the workers read are handed to them first, the costliest first (a costly log left for last
+        # kept one core waiting on it), then the other files are read here meanwhile (in order otherwise: files
+        # of the same bytes are of the same size and cost, so which is read first of them holds)
+        cost = {i: c for i, p in enumerate(paths) if seen.workers is not None and (c := _cost_apart(p, opts)) is not None}
+        for i in sorted(range(len(paths)), key=lambda i: -cost.get(i, -1)):
             read[i] = _read_file(paths[i], paths[i] in from_folder, opts, seen, spill_root / str(i))
             malloc.trim()  # (what reading it freed: file after file, the heaps kept it)
         seen.take(paths)
     return [read[i] for i in range(len(paths))], seen.launches
 
 
-def _a_log_read_apart(path: Path, opts: RecordOptions) -> bool:
-    """Whether ``path`` is a vLLM log that a worker reads (``_read_log_apart``), by its size and its head."""
+def _cost_apart(path: Path, opts: RecordOptions) -> float | None:
+    """What reading ``path`` costs, where it is a vLLM log that a worker reads (``_read_log_apart``, by its
+    size and its head); else None. A log's bytes cost alike, but for 'Received request' lines: V0's request
+    logging, whose prompts and token ids are read by regular expressions, took 1.65 times as long a byte."""
     try:
-        return (path.is_file() and path.stat().st_size >= APART_MIN_BYTES
-                and _kind(path, _read_text(path, 1 << 16), opts) == "vllm-log")
+        if not (path.is_file() and (size := path.stat().st_size) >= APART_MIN_BYTES):
+            return None
+        head = _read_text(path, 1 << 16)
+        if _kind(path, head, opts) != "vllm-log":
+            return None
     except ReplayError:
-        return False  # (read in its turn, where what is wrong with it is said)
+        return None  # (read in its turn, where what is wrong with it is said)
+    received = sum(len(ln) for ln in head.splitlines() if "Received request" in ln)
+    return size * (1 + RECEIVED_COST * received / max(1, len(head)))
+
+
+RECEIVED_COST = 0.65  # a 'Received request' line's cost a byte beyond another line's
 
 
 def _cores() -> int:

@@ -1091,10 +1091,37 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
     order.clear()
     apart = recorded("apart.bundle")
     assert handed == [logs[0].name, logs[1].name]  # (the copy: hashed here, found a duplicate before it is read)
-    assert order == [logs[0].name, logs[1].name, copy.name, smi.name]
+    # (the costliest first: the 1 MiB log, then its copy, of the same cost, in their order, then the 81 KiB one)
+    assert order == [logs[0].name, copy.name, logs[1].name, smi.name]
     assert apart == here
     assert here[1] == sum(p.stat().st_size for p in evidence)
     assert here[2][3].split()[1] == "duplicate" and here[2][0].split()[1] == "nvidia-smi"
+
+
+def test_logs_are_handed_to_the_workers_costliest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN logs read in worker processes: a small V1 log, a larger one, and one of V0's request logging
+    (its prompts and token ids read by regular expressions, 1.65 times the cost a byte) smaller than the
+    larger V1 log but costlier WHEN recorded THEN the workers get them costliest first, whatever the order
+    given (a costly log handed last kept one core waiting on it); the bundle is the one of the order given."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_record import lifetime
+
+    from replay.record import recorder
+    from tests.unit.test_faults import _big_log
+    small, large, v0 = tmp_path / "small.log", tmp_path / "large.log", tmp_path / "v0.log"
+    _big_log(small, 1)
+    _big_log(large, 2)
+    v0.write_text(lifetime(0, 450, v0=True))
+    assert small.stat().st_size < v0.stat().st_size < large.stat().st_size
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    monkeypatch.setattr(recorder, "_cores", lambda: 2)
+    started = recorder.processes.Workers.submit
+    handed: list[str] = []
+    monkeypatch.setattr(recorder.processes.Workers, "submit",
+                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    reports, _ = record([small, large, v0], tmp_path / "out.bundle", RecordOptions(year=2025))
+    assert handed == [v0.name, large.name, small.name]
+    assert [Path(r.path).name for r in reports] == [small.name, large.name, v0.name]
 
 
 def test_a_log_whose_reader_process_is_killed_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
