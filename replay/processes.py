@@ -9,8 +9,8 @@ logs in 10.0 s where one after the other took 12.8 s (``benchmarks/bench_time_to
 The processes are started fresh ("spawn": a fork of a process that runs threads may copy a lock that
 one of them held), ignore Ctrl-C from their first instruction (the caller's handler decides: a Ctrl-C
 at a terminal reaches every process of the command, and one that came while a worker was still starting
-printed its traceback), and die with the caller; leaving the
-block after an error or a signal ends them at once, and what they were writing is the caller's to remove.
+printed its traceback), and die with the caller; leaving the block after an error or a signal ends them
+at once, and what they were writing is the caller's to remove.
 A worker that dies in the middle of a call (the kernel's OOM killer) fails it (``WorkerDied``).
 """
 
