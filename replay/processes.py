@@ -45,7 +45,8 @@ def _start(counts: Any, taken: Any) -> None:
         taken.value += 1
     _slot = (counts, mine) if mine < len(counts) else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # (blocked from its start: see ``_started``)
+    if _HAVE_SIGMASK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # (blocked from its start: see ``_started``)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -61,13 +62,19 @@ def report(n: int) -> None:
         counts[mine] += n
 
 
+_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")  # (POSIX; elsewhere a terminal's Ctrl-C is not a group's)
+
+
 @contextlib.contextmanager
 def _started() -> Iterator[None]:
-    """Processes started in the block (a pool starts a worker as a call is handed on) start with Ctrl-C
-    blocked, as the standard library starts its resource tracker: a new interpreter keeps the mask it is
-    started with, until the worker ignores Ctrl-C (``_start``). One that comes to the caller meanwhile
-    waits, and is handled as the block ends. (The resource tracker is started first: starting it unblocks
-    the signals it blocked for itself, whatever the mask was before.)"""
+    """Processes this thread starts in the block (a pool starts a worker as a call is handed on) start
+    with Ctrl-C blocked, as the standard library starts its resource tracker: a new interpreter keeps the
+    mask it is started with, until the worker ignores Ctrl-C (``_start``). The caller is not shielded:
+    its other threads still take a Ctrl-C, which the main thread handles as ever. (The resource tracker
+    is started first: starting it unblocks the signals it blocked for itself, whatever the mask was.)"""
+    if not _HAVE_SIGMASK:
+        yield
+        return
     resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
     try:
@@ -107,14 +114,14 @@ class Workers:
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Pending[R]:
         """``fn(*args)`` in a worker (``fn`` a module's function, ``args`` what pickle can carry)."""
+        if self._pool is None:  # (a spawning pool starts no process before a call is handed on)
+            ctx = multiprocessing.get_context("spawn")
+            self._counts = ctx.Array("q", self._processes * _SLOTS_PER_WORKER, lock=False)
+            self._pool = ProcessPoolExecutor(self._processes, ctx, initializer=_start,
+                                             initargs=(self._counts, ctx.Value("i", 0)))
+            self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
+            self._watch.start()
         with _started():
-            if self._pool is None:
-                ctx = multiprocessing.get_context("spawn")
-                self._counts = ctx.Array("q", self._processes * _SLOTS_PER_WORKER, lock=False)
-                self._pool = ProcessPoolExecutor(self._processes, ctx, initializer=_start,
-                                                 initargs=(self._counts, ctx.Value("i", 0)))
-                self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
-                self._watch.start()
             return Pending(self._pool.submit(fn, *args))
 
     def _pass_progress(self) -> None:

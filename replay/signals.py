@@ -8,6 +8,7 @@ constructor, say), is raised at the next line of the program's code below it, on
 from __future__ import annotations
 
 import signal
+import site
 import sys
 import sysconfig
 from functools import cache
@@ -26,6 +27,7 @@ _put_off: list[int] = []  # (the signal waiting for polars to return, if any)
 
 def install() -> None:
     """SIGINT and SIGTERM raise as described above (the main thread only: the others get none)."""
+    _library_roots()  # (found now, not in the handler)
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _on_signal)
 
@@ -57,17 +59,18 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 def _native_caller(frame: FrameType | None) -> FrameType | None:
     """Where the signal landed is a native library's Python code (a callback it runs, or the wrapper
-    around it), or library code that it called: the program's frame below them (the first frame below
-    the native library's if no frame of the program's is). None if it landed in the program's own code,
+    around it), or library code that it called: the program's first frame below them (library code
+    between the two, which called polars, runs to its end), or where the program has no frame below, the
+    first frame below the native library's outermost one. None if it landed in the program's own code,
     or in library code the program called: there it is raised (the program's own callbacks, a Python
     source polars reads, take it as any error: it ends the call)."""
-    below, native = frame, False
-    while below is not None and ((here := _is_native(below)) or _is_library(below)):
-        native = native or here
+    below, native = frame, None
+    while below is not None and (_is_native(below) or _is_library(below)):
+        native = below if _is_native(below) else native
         below = below.f_back
-    if not native:
+    if native is None:
         return None
-    return below if below is not None else _outside_native(frame)
+    return below if below is not None else _outside_native(native)
 
 
 def _outside_native(frame: FrameType | None) -> FrameType | None:
@@ -78,9 +81,10 @@ def _outside_native(frame: FrameType | None) -> FrameType | None:
 
 @cache
 def _library_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Where library code lies (the standard library, installed packages) and the program's own package
-    (each as given and with its links resolved)."""
+    """Where library code lies (the standard library, installed packages: the environment's, the system's
+    and the user's) and the program's own package (each as given and with its links resolved)."""
     paths = [Path(p) for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    paths += [Path(p) for p in (*site.getsitepackages(), site.getusersitepackages())]
     own = Path(__file__).parent
     return (tuple({f"{p}/" for p in paths} | {f"{p.resolve()}/" for p in paths}),
             tuple({f"{own}/", f"{own.resolve()}/"}))

@@ -395,13 +395,17 @@ def _lines(piece: bytes, has_cr: bool = True) -> pl.Series:
     separator, or a line it dropped, would be missing). The check runs in polars, without the GIL:
     counting the LFs in Python held it for 12 ms a piece, a tenth of the parse."""
     exact = None if has_cr else _lf_lines(piece)
-    return exact if exact is not None else pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")),
-                                                     dtype=pl.Utf8)
+    return exact if exact is not None else _reference_lines(piece)
+
+
+def _reference_lines(piece: bytes) -> pl.Series:
+    return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8)
 
 
 def _lf_lines(piece: bytes) -> pl.Series | None:
-    """``_lines`` cut natively, each line's bytes exactly those between its LFs (an empty one null); None
-    where that cannot be so (a piece that is not UTF-8, or that the reader would cut elsewhere)."""
+    """``_lines`` of a piece without CR (the caller's check: the reader may take one for a line end), cut
+    natively, each line's bytes exactly those between its LFs (an empty one null); None where that cannot
+    be so (a piece that is not UTF-8, or that the reader would cut elsewhere)."""
     try:  # strict UTF-8: invalid bytes take the reference route, which replaces them as Python does
         raw = pl.read_csv(piece, has_header=False, separator="\x01", quote_char=None, new_columns=["raw"],
                           infer_schema=False, comment_prefix=None, encoding="utf8")["raw"]
@@ -1115,7 +1119,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     try:
         has_cr = b"\r" in piece
         exact = None if has_cr else _lf_lines(piece)
-        lines = exact if exact is not None else _lines(piece, has_cr)
+        lines = exact if exact is not None else _reference_lines(piece)
         first_no = start.result()
     except BaseException as e:  # the pieces after this one learn of it instead of waiting forever
         end.set_exception(e)

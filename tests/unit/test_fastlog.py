@@ -35,7 +35,7 @@ from replay.record.vllm_log import (
     physical_lines,
     split_line,
 )
-from tests.conftest import shared
+from tests.conftest import ROOT, shared
 
 STATS_V1 = ("(APIServer pid=3646) INFO 05-19 10:13:{s:02d} [loggers.py:271] Engine 000: Avg prompt throughput: 12068.8 "
             "tokens/s, Avg generation throughput: 734.9 tokens/s, Running: {r} reqs, Waiting: 33 reqs, GPU KV cache "
@@ -292,7 +292,27 @@ def test_line_ends_from_the_cut_lines_are_the_pieces_lfs(parts: list[bytes]) -> 
     lfs = [k for k, b in enumerate(piece) if b == 10]
     if lines is not None:  # (else the reference cuts it, and the scanner finds the LFs itself)
         assert fastlog._line_ends(lines).tolist() == lfs + ([] if piece.endswith(b"\n") else [len(piece)])
-    assert fastlog._lf_lines(b"a\n\n\xc3\xa9 b\n") is not None  # (the native cutter takes a plain piece)
+
+
+@pytest.mark.parametrize("cut", [0, 1], ids=["ends-in-LF", "last-line-open"])
+def test_the_template_scanner_given_the_cut_lines_ends_classes_as_it_does_alone(
+        cut: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN pieces of logs of real line shapes (V1 at INFO and at DEBUG, from the benchmark's generator),
+    cut natively WHEN the template scanner is
+    given the lines' ends THEN every line's class and template are those it gives finding the LFs
+    itself, with or without a last line's LF."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from bench_record import lifetime
+
+    from replay.record.scan import PieceScanner
+    pieces = {"v1": lifetime(0, 3000), "debug": lifetime(1, 1500, debug=True)}
+    for name, text in pieces.items():
+        piece = text.encode()[:len(text.encode()) - cut]
+        lines = fastlog._lf_lines(piece)
+        assert lines is not None and lines.len() > 600, name
+        a, b = PieceScanner().classify(piece, fastlog._line_ends(lines)), PieceScanner().classify(piece)
+        assert (a.codes == b.codes).all() and (a.which == b.which).all() and len(a.codes) == lines.len(), name
+        assert (a.which >= 0).any(), name  # (some lines equal a template: the comparison shows something)
 
 
 @pytest.mark.parametrize("env", ["{t}.123456789Z stderr F ", "{t}.123Z ", "[pod/vllm-0/vllm] {t}+00:00 ", "{t}.5+0200 ",

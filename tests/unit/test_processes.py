@@ -177,6 +177,7 @@ def test_a_ctrl_c_while_a_worker_starts_is_left_to_its_caller(tmp_path: Path) ->
             with contextlib.suppress(psutil.Error, OSError):
                 starting = [c for c in psutil.Process(caller.pid).children() if "spawn_main" in " ".join(c.cmdline())
                             and _catches_ctrl_c(c.pid)]
+            time.sleep(0 if starting else 0.002)
         assert starting and not pid_file.exists(), "the worker had started: the test shows nothing"
         os.killpg(caller.pid, signal.SIGINT)
         _, err = caller.communicate(timeout=60)

@@ -1,6 +1,7 @@
 """Ctrl-C and SIGTERM are raised where the program stands, never inside polars (replay/signals.py)."""
 from __future__ import annotations
 
+import heapq
 import inspect
 import signal
 import subprocess
@@ -161,6 +162,26 @@ def test_a_signal_in_library_code_polars_calls_is_put_off_as_in_polars_own() -> 
     finally:
         sys.setprofile(None)
     assert landed == ["__init__"] and after == [] and sys.gettrace() is None
+
+
+def test_a_signal_in_library_code_the_program_called_is_raised_there_at_once() -> None:
+    """GIVEN Ctrl-C landing in the standard library's code that the program called itself (no polars
+    between: ``heapq.nsmallest``, as it starts) WHEN the handler runs THEN it is raised there at once:
+    the call does not run on (its key is never called)."""
+    keyed: list[int] = []
+
+    def land(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and frame.f_code is heapq.nsmallest.__code__:
+            sys.setprofile(None)
+            signals._on_signal(signal.SIGINT, frame)
+
+    sys.setprofile(land)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            heapq.nsmallest(2, [3, 1, 2], key=lambda x: keyed.append(x) or x)
+    finally:
+        sys.setprofile(None)
+    assert keyed == [] and signals.received == [signal.SIGINT] and sys.gettrace() is None
 
 
 def test_signals_that_land_anywhere_in_polars_all_come_out_as_keyboard_interrupt() -> None:
