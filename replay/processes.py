@@ -28,7 +28,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 from typing import Any, Generic, TypeVar
 
-from replay import malloc
+from replay import malloc, signals
 
 R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1  # (prctl's option, from linux/prctl.h)
@@ -44,7 +44,7 @@ def _start(counts: Any, taken: Any) -> None:
         mine = taken.value
         taken.value += 1
     _slot = (counts, mine) if mine < len(counts) else None
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signals.ignore()
     if _HAVE_SIGMASK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])  # (blocked from its start: see ``_started``)
     if sys.platform.startswith("linux"):

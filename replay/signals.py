@@ -7,13 +7,19 @@ polars' code, or in library code it calls (the standard library's ``inspect.iscl
 constructor, say), is raised at the next line of the program's code below it, once polars returned to it."""
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.util
 import signal
 import site
 import sys
 import sysconfig
+import threading
+from collections.abc import Callable, Sequence
 from functools import cache
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, NoReturn
 
 from replay.errors import EXIT_TERMINATED, Terminated
@@ -26,10 +32,53 @@ _put_off: list[int] = []  # (the signal waiting for polars to return, if any)
 
 
 def install() -> None:
-    """SIGINT and SIGTERM raise as described above (the main thread only: the others get none)."""
+    """SIGINT and SIGTERM raise as described above (the main thread only: the others get none).
+
+    polars, as it is imported, puts a SIGINT hook of its own before Python's: while it computes, Ctrl-C
+    makes it raise KeyboardInterrupt from Rust, in whichever thread looks first, a callback of its own to
+    Python among them (where Rust panics on it). The handlers are set again once polars is imported, which
+    takes that hook out: Ctrl-C is this module's alone."""
     _library_roots()  # (found now, not in the handler)
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, _on_signal)
+    _set()
+    if "polars" not in sys.modules:
+        sys.meta_path.insert(0, _AfterImport("polars", _set))
+
+
+def ignore() -> None:
+    """Ctrl-C ignored in this process (a worker's: its caller decides), polars' hook taken out as above."""
+    def set_ignored() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_ignored()
+    if "polars" not in sys.modules:
+        sys.meta_path.insert(0, _AfterImport("polars", set_ignored))
+
+
+def _set() -> None:
+    if threading.current_thread() is threading.main_thread():  # (the only thread that may set them)
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, _on_signal)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then`` once the module ``name`` is imported (found by the finders after this one), once."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            run, then = spec.loader.exec_module, self.then
+
+            def exec_module(module: ModuleType) -> None:
+                run(module)
+                then()
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def stopped() -> int | None:

@@ -189,6 +189,29 @@ def test_a_ctrl_c_while_a_worker_starts_is_left_to_its_caller(tmp_path: Path) ->
             caller.kill()
 
 
+def sigint_action_after_polars() -> int | None:
+    """In a worker: the kernel's action for SIGINT once polars is imported (1: ignored)."""
+    import ctypes
+
+    import polars  # noqa: F401  (its import puts a SIGINT hook of its own)
+
+    class _SigAction(ctypes.Structure):  # (glibc's struct sigaction on Linux)
+        _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                    ("restorer", ctypes.c_void_p)]
+    act = _SigAction()
+    assert ctypes.CDLL("libc.so.6").sigaction(signal.SIGINT, None, ctypes.byref(act)) == 0
+    return act.handler
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's sigaction")
+def test_a_worker_still_ignores_ctrl_c_once_it_imported_polars() -> None:
+    """GIVEN a worker (Ctrl-C ignored) WHEN its call imports polars, which puts a SIGINT hook of its own
+    first THEN Ctrl-C is still ignored there: polars' hook would abort its work with a KeyboardInterrupt
+    raised from Rust (printed by a panic where it lands in a callback of polars' own)."""
+    with processes.workers(1) as w:
+        assert w.submit(sigint_action_after_polars).get() == 1  # (SIG_IGN)
+
+
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)  # (as the kernel's OOM killer ends a process)
 

@@ -184,6 +184,29 @@ def test_a_signal_in_library_code_the_program_called_is_raised_there_at_once() -
     assert keyed == [] and signals.received == [signal.SIGINT] and sys.gettrace() is None
 
 
+def test_ctrl_c_while_polars_computes_is_left_to_this_handler_not_polars_own_hook() -> None:
+    """GIVEN the handlers installed, then polars imported (which puts a SIGINT hook of its own first) WHEN
+    Ctrl-C comes while polars computes THEN polars finishes and KeyboardInterrupt is raised once, at the
+    program's next line. Before, polars' hook made it abort and raise KeyboardInterrupt from Rust, in
+    whatever thread looked first (a Python callback of its own, where Rust panicked on it: a CI failure of
+    test_faults), and this handler raised a second one after."""
+    script = textwrap.dedent("""
+        import os, signal, threading, time
+        from replay import signals
+        signals.install()
+        import polars as pl
+        lf = pl.LazyFrame({"a": pl.int_range(0, 20_000_000, eager=True)}).with_columns(b=pl.col("a").hash()).sort("b")
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            df = lf.collect()
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("computed" if "df" in dir() else "aborted")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "computed\n", ""), r.stderr[-2000:]
+
+
 def test_signals_that_land_anywhere_in_polars_all_come_out_as_keyboard_interrupt() -> None:
     """GIVEN 3,000 timer signals landing at random points of polars frame building (a real kernel timer:
     the program does not choose where) WHEN each is handled THEN every one comes out as KeyboardInterrupt
