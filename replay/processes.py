@@ -33,6 +33,7 @@ from replay import malloc, signals
 R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1  # (prctl's option, from linux/prctl.h)
 _SLOTS_PER_WORKER = 4  # (room to spare: each worker started takes a slot of its own)
+_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")  # (POSIX; elsewhere a terminal's Ctrl-C is not a group's)
 _slot: tuple[Any, int] | None = None  # in a worker: the shared counts, and which one is its own
 
 
@@ -60,9 +61,6 @@ def report(n: int) -> None:
     if _slot is not None and n:
         counts, mine = _slot
         counts[mine] += n
-
-
-_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")  # (POSIX; elsewhere a terminal's Ctrl-C is not a group's)
 
 
 @contextlib.contextmanager

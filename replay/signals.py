@@ -39,18 +39,20 @@ def install() -> None:
     Python among them (where Rust panics on it). The handlers are set again once polars is imported, which
     takes that hook out: Ctrl-C is this module's alone."""
     _library_roots()  # (found now, not in the handler)
-    _set()
-    if "polars" not in sys.modules:
-        sys.meta_path.insert(0, _AfterImport("polars", _set))
+    _now_and_after_native_imports(_set)
 
 
 def ignore() -> None:
     """Ctrl-C ignored in this process (a worker's: its caller decides), polars' hook taken out as above."""
-    def set_ignored() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    set_ignored()
-    if "polars" not in sys.modules:
-        sys.meta_path.insert(0, _AfterImport("polars", set_ignored))
+    _now_and_after_native_imports(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+
+def _now_and_after_native_imports(set_handlers: Callable[[], object]) -> None:
+    """``set_handlers`` now, and again once each native library not yet imported is (its hook taken out)."""
+    set_handlers()
+    for name in _NATIVE:
+        if name not in sys.modules:
+            sys.meta_path.insert(0, _AfterImport(name, set_handlers))
 
 
 def _set() -> None:
@@ -62,7 +64,7 @@ def _set() -> None:
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Calls ``then`` once the module ``name`` is imported (found by the finders after this one), once."""
 
-    def __init__(self, name: str, then: Callable[[], None]) -> None:
+    def __init__(self, name: str, then: Callable[[], object]) -> None:
         self.name, self.then = name, then
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
@@ -114,8 +116,11 @@ def _native_caller(frame: FrameType | None) -> FrameType | None:
     or in library code the program called: there it is raised (the program's own callbacks, a Python
     source polars reads, take it as any error: it ends the call)."""
     below, native = frame, None
-    while below is not None and (_is_native(below) or _is_library(below)):
-        native = below if _is_native(below) else native
+    while below is not None:
+        if _is_native(below):
+            native = below
+        elif not _is_library(below):
+            break
         below = below.f_back
     if native is None:
         return None

@@ -383,9 +383,10 @@ def _line_across(piece: bytes, k: int) -> int:
     return (len(piece) if stop < 0 else stop) - (piece.rfind(b"\n", 0, k) + 1)
 
 
-def _lines(piece: bytes, has_cr: bool = True) -> pl.Series:
+def _lines(piece: bytes, has_cr: bool = True) -> tuple[pl.Series, bool]:
     """The piece's lines without their LF, as ``vllm_log.physical_lines`` cuts them (an empty one may
-    be null: filling them all would copy every line, and only the slow lane needs them filled).
+    be null: filling them all would copy every line, and only the slow lane needs them filled), and
+    whether they were cut natively (each line's bytes exactly those between its LFs: ``_line_ends``).
 
     Polars' CSV reader, told that a line is one unquoted field, cuts lines natively at memory
     speed; the Python split it replaces cost more than all the parsing. It is used only where it
@@ -395,11 +396,9 @@ def _lines(piece: bytes, has_cr: bool = True) -> pl.Series:
     separator, or a line it dropped, would be missing). The check runs in polars, without the GIL:
     counting the LFs in Python held it for 12 ms a piece, a tenth of the parse."""
     exact = None if has_cr else _lf_lines(piece)
-    return exact if exact is not None else _reference_lines(piece)
-
-
-def _reference_lines(piece: bytes) -> pl.Series:
-    return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8)
+    if exact is not None:
+        return exact, True
+    return pl.Series("raw", physical_lines(piece.decode("utf-8", errors="replace")), dtype=pl.Utf8), False
 
 
 def _lf_lines(piece: bytes) -> pl.Series | None:
@@ -1118,8 +1117,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     and the others are left to be classified with the next pieces' (a ``_Partial``)."""
     try:
         has_cr = b"\r" in piece
-        exact = None if has_cr else _lf_lines(piece)
-        lines = exact if exact is not None else _reference_lines(piece)
+        lines, exact = _lines(piece, has_cr)
         first_no = start.result()
     except BaseException as e:  # the pieces after this one learn of it instead of waiting forever
         end.set_exception(e)
@@ -1137,7 +1135,7 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
     known = None
     if scanner is not None and not json_lines and not _ENVELOPED.match(lines[0] or ""):  # (the scanner reads vLLM's own lines)
-        pc = scanner.classify(piece, None if exact is None else _line_ends(exact))  # (its LFs found again otherwise)
+        pc = scanner.classify(piece, _line_ends(lines) if exact else None)  # (its LFs found again otherwise)
         if len(pc.codes) == len(lines):
             known = _templated(lines, pc, first_no, request_keys)
             files = _write_facts((pl.DataFrame(), known.requests), f"{tag}.t", spill)

@@ -565,8 +565,9 @@ def _partials(facts: pl.DataFrame) -> pl.DataFrame:
 
 def _one_a_hash(facts: pl.DataFrame, agg: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
     """``facts`` (request facts, or partial rows) one row per ``h``: those of a hash met once as they are,
-    the others as ``agg`` makes them one (its columns put in ``facts``' order). Most requests have one arrival and one finish among a group's
-    facts: sorting and grouping only the rest took a fifth off ``_partials``."""
+    the others as ``agg`` makes them one (its columns put in ``facts``' order). Most requests have one
+    arrival and one finish among a group's facts: sorting and grouping only the rest took a fifth off
+    ``_partials``."""
     many = facts["h"].is_duplicated()
     if not many.any():
         return facts
