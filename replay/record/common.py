@@ -90,9 +90,15 @@ class Parsed:
     values_checked: bool = False  # whether ``set_aside_impossible_values`` has been over it
     requests: list[ParsedRequest] = field(default_factory=list)  # a harness's per-request records
     unplaced: Unplaced | None = None  # samples at offsets from the file's start, until placed (``timecol``)
+    on_disk: pl.LazyFrame | None = None  # samples of SAMPLES_SCHEMA (epoch µs) a parser left in ``RecordOptions.spill``
+    # as it read them, rather than hold a day of them; besides those of ``frames`` and ``samples``
+
+    def lazy_frames(self) -> list[pl.LazyFrame]:
+        """The samples on disk and those of ``frames`` (not ``samples``), in that order, each as a lazy frame."""
+        return [*([self.on_disk] if self.on_disk is not None else []), *(f.lazy() for f in self.frames)]
 
     def frame(self) -> pl.DataFrame:
-        """Every sample as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
+        """Every sample but those on disk as one frame of SAMPLES_SCHEMA (epoch µs), those of ``frames`` first, and held
         so from then on (the list is emptied): as tuples, a day of samples took a gigabyte. A sample
         of a GPU index no machine has (more digits than the bundle's GPU column holds: a damaged or
         made-up line) is quarantined, not an internal error."""
@@ -106,10 +112,9 @@ class Parsed:
                                  f"{src} {metric} (GPU {g})") for (g, src, metric), n in counts.items()]
             self.gpus = {g: v for g, v in self.gpus.items() if a_gpu(g)}
         if self.samples or len(self.frames) != 1:
-            listed = pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)
-            self.frames = [pl.concat([*self.frames, listed], how="vertical_relaxed").cast(SAMPLES_SCHEMA)  # type: ignore[arg-type]
-                           if self.frames else listed]
-            self.samples = []
+            listed = [pl.DataFrame(self.samples, schema=SAMPLES_SCHEMA, orient="row", strict=False)] if self.samples or not self.frames else []
+            self.frames = [pl.concat([*self.frames, *listed], how="vertical_relaxed", rechunk=False).cast(SAMPLES_SCHEMA)]  # type: ignore[arg-type]
+            self.samples = []  # (the frames' parts are kept as they are, not copied into one)
         return self.frames[0]
 
 
@@ -183,19 +188,19 @@ def _host_key(source: pl.Expr) -> pl.Expr:
     return source.str.replace(r"\[GPU_I_ID=[^\]]*\]", "")
 
 
-def _stated_totals(p: Parsed, frames: list[pl.DataFrame]) -> pl.DataFrame:
+def _stated_totals(p: Parsed, frames: list[pl.LazyFrame]) -> pl.DataFrame:
     """Each GPU's stated memory total (the largest), by GPU and machine (``_host_key``): its
     ``device_total_bytes`` samples that are themselves possible, and for this machine's own sources
     the total ``p.gpus`` states."""
+    schema = {"gpu": pl.Int32, "host": pl.Utf8, "total": pl.Float64}
     said = [f.filter((pl.col("metric") == "device_total_bytes") & pl.col("gpu").is_not_null()
                      & pl.col("value").is_between(0, MAX_DEVICE_BYTES)).select(
-        "gpu", host=_host_key(pl.col("source")), total="value") for f in frames]
+        "gpu", host=_host_key(pl.col("source")), total="value").cast(schema) for f in frames]  # type: ignore[arg-type]
     own = [(g, src, float(info["total_bytes"])) for g, info in p.gpus.items()
            if a_gpu(g) and isinstance(info.get("total_bytes"), (int, float)) and 0 <= info["total_bytes"] <= MAX_DEVICE_BYTES
            for src in DEVICE_SOURCES]
-    schema = {"gpu": pl.Int32, "host": pl.Utf8, "total": pl.Float64}
-    return (pl.concat([*(f.cast(schema) for f in said), pl.DataFrame(own, schema=schema, orient="row")])  # type: ignore[arg-type]
-            .group_by("gpu", "host").agg(pl.col("total").max()))
+    return (pl.concat([*said, pl.LazyFrame(own, schema=schema, orient="row")])
+            .group_by("gpu", "host").agg(pl.col("total").max()).collect(engine="streaming"))
 
 
 def _shown(t: int | None) -> str:
@@ -222,13 +227,13 @@ def _listed_frame(samples: list[tuple[int | None, int | None, str, str, float]])
     return df.with_row_index("_i")
 
 
-def _all_within_bounds(f: pl.DataFrame, least_total: float | None) -> bool:
+def _all_within_bounds(f: pl.LazyFrame, least_total: float | None) -> bool:
     """Whether every value of ``f`` is within ``impossible``'s bounds, told by each metric's least and
     largest value alone (``least_total``: the least total stated of any GPU, or None where none is):
     most evidence holds no impossible value, and this spares its every row the join with its GPU's
     total and the row-wise test. False where it cannot tell so (then each row is tested)."""
     return all(within_bounds(metric, lo, hi, least_total) for metric, lo, hi in f.group_by("metric").agg(
-        lo=pl.col("value").min(), hi=pl.col("value").max()).iter_rows())
+        lo=pl.col("value").min(), hi=pl.col("value").max()).collect(engine="streaming").iter_rows())
 
 
 def within_bounds(metric: str | None, lo: float | None, hi: float | None, least_total: float | None) -> bool:
@@ -252,29 +257,34 @@ def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
         return p
     p.values_checked = True
     listed = _listed_frame(p.samples) if p.samples else None
-    frames = [*p.frames, *([listed.drop("_i")] if listed is not None else [])]
+    frames = [*p.lazy_frames(), *([listed.drop("_i").lazy()] if listed is not None else [])]
     if not frames:
         return p
     totals = _stated_totals(p, frames)
     least_total = totals["total"].min()
 
-    def odd(f: pl.DataFrame) -> list[dict[str, Any]]:
+    def odd(f: pl.LazyFrame) -> list[dict[str, Any]]:
         """The rows of ``f`` (with '_i') out of bounds, with the total that bounded them."""
         if _all_within_bounds(f, least_total if isinstance(least_total, float) else None):
             return []
         rows = f.with_columns(host=_host_key(pl.col("source"))).join(
-            totals, on=["gpu", "host"], how="left", nulls_equal=False).filter(maybe_impossible(pl.col("total")))
+            totals.lazy(), on=["gpu", "host"], how="left", nulls_equal=False, maintain_order="left").filter(maybe_impossible(pl.col("total"))).collect()
         return [r for r in rows.iter_rows(named=True) if impossible(r["metric"], r["value"], r["total"]) is not None]
 
+    def without(f: pl.LazyFrame, bad: list[dict[str, Any]]) -> pl.LazyFrame:
+        gone = pl.Series(sorted(r["_i"] for r in bad), dtype=pl.UInt32)
+        return f.with_row_index("_i").filter(~pl.col("_i").is_in(gone.implode())).drop("_i")
+
     set_aside: list[dict[str, Any]] = []
+    if p.on_disk is not None and (bad := odd(p.on_disk.with_row_index("_i"))):
+        set_aside += bad
+        p.on_disk = without(p.on_disk, bad)  # (still on disk: the rows left out as it is read)
     for k, f in enumerate(p.frames):
-        bad = odd(f.with_row_index("_i"))
-        if bad:
+        if bad := odd(f.lazy().with_row_index("_i")):
             set_aside += bad
-            gone = pl.Series([r["_i"] for r in bad], dtype=pl.UInt32)
-            p.frames[k] = f.with_row_index("_i").filter(~pl.col("_i").is_in(gone.implode())).drop("_i")
+            p.frames[k] = without(f.lazy(), bad).collect()
     if listed is not None:
-        bad = odd(listed)
+        bad = odd(listed.lazy())
         if bad:
             set_aside += bad
             gone_i = {r["_i"] for r in bad}
@@ -286,21 +296,20 @@ def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
         why = impossible(r["metric"], r["value"], r["total"]) or IMPOSSIBLE
         p.quarantine.append((None, why, f"{r['source']} {r['metric']} (GPU {r['gpu']}) = {_value_shown(r['metric'], r['value'])} "
                                         f"at {_shown(r['t_us'])}"))
-    _note_conflicts(p, path, [*(f.select(*SAMPLES_SCHEMA) for f in p.frames),
-                              *([listed.select(*SAMPLES_SCHEMA)] if listed is not None else [])])
+    _note_conflicts(p, path, [f.select(*SAMPLES_SCHEMA) for f in (*p.lazy_frames(), *([listed.lazy()] if listed is not None else []))])
     return p
 
 
-def _note_conflicts(p: Parsed, path: Path, parts: list[pl.DataFrame]) -> None:
+def _note_conflicts(p: Parsed, path: Path, parts: list[pl.LazyFrame]) -> None:
     """A note of the times at which one GPU's metric from one source has several values (``parts``: the
-    samples, as frames)."""
+    samples, as frames, read as they are needed)."""
     at = ["t_us", "gpu", "source", "metric"]
     df = pl.concat(parts, how="vertical_relaxed")
     timed = pl.col("t_us").is_not_null() & ~pl.col("value").is_nan()
     if _keys_once(df, at, timed):
         return
     df = df.filter(timed).filter(pl.struct(at).hash().is_duplicated())  # (a cheap sieve: a key twice, or a hash's collision)
-    clash = df.group_by(at).agg(pl.col("value").unique().sort()).filter(pl.col("value").list.len() > 1)
+    clash = df.group_by(at).agg(pl.col("value").unique().sort()).filter(pl.col("value").list.len() > 1).collect()
     if not clash.height:
         return
     t, gpu, source, metric, values = clash.sort(at, nulls_last=True).row(0)
@@ -310,15 +319,16 @@ def _note_conflicts(p: Parsed, path: Path, parts: list[pl.DataFrame]) -> None:
                    "exporters of one GPU or scrapes merged; all are kept, the largest decides a peak")
 
 
-def _keys_once(df: pl.DataFrame, at: list[str], where: pl.Expr) -> bool:
+def _keys_once(df: pl.LazyFrame, at: list[str], where: pl.Expr) -> bool:
     """Whether no two rows of ``df`` for which ``where`` holds share their ``at`` columns, told by a
     hash of each row's (its columns' own hashes, each seeded apart, combined): counting distinct
     hashes is a quarter of the time of marking the duplicated ones, and evidence seldom holds any.
     False where two rows share a hash (the same key, or a collision: the caller looks at the keys
     themselves)."""
     key = functools.reduce(lambda a, b: a ^ b, (pl.col(c).hash(seed) for seed, c in enumerate(at, start=1)))
-    distinct, rows = df.select(key.filter(where).n_unique().alias("distinct"), where.sum().alias("rows")).row(0)
-    return bool(distinct == rows)
+    keys = df.select(key=key.filter(where)).collect(engine="streaming")["key"]  # (the samples read a morsel at a time, but
+    # for their keys: a day of a node's nvidia-smi, 2.8M samples, on disk, took 231 MiB so at once, 107 so)
+    return bool(keys.n_unique() == keys.len())
 
 
 def checks_values(parse: Callable[P, Parsed]) -> Callable[P, Parsed]:
@@ -409,6 +419,8 @@ def as_list(x: Any) -> list[Any]:
 # --- what the registry reads of each family -------------------------------------------------------
 Sniffer = Callable[[str], "str | None"]  # the start of a file (20,000 characters) -> the kind it is, else None
 Parser = Callable[[Path, str, RecordOptions], Parsed]  # a file of a kind the family reads, whole -> what it states
+PieceParser = Callable[[Path, Callable[[], str], RecordOptions], Parsed]  # a file read from its path in parts, given
+# how to read its text whole where it must (its reading so gives it) -> what it states, as its kind's Parser
 
 
 def json_value(path: Path, text: str) -> Any:

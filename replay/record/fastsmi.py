@@ -19,7 +19,7 @@ check that both give the same.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,9 @@ import numpy as np
 import polars as pl
 
 from replay.bundle import SAMPLES_SCHEMA
+from replay.filehash import compression
 from replay.record import common, nvidia_smi, timecol
+from replay.record.fastlog import text_pieces
 from replay.record.options import RecordOptions
 
 _ODD_TEXT = r"[^\t\x20-\x7e]"  # (Python's line breaks and white space beyond these: the reference's)
@@ -35,32 +37,43 @@ _TIME = r"^[1-9]\d{3}/\d\d/\d\d \d\d:\d\d:[0-5]\d\.\d{3}$"  # nvidia-smi's, '202
 _NUMBER = nvidia_smi.NV_NUMBER.pattern  # (its \s is the same in Rust's regex on this lane's text: a tab or a space)
 _INFO = (("name", "name"), ("uuid", "uuid"), ("pci.bus_id", "pci_bus_id"), ("hostname", "host"))
 FAST_FROM_CHARS = 1 << 20  # (a smaller file is read sooner row by row than the lane's fixed cost of some 30 ms)
-PIECE_CHARS = 8 << 20
+PIECE_CHARS = 4 << 20  # (a piece's columns, and what the allocator holds of the last second's, take ~16 times
+# its size: a day of a node's polling peaked at 256 MiB read in pieces of 8 MiB, 210 of 4, 181 of 2; 4 MiB
+# read it 5 % slower than 8, 2 MiB 25 %)
 FIRST_PIECE_CHARS = 64 << 10  # (the header and the usual line are told from it, and the rest read by them)
 SLOW_SHARE = 0.25  # past this share of rows the reference's, the reference reads the whole file
 _GPU_MAX = (1 << 31) - 1
 
 
 def parse_nvidia_smi_csv(path: Path, text: str, tz_offset_s: int = 0, columns: str | None = None,
-                         at: str | None = None) -> common.Parsed:
+                         at: str | None = None, spill: Path | None = None) -> common.Parsed:
     """``nvidia_smi.parse_nvidia_smi_csv``, vectorised where the file has the usual shape and is big
-    enough to gain by it."""
-    fast = _vectorised(path, text, tz_offset_s, columns, at) if len(text) >= FAST_FROM_CHARS else None
+    enough to gain by it; where ``spill`` is a folder, the lane's samples are left there as it reads
+    them (``Parsed.on_disk``)."""
+    fast = _vectorised(path, text, tz_offset_s, columns, at, spill) if len(text) >= FAST_FROM_CHARS else None
     return fast if fast is not None else nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
 
 
-def _pieces(text: str) -> Iterator[pl.DataFrame]:
-    """The text's lines (as ``str.splitlines`` cuts this lane's text) in frames of about PIECE_CHARS (the
-    first of at most FIRST_PIECE_CHARS), with their numbers from 1: the columns of a line take some ten
-    times its size, so the whole file is never made columns at once."""
-    pos, line = 0, 1
-    while pos < len(text):
-        end = text.find("\n", pos + (PIECE_CHARS if pos else min(PIECE_CHARS, FIRST_PIECE_CHARS)))
-        end = len(text) if end < 0 else end + 1
-        raw = pl.Series("raw", [text[pos:end]]).str.split("\n").explode()
-        raw = raw.slice(0, raw.len() - 1) if text[end - 1] == "\n" else raw  # (no line after the last line end)
-        yield pl.DataFrame(raw).with_row_index("line", offset=line)
-        line, pos = line + raw.len(), end
+def _pieces(texts: Iterable[str]) -> Iterator[pl.DataFrame | None]:
+    """The lines of ``texts`` (the file's text, in parts that each end at a line end but the last), as
+    ``str.splitlines`` cuts this lane's text, in frames of about PIECE_CHARS (the first of at most
+    FIRST_PIECE_CHARS), with their numbers from 1: the columns of a line take some ten times its size,
+    so the whole file is never made columns at once. None where a part holds a CR of its own."""
+    line, first = 1, True
+    for text in texts:
+        if "\r" in text:  # (Windows' line ends, each CR before an LF, cut the same lines; any other CR is a line end)
+            if text.count("\r") != text.count("\r\n"):
+                yield None
+                return
+            text = text.replace("\r\n", "\n")
+        pos = 0
+        while pos < len(text):
+            end = text.find("\n", pos + (min(PIECE_CHARS, FIRST_PIECE_CHARS) if first else PIECE_CHARS))
+            end, first = len(text) if end < 0 else end + 1, False
+            raw = pl.Series("raw", [text[pos:end]]).str.split("\n").explode()
+            raw = raw.slice(0, raw.len() - 1) if text[end - 1] == "\n" else raw  # (no line after the last line end)
+            yield pl.DataFrame(raw).with_row_index("line", offset=line)
+            line, pos = line + raw.len(), end
 
 
 _PLAIN = re.compile(r"[0-9]{1,15}((?: (?:MiB|GiB|KiB|%|W|MHz|C))?)")  # a plain number (exact as a float), its unit as written
@@ -175,8 +188,10 @@ def _samples(fast: pl.DataFrame, metrics: list[tuple[str, str]]) -> pl.DataFrame
 class _Lane:
     """The state of one file's reading: its header, what its rows said of each GPU so far, the samples."""
 
-    def __init__(self, path: Path, tz_offset_s: int, columns: str | None) -> None:
+    def __init__(self, path: Path, tz_offset_s: int, columns: str | None, spill: Path | None = None) -> None:
         self.path, self.tz_offset_s, self.columns = path, tz_offset_s, columns
+        self.spill = spill  # where each piece's samples are written as it is read (None: held)
+        self.spilled: list[Path] = []
         self.header: list[str] | None = None
         self.at: dict[str, int] = {}
         self.p = common.Parsed(kind="nvidia-smi")
@@ -335,8 +350,24 @@ class _Lane:
             if listed is None:
                 return False
             samples = samples.merge_sorted(listed, "line")  # (each in its lines' order, no line in both)
-        self.frames.append(samples.drop("line"))
+        self._keep(samples.drop("line"))
         return True
+
+    def _keep(self, samples: pl.DataFrame) -> None:
+        """Keep a piece's samples: written to the spill folder where there is one (a day of 8 GPUs is
+        2.8M samples, ~100 MiB held), else held."""
+        if self.spill is None or self.offsets is not None:  # (offsets: held until placed, ``timecol.hold``)
+            self.frames.append(samples)
+        elif samples.height:
+            self.spill.mkdir(parents=True, exist_ok=True)
+            self.spilled.append(self.spill / f"nvidia-smi-{len(self.spilled)}.arrow")
+            samples.write_ipc(self.spilled[-1])
+
+    def abandon(self) -> None:
+        """Remove what the lane spilled (the file is not the lane's after all: the reference reads it)."""
+        for f in self.spilled:
+            f.unlink(missing_ok=True)
+        self.spilled = []
 
     def _vouched(self, rows: pl.DataFrame) -> pl.Expr:
         """Whether the lane vouches for a row: it has the header's count of fields, a time the lane reads,
@@ -405,13 +436,15 @@ class _Lane:
         if self.header is None:
             return None
         p = self.p
-        p.frames = [pl.concat(self.frames) if self.frames else pl.DataFrame(schema=SAMPLES_SCHEMA)]
+        p.frames = [f for f in self.frames if f.height] or ([] if self.spilled else [pl.DataFrame(schema=SAMPLES_SCHEMA)])
+        p.on_disk = pl.scan_ipc(self.spilled) if self.spilled else None  # (a piece's each: not copied into one)
         for g in sorted(self.said, key=lambda g: self.firsts.get(g, 0)):
             p.gpus[g] = {"index": g, **{key: self.said[g][key][1] for key in (*(k for _, k in _INFO), "total_bytes")
                                         if key in self.said[g]}}
         if self.unstated:
-            used = p.frames[0].filter(pl.col("metric") == "device_used_bytes")["gpu"].unique().to_list()
-            nvidia_smi.note_no_memory(p, self.path, set(p.gpus) - set(used))
+            used = {g for f in p.lazy_frames()
+                    for g in f.filter(pl.col("metric") == "device_used_bytes").select(pl.col("gpu").unique()).collect(engine="streaming")["gpu"]}
+            nvidia_smi.note_no_memory(p, self.path, set(p.gpus) - used)
         if not self.rows and self.columns is None:  # (as the reference says of a header without rows)
             p.notes.append(nvidia_smi.header_only_note(self.path, False))
         if self.offsets is not None and self.rows:
@@ -419,23 +452,40 @@ class _Lane:
         return p
 
 
-def _vectorised(path: Path, text: str, tz_offset_s: int, columns: str | None,
-                at: str | None = None) -> common.Parsed | None:
-    """The file as the reference reads it, or None where its shape is not this lane's."""
-    if "\r" in text:  # (Windows' line ends, each CR before an LF, cut the same lines; any other CR is a line end)
-        if text.count("\r") != text.count("\r\n"):
-            return None
-        text = text.replace("\r\n", "\n")
-    lane = _Lane(path, tz_offset_s, columns)
-    p = lane.parsed() if all(lane.piece(df) for df in _pieces(text)) else None
+def _vectorised(path: Path, text: str | Iterable[str], tz_offset_s: int, columns: str | None,
+                at: str | None = None, spill: Path | None = None) -> common.Parsed | None:
+    """The file as the reference reads it (its text, or its text in parts each ending at a line end), or
+    None where its shape is not this lane's."""
+    lane = _Lane(path, tz_offset_s, columns, spill)
+    p = lane.parsed() if all(df is not None and lane.piece(df) for df in _pieces([text] if isinstance(text, str) else text)) else None
     if p is None:
+        lane.abandon()
         return None
     timecol.settle(p, path, common.parse_time(at, tz_offset_s) if at else None)
     return common.set_aside_impossible_values(p, path)  # (as the reference's result has been)
 
 
 def _parse(path: Path, text: str, opts: RecordOptions) -> common.Parsed:
-    return parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at)
+    return parse_nvidia_smi_csv(path, text, opts.tz_offset_s, opts.nvsmi_columns, opts.at, opts.spill)
+
+
+def _ascii_parts(path: Path) -> Iterator[str]:
+    """A plain file's text in parts of about PIECE_CHARS, each ending at a line end but the last: as
+    ``recorder``'s reading of the whole would give it where it is printable ASCII (any other byte is a
+    U+FFFD here, which the lane declines)."""
+    for part in text_pieces(path, PIECE_CHARS):
+        yield part.decode("ascii", errors="replace")
+
+
+def _parse_file(path: Path, whole: Callable[[], str], opts: RecordOptions) -> common.Parsed:
+    """A plain file of at least FAST_FROM_CHARS read by the lane in parts from the file, its text never
+    held whole (a day of a node's polling is 55 MB, as text 55 MiB more at the recording's peak); any
+    other, or one the lane declines, read from ``whole`` (the file's text) as ``_parse`` reads it."""
+    if compression(path) is None and path.stat().st_size >= FAST_FROM_CHARS:
+        fast = _vectorised(path, _ascii_parts(path), opts.tz_offset_s, opts.nvsmi_columns, opts.at, opts.spill)
+        return fast if fast is not None else nvidia_smi.parse_nvidia_smi_csv(path, whole(), opts.tz_offset_s, opts.nvsmi_columns, opts.at)
+    return _parse(path, whole(), opts)
 
 
 PARSERS: dict[str, common.Parser] = {"nvidia-smi": _parse}  # (nvidia-smi's query CSV, as the registry reads it)
+PIECEWISE: dict[str, common.PieceParser] = {"nvidia-smi": _parse_file}  # (as the recorder reads it, from the file)

@@ -26,6 +26,8 @@ class RecordOptions:
     clock_offsets_us: dict[str, int] = field(default_factory=dict)  # file (path or name) -> its clock ahead by
     progress: Callable[[int], None] | None = None  # called with the size of each piece of log read
     stage: Callable[[str], None] | None = None  # told what the recorder does once the evidence is read
+    spill: Path | None = None  # a folder of the recorder's own where a parser may leave samples on disk rather
+    # than hold them (``Parsed.on_disk``); None: every sample is held
 
     def clock_offset_us(self, path: Path) -> int:
         return self.clock_offsets_us.get(str(path), self.clock_offsets_us.get(path.name, 0))

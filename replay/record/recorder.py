@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -68,7 +68,7 @@ from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_p
 from replay.record.harness import request_rows
 from replay.record.options import RecordOptions as RecordOptions
 from replay.record.registry import KINDS as KINDS
-from replay.record.registry import PARSERS, STREAMED
+from replay.record.registry import PARSERS, PIECEWISE, STREAMED
 from replay.record.registry import detect_kind as detect_kind
 from replay.record.request_ids import unify_bundle_requests
 from replay.record.vllm_log import LogFact, LogParse, fact_time_us, parse_log, physical_lines
@@ -815,6 +815,9 @@ def _set_aside_impossible_times(r: common.Parsed) -> None:
     for i, f in enumerate(r.frames):  # (a vectorised lane's)
         odd += f.filter(past).iter_rows()
         r.frames[i] = f.filter(~past.fill_null(False))
+    if r.on_disk is not None:
+        odd += r.on_disk.filter(past).collect(engine="streaming").iter_rows()
+        r.on_disk = r.on_disk.filter(~past.fill_null(False))  # (still on disk: left out as it is read)
     for t, gpu, source, metric, value in odd:
         r.quarantine.append((None, f"{source} {metric} (GPU {gpu}) = {value:g} at an impossible time ({t} µs since "
                                    "1970): not placed", ""))
@@ -1017,7 +1020,9 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
         rep.notes.append("content not recognised; whole file quarantined (use --as KIND)")
         _done(opts, size)
         return FileRead(path, rep)
-    parsed = PARSERS[kind](path, _read_text(path), opts.for_file(path))
+    own = replace(opts.for_file(path), spill=spill)
+    parsed = (PIECEWISE[kind](path, lambda: _read_text(path), own) if kind in PIECEWISE
+              else PARSERS[kind](path, _read_text(path), own))
     _set_aside_impossible_times(parsed)
     parsed.notes += common.renamed_note(path, parsed.vllm_names)
     rep.kind = parsed.kind
@@ -1037,14 +1042,19 @@ SPILL_SAMPLES_FROM = 1 << 20  # a file's samples past this many wait on disk unt
 def _spill_samples(parsed: common.Parsed, spill: Path) -> pl.LazyFrame | None:
     """A file's samples, written to ``spill`` and scanned from there where they are many (None where
     they stay in ``parsed``): every file is read before any is written (the year and the bundle's start
-    come from all of them), and a fleet's day of nvidia-smi held in memory was 1.8 GiB."""
-    if sum(f.height for f in parsed.frames) + len(parsed.samples) < SPILL_SAMPLES_FROM:
+    come from all of them), and a fleet's day of nvidia-smi held in memory was 1.8 GiB. Those the parser
+    left there itself (``Parsed.on_disk``) stay where they are, the others' after them."""
+    on_disk, parsed.on_disk = parsed.on_disk, None
+    held = sum(f.height for f in parsed.frames) + len(parsed.samples)
+    if on_disk is None and held < SPILL_SAMPLES_FROM:
         return None
-    frame = parsed.frame()
+    if not held:
+        return on_disk
     spill.mkdir(parents=True, exist_ok=True)
-    frame.write_ipc(spill / "samples.arrow")
+    parsed.frame().write_ipc(spill / "samples.arrow")
     parsed.frames = []
-    return pl.scan_ipc(spill / "samples.arrow")
+    written = pl.scan_ipc(spill / "samples.arrow")
+    return written if on_disk is None else pl.concat([on_disk, written])
 
 
 def _read_launch(path: Path, head: str, kind: str | None, opts: RecordOptions, seen: _Seen) -> FileRead | None:

@@ -24,7 +24,7 @@ from replay.record import (
     nvidia_smi,
     prometheus,
 )
-from replay.record.common import Parser, Sniffer
+from replay.record.common import Parser, PieceParser, Sniffer
 
 STREAMED = ("vllm-log", "log-export")
 
@@ -57,6 +57,7 @@ SNIFFERS: tuple[Sniffer, ...] = (
 PARSERS: dict[str, Parser] = {**prometheus.PARSERS, **fastsmi.PARSERS, **nvidia_smi.PARSERS, **dcgm.PARSERS,
                               **k8s.PARSERS, **kernel.PARSERS, **gpustat.PARSERS, **metrics_csv.PARSERS,
                               **aiperf.PARSERS, **bench_serve.PARSERS, **guidellm.PARSERS}
+PIECEWISE: dict[str, PieceParser] = {**fastsmi.PIECEWISE}  # kinds whose parser reads the file in parts itself
 KINDS = (*STREAMED, *PARSERS)  # what ``--as`` may name
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.bundle import read_bundle
+from replay.bundle import SAMPLES_SCHEMA, read_bundle
 from replay.record import common, fastsmi, nvidia_smi
 from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA
@@ -43,12 +44,19 @@ def both(text: str, tz_offset_s: int = 0, columns: str | None = None, at: str | 
     path = Path("smi.csv")
     ref = nvidia_smi.parse_nvidia_smi_csv(path, text, tz_offset_s, columns, at)
     lane = fastsmi._vectorised(path, text, tz_offset_s, columns, at)
-    if lane is None:
-        return None
+    with tempfile.TemporaryDirectory() as spill:
+        spilled = fastsmi._vectorised(path, text, tz_offset_s, columns, at, Path(spill) / "smi")
+        assert (spilled is None) == (lane is None)
+        if lane is None:
+            assert not (Path(spill) / "smi").exists() or not any((Path(spill) / "smi").iterdir())  # (what it left, taken back)
+            return None
+        assert spilled is not None
+        on_disk = spilled.on_disk.collect() if spilled.on_disk is not None else pl.DataFrame(schema=SAMPLES_SCHEMA)
+        assert pl.concat([on_disk, spilled.frame()]).rows() == lane.frame().rows()
     got, want = lane.frame(), ref.frame()
     assert got.schema == want.schema and got.rows() == want.rows()
     for k in ("kind", "lines", "parsed", "quarantine", "notes", "gpus", "naive_local_times", "events"):
-        assert getattr(lane, k) == getattr(ref, k), k
+        assert getattr(lane, k) == getattr(ref, k) == getattr(spilled, k), k
     assert (lane.unplaced is None) == (ref.unplaced is None)
     if lane.unplaced is not None and ref.unplaced is not None:
         assert (lane.unplaced.column, lane.unplaced.form) == (ref.unplaced.column, ref.unplaced.form)
@@ -406,17 +414,18 @@ def usual_log(polls: int, gpus: int = 8, every: int = 7, kinds: tuple[str, ...] 
 
 @contextmanager
 def read_by_shape() -> Iterator[dict[str, int]]:
-    """How many rows the lane reads as lines of the usual shape ('usual') and as rows of any ('any')."""
+    """How many rows the lane reads as lines of the usual shape ('usual') and as rows of any ('any'), where it
+    holds its samples (``both`` reads the file a second time, leaving them on disk)."""
     counts = {"usual": 0, "any": 0}
     usual, any_shape = fastsmi._Lane._read_usual, fastsmi._Lane._read_any
 
     def read_usual(lane: fastsmi._Lane, rows: pl.DataFrame) -> pl.DataFrame:
         read = usual(lane, rows)
-        counts["usual"] += read["usual"].sum()
+        counts["usual"] += read["usual"].sum() if lane.spill is None else 0
         return read
 
     def read_any(lane: fastsmi._Lane, rows: pl.DataFrame, header: list[str]) -> pl.DataFrame | None:
-        counts["any"] += rows.height
+        counts["any"] += rows.height if lane.spill is None else 0
         return any_shape(lane, rows, header)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -513,3 +522,97 @@ def test_usual_logs_with_other_lines_anywhere_read_alike_by_both_lanes(kinds: li
         lines.append(_OTHER_LINES[kind](line) if kind in _OTHER_LINES else line)
     with pieces_of(piece_chars):
         both("\n".join(lines) + "\n", tz_offset_s=-3600)
+
+
+def test_a_day_read_with_a_spill_folder_leaves_each_pieces_samples_there(tmp_path: Path) -> None:
+    """GIVEN the usual polling of 8 GPUs with a row whose used memory passes the GPU's total stated
+    elsewhere (its own total [N/A]: the row passes the lane, the file's check sets it aside) and a poll
+    twice with another value WHEN read in small pieces with a spill folder THEN each piece's samples
+    are written there as it is read, none held, and what is read from there is the reference's
+    reading: the row set aside, the conflict noted."""
+    text = usual_log(60, kinds=("no total, used past another row's", "the poll again, another value"), every=97)
+    spill = tmp_path / "spill"
+    with pieces_of(4096):
+        p = fastsmi._vectorised(Path("smi.csv"), text, 0, None, spill=spill)
+    ref = nvidia_smi.parse_nvidia_smi_csv(Path("smi.csv"), text)
+    assert p is not None and p.frames == [] and p.on_disk is not None
+    assert len(list(spill.glob("nvidia-smi-*.arrow"))) > len(text) // 4096 // 2
+    assert p.on_disk.collect().rows() == ref.frame().rows()
+    assert p.quarantine == ref.quarantine and p.quarantine and all("more memory than the GPU's stated total" in why
+                                                                   for _, why, _ in p.quarantine)
+    assert p.notes == ref.notes and any("different values" in n for n in p.notes)
+
+
+def test_a_file_the_lane_declines_after_spilling_leaves_nothing_in_the_spill_folder(tmp_path: Path) -> None:
+    """GIVEN the usual polling with text beyond ASCII late in the file WHEN read in small pieces with a
+    spill folder THEN the lane, having written the first pieces' samples there, declines the file and
+    takes them back: the folder is empty."""
+    rows = [usual_poll(s, g) for s in range(50) for g in range(4)]
+    rows[170][2] = "NVIDIA Wörker"
+    text = "\n".join([_USUAL_HEADER, *(", ".join(r) for r in rows)]) + "\n"
+    spill = tmp_path / "spill"
+    with pieces_of(256):
+        assert fastsmi._vectorised(Path("smi.csv"), text, 0, None, spill=spill) is None
+    assert spill.is_dir() and not any(spill.iterdir())
+
+
+def test_the_recorder_sets_aside_impossible_times_of_samples_left_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN the usual polling with a row dated 2999 WHEN recorded through the lane (its samples left on
+    disk) and through the reference THEN both bundles hold the same samples and quarantine the row's
+    samples at an impossible time."""
+    rows = [usual_poll(s, g) for s in range(300) for g in range(4)]
+    rows[500][0] = rows[500][0].replace("2026", "2999")
+    smi = tmp_path / "smi.csv"
+    smi.write_text("\n".join([_USUAL_HEADER, *(", ".join(r) for r in rows)]) + "\n")
+    got = []
+    for name, from_chars in (("lane", 0), ("reference", 1 << 62)):
+        monkeypatch.setattr(fastsmi, "FAST_FROM_CHARS", from_chars)
+        with pieces_of(8192):
+            record([smi], tmp_path / name, RecordOptions())
+        quarantine = [json.loads(ln)["reason"] for ln in (tmp_path / name / "quarantine.jsonl").read_text().splitlines()]
+        got.append((read_bundle(tmp_path / name).samples.rows(), quarantine))
+    assert got[0] == got[1]
+    assert sum("impossible time" in r for r in got[0][1]) == 4 and len(got[0][0]) == 4 * (1200 - 1)
+    assert not (tmp_path / "lane" / ".spill").exists()
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"])
+def test_a_file_read_in_parts_from_disk_reads_as_its_whole_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                line_end: str) -> None:
+    """GIVEN the usual polling with lines of every other shape, its lines ended by LF or by CR LF WHEN
+    the recorder's route reads it in small parts from the file THEN it reads it as the reference reads
+    its whole text, the text never asked for."""
+    text = usual_log(40).replace("\n", line_end)
+    smi = tmp_path / "smi.csv"
+    smi.write_bytes(text.encode())
+    monkeypatch.setattr(fastsmi, "FAST_FROM_CHARS", 0)
+    asked: list[int] = []
+    with pieces_of(1024):
+        got = fastsmi._parse_file(smi, lambda: asked.append(1) or text, RecordOptions(spill=tmp_path / "spill"))
+    ref = nvidia_smi.parse_nvidia_smi_csv(smi, text)
+    assert not asked and got.on_disk is not None and len(list((tmp_path / "spill").iterdir())) > 10
+    assert got.on_disk.collect().rows() == ref.frame().rows() and len(ref.frame()) > 1000
+    for k in ("lines", "parsed", "quarantine", "notes", "gpus", "naive_local_times"):
+        assert getattr(got, k) == getattr(ref, k), k
+
+
+@pytest.mark.parametrize("odd", [b"NVIDIA W\xc3\xb6rker", b"NVIDIA \xff", b"a\rb", b"a\x00b"])
+def test_a_file_read_in_parts_that_the_lane_declines_is_read_whole_by_the_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, odd: bytes) -> None:
+    """GIVEN the usual polling with, past its first parts, a name holding UTF-8 beyond ASCII, a byte that
+    is no UTF-8, a CR of its own or a NUL WHEN the recorder's route reads it in parts THEN the lane
+    declines it, leaves nothing spilled, and the file's whole text is read once, by the reference."""
+    rows = [usual_poll(s, g) for s in range(50) for g in range(4)]
+    data = "\n".join([_USUAL_HEADER, *(", ".join(r) for r in rows)]).encode() + b"\n"
+    at = data.index(b"NVIDIA H200", len(data) * 3 // 4)
+    data = data[:at] + odd + data[at + len(b"NVIDIA H200"):]
+    smi = tmp_path / "smi.csv"
+    smi.write_bytes(data)
+    text = data.decode("utf-8", errors="replace")
+    monkeypatch.setattr(fastsmi, "FAST_FROM_CHARS", 0)
+    asked: list[int] = []
+    with pieces_of(512):
+        got = fastsmi._parse_file(smi, lambda: asked.append(1) or text, RecordOptions(spill=tmp_path / "spill"))
+    ref = nvidia_smi.parse_nvidia_smi_csv(smi, text)
+    assert asked == [1] and got.on_disk is None and not any((tmp_path / "spill").glob("*"))
+    assert got.frame().rows() == ref.frame().rows() and (got.quarantine, got.notes) == (ref.quarantine, ref.notes)
