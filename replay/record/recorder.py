@@ -815,7 +815,8 @@ def _set_aside_impossible_times(r: common.Parsed) -> None:
     for i, f in enumerate(r.frames):  # (a vectorised lane's)
         odd += f.filter(past).iter_rows()
         r.frames[i] = f.filter(~past.fill_null(False))
-    if r.on_disk is not None:
+    if r.on_disk is not None and any(bad(t) for t in r.on_disk.select(  # (its times' ends first: one column read)
+            pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi")).collect(engine="streaming").row(0)):
         odd += r.on_disk.filter(past).collect(engine="streaming").iter_rows()
         r.on_disk = r.on_disk.filter(~past.fill_null(False))  # (still on disk: left out as it is read)
     for t, gpu, source, metric, value in odd:
