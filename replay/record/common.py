@@ -92,6 +92,8 @@ class Parsed:
     unplaced: Unplaced | None = None  # samples at offsets from the file's start, until placed (``timecol``)
     on_disk: pl.LazyFrame | None = None  # samples of SAMPLES_SCHEMA (epoch µs) a parser left in ``RecordOptions.spill``
     # as it read them, rather than hold a day of them; besides those of ``frames`` and ``samples``
+    on_disk_filtered: bool = False  # whether rows were left out of ``on_disk`` (its scan then filters, and a slice
+    # of it reads the whole: the recorder writes what is kept anew)
 
     def lazy_frames(self) -> list[pl.LazyFrame]:
         """The samples on disk and those of ``frames`` (not ``samples``), in that order, each as a lazy frame."""
@@ -278,7 +280,7 @@ def set_aside_impossible_values(p: Parsed, path: Path) -> Parsed:
     set_aside: list[dict[str, Any]] = []
     if p.on_disk is not None and (bad := odd(p.on_disk.with_row_index("_i"))):
         set_aside += bad
-        p.on_disk = without(p.on_disk, bad)  # (still on disk: the rows left out as it is read)
+        p.on_disk, p.on_disk_filtered = without(p.on_disk, bad), True  # (still on disk: the rows left out as it is read)
     for k, f in enumerate(p.frames):
         if bad := odd(f.lazy().with_row_index("_i")):
             set_aside += bad

@@ -812,13 +812,13 @@ def _set_aside_impossible_times(r: common.Parsed) -> None:
     if odd:  # (rare: the samples are gone over again only then)
         r.samples = [x for x in r.samples if not bad(x[0])]
     past = (pl.col("t_us") < 0) | (pl.col("t_us") >= LATEST_US)
-    for i, f in enumerate(r.frames):  # (a vectorised lane's)
-        odd += f.filter(past).iter_rows()
-        r.frames[i] = f.filter(~past.fill_null(False))
     if r.on_disk is not None and any(bad(t) for t in r.on_disk.select(  # (its times' ends first: one column read)
             pl.col("t_us").min().alias("lo"), pl.col("t_us").max().alias("hi")).collect(engine="streaming").row(0)):
         odd += r.on_disk.filter(past).collect(engine="streaming").iter_rows()
-        r.on_disk = r.on_disk.filter(~past.fill_null(False))  # (still on disk: left out as it is read)
+        r.on_disk, r.on_disk_filtered = r.on_disk.filter(~past.fill_null(False)), True  # (still on disk: left out as it is read)
+    for i, f in enumerate(r.frames):  # (a vectorised lane's)
+        odd += f.filter(past).iter_rows()
+        r.frames[i] = f.filter(~past.fill_null(False))
     for t, gpu, source, metric, value in odd:
         r.quarantine.append((None, f"{source} {metric} (GPU {gpu}) = {value:g} at an impossible time ({t} µs since "
                                    "1970): not placed", ""))
@@ -1049,9 +1049,12 @@ def _spill_samples(parsed: common.Parsed, spill: Path) -> pl.LazyFrame | None:
     held = sum(f.height for f in parsed.frames) + len(parsed.samples)
     if on_disk is None and held < SPILL_SAMPLES_FROM:
         return None
+    spill.mkdir(parents=True, exist_ok=True)
+    if on_disk is not None and parsed.on_disk_filtered:  # (what is kept written anew, a morsel at a time: ``_slices``
+        on_disk.sink_ipc(spill / "kept.arrow")  # reads a slice of a plain scan, but the whole of a filtered one)
+        on_disk, parsed.on_disk_filtered = pl.scan_ipc(spill / "kept.arrow"), False
     if not held:
         return on_disk
-    spill.mkdir(parents=True, exist_ok=True)
     parsed.frame().write_ipc(spill / "samples.arrow")
     parsed.frames = []
     written = pl.scan_ipc(spill / "samples.arrow")

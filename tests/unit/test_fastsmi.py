@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.bundle import SAMPLES_SCHEMA, read_bundle
-from replay.record import common, fastsmi, nvidia_smi
+from replay.record import common, fastsmi, nvidia_smi, recorder
 from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA
 from tests.unit.timecol_helpers import relative_h200
@@ -614,5 +614,21 @@ def test_a_file_read_in_parts_that_the_lane_declines_is_read_whole_by_the_refere
     with pieces_of(512):
         got = fastsmi._parse_file(smi, lambda: asked.append(1) or text, RecordOptions(spill=tmp_path / "spill"))
     ref = nvidia_smi.parse_nvidia_smi_csv(smi, text)
-    assert asked == [1] and got.on_disk is None and not any((tmp_path / "spill").glob("*"))
+    assert asked == [1] and got.on_disk is None and (tmp_path / "spill").is_dir() and not any((tmp_path / "spill").glob("*"))
     assert got.frame().rows() == ref.frame().rows() and (got.quarantine, got.notes) == (ref.quarantine, ref.notes)
+
+
+def test_samples_left_out_of_those_on_disk_are_written_anew_before_they_are_read_in_slices(tmp_path: Path) -> None:
+    """GIVEN a day whose samples the lane left on disk, a row of which the file's check then set aside
+    WHEN the recorder takes them THEN what is kept is written anew (a slice of a filtered scan reads the
+    whole of it), and read in slices it is what was kept, in order."""
+    text = usual_log(60, kinds=("no total, used past another row's",), every=97)
+    spill = tmp_path / "spill"
+    with pieces_of(4096):
+        p = fastsmi._vectorised(Path("smi.csv"), text, 0, None, spill=spill)
+    assert p is not None and p.on_disk is not None and p.on_disk_filtered and p.quarantine
+    kept = p.on_disk.collect()
+    got = recorder._spill_samples(p, spill)
+    assert got is not None and (spill / "kept.arrow").is_file() and not p.on_disk_filtered
+    assert pl.concat(recorder._slices(got, 100)).rows() == kept.rows() == nvidia_smi.parse_nvidia_smi_csv(
+        Path("smi.csv"), text).frame().rows()
