@@ -436,8 +436,8 @@ class _Lane:
         if self.header is None:
             return None
         p = self.p
-        p.frames = [f for f in self.frames if f.height] or ([] if self.spilled else [pl.DataFrame(schema=SAMPLES_SCHEMA)])
-        p.on_disk = pl.scan_ipc(self.spilled) if self.spilled else None  # (a piece's each: not copied into one)
+        p.frames = [f for f in self.frames if f.height]  # (a piece's each, not copied into one: ``Parsed.frame``)
+        p.on_disk = pl.scan_ipc(self.spilled) if self.spilled else None
         for g in sorted(self.said, key=lambda g: self.firsts.get(g, 0)):
             p.gpus[g] = {"index": g, **{key: self.said[g][key][1] for key in (*(k for _, k in _INFO), "total_bytes")
                                         if key in self.said[g]}}
