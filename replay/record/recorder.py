@@ -13,6 +13,7 @@ import bisect
 import contextlib
 import functools
 import hashlib
+import io
 import os
 import tempfile
 import threading
@@ -20,7 +21,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, cast
 
 import polars as pl
 
@@ -367,9 +368,9 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spil
     hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and yielded
     before the next is read. Within a bucket rows are in log order; across buckets in bucket
     order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
-    of them measured twice the memory) and appends each group's partial rows of a bucket to that
-    bucket's one file. The spilled request facts, and each bucket's file, are handed to ``remove`` as
-    soon as they are read for the last time."""
+    of them measured twice the memory) and writes each group's partial rows to the group's one file,
+    a bucket after another. The spilled request facts are handed to ``remove`` as soon as they are
+    read; the groups' files once every bucket is joined."""
     owner = {f: i for i, log in enumerate(logs) for f in log.ff.requests}  # (slow_requests are among them)
     names = [log.name for log in logs]
 
@@ -407,34 +408,46 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spil
         groups[-1].append(f)
         held += n
     def split(g: int) -> None:
-        """Group ``g``'s partial rows of each bucket, appended to the bucket's file as an Arrow IPC stream."""
+        """Group ``g``'s partial rows of each bucket, one Arrow IPC stream a bucket, one after another in the
+        group's one file."""
         facts = facts_of(groups[g]).filter(kind != "request_aborted").collect()
         for f in groups[g]:
             remove(f)
         # (fast-lane facts have no details: their null columns cost a fifth of the join below)
         facts = facts.drop([c for c in fastlog.REQUEST_DETAILS if facts[c].null_count() == facts.height])
         df = _partials(facts).with_columns(bucket=pl.col("h") % nb)
-        # (an IPC stream: a third cheaper to write than an IPC file, half as costly to read back whole)
-        for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
-            with appending[b], bucket_file(b).open("ab") as fh:  # (two groups are split at once)
+        # (each stream made in memory and written whole: polars writing to a Python file object, a bucket's
+        # file opened to append to it, cost 2-4 times as much; an IPC stream is a third cheaper to write than
+        # an IPC file, and half as costly to read back whole)
+        with group_file(g).open("wb") as fh:
+            for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
+                buf = io.BytesIO()
+                part.write_ipc_stream(buf)
                 at = fh.tell()
-                part.write_ipc_stream(fh)
-                spans[b].append((g, at, fh.tell()))
+                fh.write(buf.getbuffer())
+                with appending:
+                    spans[b].append((g, at, fh.tell()))
 
-    # each bucket's one file, the groups' streams one after another, and where each lies in it (a file for
-    # each bucket and group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day, ~6 s of their own)
+    # each group's one file, its buckets' streams one after another, and where each bucket's lies in which
+    # (a file for each bucket and group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day, ~6 s of
+    # their own; a file a bucket, appended to by each group, ~5 s of opening and writing)
     spans: list[list[tuple[int, int, int]]] = [[] for _ in range(nb)]  # (group, start, end)
-    appending = [threading.Lock() for _ in range(nb)]
+    appending = threading.Lock()
 
-    def bucket_file(b: int) -> Path:
-        return Path(tmp) / f"b{b:05d}.arrows"
+    def group_file(g: int) -> Path:
+        return Path(tmp) / f"g{g:05d}.arrows"
+
+    fds: dict[int, int] = {}  # (each group's file, opened once for every bucket's read of it)
+
+    def stream_at(g: int, start: int, end: int) -> pl.DataFrame:
+        if g not in fds:
+            fds[g] = os.open(group_file(g), os.O_RDONLY)
+        return pl.read_ipc_stream(os.pread(fds[g], end - start, start))
 
     def bucket(b: int) -> pl.DataFrame | None:
         if not spans[b]:
             return None
-        with bucket_file(b).open("rb") as fh:  # (read in the groups' order, whichever was written first)
-            partials = pl.concat([_stream_at(fh, o, e) for _, o, e in sorted(spans[b])], how="diagonal_relaxed")
-        remove(bucket_file(b))
+        partials = pl.concat([stream_at(g, o, e) for g, o, e in sorted(spans[b])], how="diagonal_relaxed")
         partials = partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
                                             if c not in partials.columns})
         return _request_rows(_merge(partials), aborted, names, t0, keep_prompts)
@@ -452,16 +465,12 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spil
             if stage is not None:
                 stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
     finally:
+        for fd in fds.values():
+            os.close(fd)
         remove(Path(tmp))
 
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
-
-
-def _stream_at(fh: BinaryIO, start: int, end: int) -> pl.DataFrame:
-    """The Arrow IPC stream that lies from ``start`` to ``end`` in ``fh``."""
-    fh.seek(start)
-    return pl.read_ipc_stream(fh.read(end - start))
 
 
 def _launch_config(path: Path, kind: engine_config.Kind) -> tuple[engine_config.EngineConfig | None, str]:

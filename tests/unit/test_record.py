@@ -454,12 +454,12 @@ def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(fa
     assert got == want
 
 
-def test_the_request_join_spills_a_file_a_bucket_not_one_a_bucket_and_group(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_request_join_spills_a_file_a_group_not_one_a_bucket_and_group(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN a log whose request facts fall in many groups of pieces and many hash buckets THEN the join
-    spills one file for each bucket, every group's rows of it in that file (one file a bucket and a
-    group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day), and each is removed once its
-    bucket is joined; the rows are those of a join in one go."""
+    spills one file for each group of pieces, every bucket's rows of that group in it (one file a bucket
+    and a group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day), the files removed with their
+    folder once every bucket is joined; the rows are those of a join in one go."""
     import contextlib
 
     from replay.record import fastlog, recorder
@@ -470,12 +470,13 @@ def test_the_request_join_spills_a_file_a_bucket_not_one_a_bucket_and_group(tmp_
     log = tmp_path / "many.log"
     log.write_text("\n".join(lines) + "\n")
     record([log], tmp_path / "whole", RecordOptions(year=2025))
-    removed: list[Path] = []
+    held: list[list[str]] = []  # (what each requests-* folder held when it was removed)
 
     @contextlib.contextmanager
     def removal():  # type: ignore[no-untyped-def]
         def remove(p: Path) -> None:
-            removed.append(p)
+            if p.is_dir() and p.name.startswith("requests-"):
+                held.append(sorted(q.name for q in p.iterdir()))
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         yield remove
 
@@ -483,10 +484,10 @@ def test_the_request_join_spills_a_file_a_bucket_not_one_a_bucket_and_group(tmp_
     monkeypatch.setattr(fastlog, "BUCKET_FACTS", 10)
     monkeypatch.setattr(fastlog, "CHUNK_BYTES", 1024)
     record([log], tmp_path / "split", RecordOptions(year=2025))
-    spilled = [p.name for p in removed if p.suffix == ".arrows"]
-    buckets = fastlog.buckets_for(120)
-    assert len(spilled) == len(set(spilled)) == buckets == 12
-    assert all(re.fullmatch(r"b\d{5}\.arrows", n) for n in spilled)
+    assert fastlog.buckets_for(120) == 12
+    assert len(held) == 1
+    files = held[0]
+    assert len(files) >= 2 and files == [f"g{g:05d}.arrows" for g in range(len(files))]
     whole, split = (read_bundle(tmp_path / d).requests.sort("id") for d in ("whole", "split"))
     assert split.height == 60 and split.equals(whole)
 
