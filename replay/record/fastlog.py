@@ -525,11 +525,13 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
     # (over a prompt of kilobytes, a regex's capture groups cost some 20 times its match: the prompt and
     # the id list are taken as whole matches and cut, the parameters after the last 'params: ' by a
     # split; each once, as a column, for the expressions that use them)
-    rv = rv.with_columns(
-        _params=pl.when(rest.str.contains("params: ", literal=True)).then(
-            pl.lit("params: ") + rest.str.split("params: ").list.last()).otherwise(rest),
-        _ids=rest.str.extract_all(R_TOKEN_IDS.pattern).list.first(),  # 'prompt_token_ids: [1, 2' then ']' or '...'
-        _prompt=rest.str.extract_all(R_PROMPT.pattern).list.first().str.slice(len("prompt: ")))
+    rv = rv.with_columns(_rest=rest).with_columns(
+        _params=pl.when(pl.col("_rest").str.contains("params: ", literal=True)).then(
+            pl.lit("params: ") + pl.col("_rest").str.split("params: ").list.last()).otherwise(pl.col("_rest")),
+        _ids=_first_match(pl.col("_rest"), _IDS_AT),  # 'prompt_token_ids: [1, 2' then ']' or '...'
+        _prompt=_first_match(pl.col("_rest"), _PROMPT_AT))
+    rv = _matched_again(rv, "_ids", _IDS_AT)
+    rv = _matched_again(rv, "_prompt", _PROMPT_AT).with_columns(pl.col("_prompt").str.slice(len("prompt: ")))
     ids, prompt = pl.col("_ids"), pl.col("_prompt")
     cut_short = ids.str.ends_with("...")
     head = len("prompt_token_ids: [")
@@ -541,12 +543,46 @@ def _received(rv: pl.DataFrame, keep_prompts: bool) -> pl.DataFrame:
             pl.when(listed.str.strip_chars() == "").then(0).otherwise(listed.str.count_matches(",", literal=True) + 1)),
         prompt=pl.when(prompt != "None").then(prompt),
         kind=pl.lit("request_received"), key_ts=pl.col("ts"), msg=msg.str.slice(0, 2000),
-    ).drop("_params", "_prompt").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars(),
+    ).drop("_params", "_prompt", "_rest").with_columns(h=_KEY, prompt_chars=pl.col("prompt").str.len_chars(),
                                               mm_items=_images(pl.col("prompt")))
     rv = _image_tokens(rv).drop("_ids")
     sha = [None if t is None else hashlib.sha256(t.encode()).hexdigest() for t in rv["prompt"].to_list()]
     rv = rv.with_columns(prompt_sha256=pl.Series(sha, dtype=pl.Utf8))
     return rv if keep_prompts else rv.with_columns(prompt=pl.lit(None, dtype=pl.Utf8))
+
+
+@dataclass(frozen=True)
+class _MatchAt:
+    """A pattern of the reference (``pattern``, whose every match begins with ``literal``), and the same
+    pattern from the literal's first place on (``after``: anchored, its classes ASCII): where that matches,
+    it is the reference's first match, read by one forward scan of ASCII bytes; a text where it does not,
+    though it holds the literal, is searched again by ``pattern`` (``_matched_again``). On a fleet's V0
+    request lines the two took two thirds of what the reference's patterns alone took."""
+
+    literal: str
+    after: str
+    pattern: str
+
+
+_IDS_AT = _MatchAt("prompt_token_ids: [", r"^[0-9, ]*(?:\]|\.\.\.)", R_TOKEN_IDS.pattern)  # (a run of ASCII
+# digits, commas and spaces ending in ']' or '...' is the run of \d, ',' and \s the reference takes there)
+_PROMPT_AT = _MatchAt("prompt: ", r"""^(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|None)""", R_PROMPT.pattern)
+
+
+def _first_match(text: pl.Expr, m: _MatchAt) -> pl.Expr:
+    """The first match of ``m`` in ``text``, tried where its literal first is; null where none is there."""
+    after = text.str.splitn(m.literal, 2).struct.field("field_1")
+    return pl.lit(m.literal) + after.str.extract_all(m.after).list.first()
+
+
+def _matched_again(rv: pl.DataFrame, col: str, m: _MatchAt) -> pl.DataFrame:
+    """``rv`` with ``col`` searched again by the reference's own pattern in the rows where the first place
+    of its literal held no match (a later place may: a prompt that quotes 'prompt_token_ids: [x')."""
+    again = rv.select(pl.col(col).is_null() & pl.col("_rest").str.contains(m.literal, literal=True)).to_series().arg_true()
+    if not again.len():
+        return rv
+    found = rv["_rest"].gather(again).str.extract_all(m.pattern).list.first()
+    return rv.with_columns(rv[col].scatter(again, found))
 
 
 def _image_tokens(rv: pl.DataFrame) -> pl.DataFrame:

@@ -622,7 +622,9 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(slice_by
     its parameters by a split (captures over kilobytes of prompt were its slowest step): on lines whose
     prompt quotes the markers themselves, is double-quoted with escapes, is None or runs to kilobytes,
     whose id list is empty, cut short with '...', spaced oddly or missing, and whose parameters are
-    missing, it reads what the line-by-line reference reads; also a few KiB of lines at a time."""
+    missing, it reads what the line-by-line reference reads; also a few KiB of lines at a time. Where
+    the first 'prompt: ' or 'prompt_token_ids: [' is no match (a quoted one cut short, an odd space, a
+    tab, a newline or another script's digits), the match after it is the reference's too."""
     if slice_bytes is not None:
         monkeypatch.setattr(fastlog, "RECEIVED_SLICE_BYTES", slice_bytes)
     head = "(APIServer pid=1) INFO 05-19 10:15:{s:02d} [logger.py:39] Received request cmpl-{i}-0: "
@@ -636,6 +638,9 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(slice_by
         "prompt: 'no ids', " + params + ", lora_request: None.",
         "prompt: 'no params at all', prompt_token_ids: [4, 5], lora_request: None.",
         "prompt: 'unterminated , " + params,
+        "prompt: 'quotes prompt_token_ids: [x, and prompt: z', " + params + ", prompt_token_ids: [7, 8], lora_request: None.",
+        "prompt: \u2003'a prompt after an odd space', prompt: 'the second', " + params + ", prompt_token_ids: [\t1,\t2].",
+        "prompt: 'ids in other digits', " + params + ", prompt_token_ids: [\u0661, \u0662], lora_request: None.",
     ]
     lines = [head.format(s=i % 60, i=i) + bodies[i % len(bodies)].format(n=i % 4 + 1, m=10 + i) for i in range(400)]
     lines.append("(APIServer pid=1) INFO 05-19 10:16:00 [async_llm.py:587] Added request cmpl-x-0.")
@@ -646,7 +651,8 @@ def test_received_lines_of_every_shape_read_as_the_reference_reads_them(slice_by
     got, want = _canon(res, ff), _canon(_reference(log))
     assert got == want
     rows = ff.requests_frame().filter(pl.col("kind") == "request_received").sort("line").collect()
-    assert rows["input_tokens"].to_list()[:8] == [3, 0, None, 900, 3, None, 2, None]
+    assert rows["input_tokens"].to_list()[:11] == [3, 0, None, 900, 3, None, 2, None, 2, 2, 2]
+    assert rows["prompt"].to_list()[8:10] == ["'quotes prompt_token_ids: [x, and prompt: z'", "'the second'"]
     assert rows["max_tokens"].to_list()[:3] == [10, 11, 12] and rows["logprobs"][0] == 2
 
 
