@@ -419,6 +419,13 @@ def _lf_lines(piece: bytes) -> pl.Series | None:
     return None
 
 
+def _strict_heads(lines: pl.Series, at: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Which of ``_lf_lines``' lines ``at`` open with vLLM's strict head (``scan.STRICT_HEAD_RS``; their bytes are
+    the piece's, so that it is what the scanner's own pattern finds in them)."""
+    from replay.record.scan import STRICT_HEAD_RS
+    return lines.gather(at).str.contains(STRICT_HEAD_RS).fill_null(False).to_numpy()
+
+
 def _line_ends(lines: pl.Series) -> npt.NDArray[np.int64]:
     """Where each of ``_lf_lines``' lines ends in its piece: its LF, or the piece's end for a last line without one."""
     return ((lines.str.len_bytes().fill_null(0).cast(pl.Int64) + 1).cum_sum() - 1).to_numpy()
@@ -1171,7 +1178,8 @@ def _prepare(piece: bytes, start: Future[int], end: Future[int], tag: str, spill
     web = not piece.isascii() and any(c[:1] in piece for c in WEB_BYTES)
     known = None
     if scanner is not None and not json_lines and not _ENVELOPED.match(lines[0] or ""):  # (the scanner reads vLLM's own lines)
-        pc = scanner.classify(piece, _line_ends(lines) if exact else None)  # (its LFs found again otherwise)
+        pc = scanner.classify(piece, *((_line_ends(lines), functools.partial(_strict_heads, lines)) if exact
+                                       else (None, None)))  # (its LFs found again otherwise, its heads one by one)
         if len(pc.codes) == len(lines):
             known = _templated(lines, pc, first_no, request_keys)
             files = _write_facts((pl.DataFrame(), known.requests), f"{tag}.t", spill)

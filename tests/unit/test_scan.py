@@ -274,3 +274,42 @@ def test_the_lane_checks_tell_every_byte_as_a_byte_test_does() -> None:
     not_hex = scan._not_hex(every.view(np.uint64)).view(np.uint8) != 0
     assert (not_digit == ~np.isin(every, list(b"0123456789"))).all()
     assert (not_hex == ~np.isin(every, list(b"0123456789abcdef"))).all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_line(), min_size=1, max_size=30), st.integers(0, 2**32))
+def test_the_strict_heads_told_at_once_change_no_class(others: list[str], seed: int) -> None:
+    """GIVEN a piece of lines that take templates, each followed by lines of any shape (vLLM's strict head at
+    DEBUG, a head it lacks, an envelope, a traceback, an empty line, another script's digits in its time)
+    WHEN the lines that open with vLLM's strict head are told at once, by polars over the piece's lines
+    (``fastlog._strict_heads``), rather than one by one THEN every line's class is the same, and the lines
+    told at once are those ``_HEAD_TIME`` matches."""
+    import random
+
+    from replay.record import fastlog
+    rng = random.Random(seed)
+    extra = ["(VllmWorker rank=1 pid=241) DEBUG 05-01 00:00:06 [parallel_state.py:867] world_size=8 rank=1",
+             "DEBUG 05-01 00:00:06 client.py:191] Waiting for output from MQLLMEngine.", "",
+             "INFO 05-\u0661\u0662 00:00:06 [x.py:1] a time in other digits", "  File \"x.py\", line 1, in <module>"]
+    lines: list[str] = []
+    for i in range(40):
+        lines.append(f"(APIServer pid=3646) INFO 05-01 00:00:{i % 60:02d} [async_llm.py:587] Added request cmpl-{i:04x}-0.")
+        lines += rng.sample(others + extra, k=rng.randint(0, 3))
+    piece = ("\n".join(lines) + "\n").encode()
+    split = fastlog._lf_lines(piece)
+    if split is None:  # (a generated line with a CR: the lane cuts such a piece otherwise, with no heads told)
+        return
+    asked: list[int] = []
+
+    def heads(at: scan.Lines) -> scan.npt.NDArray[scan.np.bool_]:
+        asked.extend(at.tolist())
+        return fastlog._strict_heads(split, at)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scan, "PIECE_MIN_LINES", 8)
+        ends = fastlog._line_ends(split)
+        told, alone = (scan.PieceScanner().classify(piece, ends, h) for h in (heads, None))
+    assert (told.codes == alone.codes).all() and (told.which == alone.which).all()
+    assert (told.codes != REFERENCE).sum() >= 20 and asked
+    raw = piece.split(b"\n")
+    assert fastlog._strict_heads(split, scan.np.asarray(asked, dtype=scan.np.int64)).tolist() == [
+        bool(scan._HEAD_TIME.match(raw[k])) for k in asked]
