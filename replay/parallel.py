@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -23,7 +23,7 @@ R = TypeVar("R")
 _NONE = object()  # (no item)
 
 
-def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int) -> Iterator[R]:
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead: int) -> Generator[R, None, None]:
     """``fn`` of each item, in the items' order, computed by ``workers`` threads; at most ``ahead``
     items are taken from ``items`` and not yet handed back. Stopping early cancels the rest. A
     single item is computed in this thread (where ``ahead`` lets two be taken to know there is only

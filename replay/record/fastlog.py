@@ -1303,19 +1303,21 @@ def parse_log_file(path: Path, spill: Path, chunk_bytes: int | None = None, keep
                  held[0][1], sum(n for _, _, n in held), tag)
             held.clear()
 
-    for k, (p, first_no, n, size) in enumerate(ordered_map(prepare, enumerate(numbered()), workers=workers,
-                                                           ahead=workers + 1)):
-        if progress is not None:
-            progress(size)
-        if isinstance(p, _Partial):
-            if held and sum(q.rest_bytes for q, _, _ in held) + p.rest_bytes > REST_BYTES:
-                take_held(f"{k:06d}.h")
-            held.append((p, first_no, n))
-            if len(held) == REST_PIECES:
-                take_held(f"{k:06d}")
-            continue
-        take_held(f"{k:06d}.h")
-        take(p, first_no, n, f"{k:06d}")
+    # (closed as the loop is left, an error's way too: its threads end before the error's cleanup removes the
+    # spill they write into; left to the collector, a piece spilled after that cleanup was left behind)
+    with contextlib.closing(ordered_map(prepare, enumerate(numbered()), workers=workers, ahead=workers + 1)) as prepared:
+        for k, (p, first_no, n, size) in enumerate(prepared):
+            if progress is not None:
+                progress(size)
+            if isinstance(p, _Partial):
+                if held and sum(q.rest_bytes for q, _, _ in held) + p.rest_bytes > REST_BYTES:
+                    take_held(f"{k:06d}.h")
+                held.append((p, first_no, n))
+                if len(held) == REST_PIECES:
+                    take_held(f"{k:06d}")
+                continue
+            take_held(f"{k:06d}.h")
+            take(p, first_no, n, f"{k:06d}")
     take_held("last")
     res = parser.finish()
     ends = res.timed_ends  # (of both lanes; the parts of a line glued from several messages, in their order)

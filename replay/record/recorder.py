@@ -459,11 +459,14 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spil
     try:
         for _ in ordered_map(split, range(len(groups)), workers=2, ahead=2):
             pass
-        for b, out in enumerate(ordered_map(bucket, range(nb), workers=1, ahead=2)):
-            if out is not None:
-                yield out
-            if stage is not None:
-                stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
+        # (closed as the loop is left, by an error or the consumer: the bucket being read ends before its files
+        # and their descriptors go)
+        with contextlib.closing(ordered_map(bucket, range(nb), workers=1, ahead=2)) as joined:
+            for b, out in enumerate(joined):
+                if out is not None:
+                    yield out
+                if stage is not None:
+                    stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
     finally:
         for fd in fds.values():
             os.close(fd)
