@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from queue import SimpleQueue
 from typing import TypeVar, cast
 
 T = TypeVar("T")
@@ -27,7 +28,13 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
     """``fn`` of each item, in the items' order, computed by ``workers`` threads; at most ``ahead``
     items are taken from ``items`` and not yet handed back. Stopping early cancels the rest. A
     single item is computed in this thread (where ``ahead`` lets two be taken to know there is only
-    one): starting a thread cost a small file's import a tenth of its time."""
+    one): starting a thread cost a small file's import a tenth of its time.
+
+    However it stops (an error, Ctrl-C or SIGTERM, the caller closing it), no call of ``fn`` runs once
+    it has: the calls running are waited for, through further interrupts, and those not started never
+    are. (A pool of the standard library's counts a thread only once it has started, and starting one
+    waits for it: an interrupt landing in that wait left an uncounted thread to run the item it was
+    started for, after the caller's cleanup removed the folder that item's spill went to.)"""
     it = iter(items)
     head: list[object] = []  # (two items, to know whether there is more than one)
     while len(head) < min(2, ahead) and (x := next(it, _NONE)) is not _NONE:
@@ -36,22 +43,59 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
         for x in head:
             yield fn(cast(T, x))
         return
-    with ThreadPoolExecutor(workers) as pool:
-        pending: deque[Future[R]] = deque(pool.submit(fn, cast(T, x)) for x in head)
-        try:
-            while True:
-                while len(pending) < ahead:
-                    try:
-                        item = next(it)
-                    except StopIteration:
-                        break
-                    pending.append(pool.submit(fn, item))
-                if not pending:
-                    return
-                yield pending.popleft().result()
-        finally:
-            for f in pending:
-                f.cancel()
+    jobs: SimpleQueue[tuple[Future[R], T] | None] = SimpleQueue()
+    threads: list[threading.Thread] = []  # (each counted before it is started)
+    pending: deque[Future[R]] = deque()
+
+    def work() -> None:
+        while (job := jobs.get()) is not None:
+            future, item = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(item))
+                except BaseException as e:  # (handed to the caller with its result)
+                    future.set_exception(e)
+
+    def submit(item: T) -> None:
+        future: Future[R] = Future()
+        pending.append(future)
+        jobs.put((future, item))
+        if len(threads) < workers:
+            threads.append(threading.Thread(target=work, name=f"ordered_map-{len(threads)}", daemon=True))
+            threads[-1].start()
+    try:
+        for x in head:
+            submit(cast(T, x))
+        while True:
+            while len(pending) < ahead:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                submit(item)
+            if not pending:
+                return
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+        for _ in threads:
+            jobs.put(None)
+        _join_through_interrupts(threads)
+
+
+def _join_through_interrupts(threads: list[threading.Thread]) -> None:
+    """Wait until each of ``threads`` (started or not) has ended; an interrupt that comes meanwhile is
+    raised once they have (as ``wait_through_interrupts``)."""
+    stopped: BaseException | None = None
+    for t in threads:
+        while t.ident is not None and t.is_alive():
+            try:
+                t.join()
+            except KeyboardInterrupt as e:
+                stopped = stopped or e
+    if stopped is not None:
+        raise stopped
 
 
 @contextmanager

@@ -214,3 +214,34 @@ def test_in_order_raises_a_calls_error_when_its_block_is_left() -> None:
     with in_order(ahead=2) as run:
         run(lambda: names.append(threading.current_thread().name))
     assert names == [threading.current_thread().name]
+
+
+def test_an_interrupt_while_a_worker_starts_leaves_no_call_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN Ctrl-C or SIGTERM landing while ordered_map starts a worker thread (starting one waits for it
+    to run) THEN once the interrupt reaches the caller, no call runs or is still to run: a call left to a
+    thread that was started but not counted wrote a piece of spill after the caller's cleanup had removed
+    the folder (the recorder left a partial bundle behind, one SIGTERM in 40)."""
+    started: list[int] = []
+    done: list[int] = []
+
+    def work(i: int) -> int:
+        started.append(i)
+        time.sleep(0.05)
+        done.append(i)
+        return i
+
+    start = threading.Thread.start
+    starts: list[threading.Thread] = []
+
+    def interrupted(self: threading.Thread) -> None:
+        start(self)
+        starts.append(self)
+        if len(starts) == 2:  # (the second worker: it runs the second item)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        list(ordered_map(work, range(10), workers=2, ahead=3))
+    ended = list(done)
+    time.sleep(0.2)
+    assert len(starts) == 2 and started and sorted(started) == sorted(ended) == sorted(done)
