@@ -596,24 +596,17 @@ def _runs(facts: pl.DataFrame) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bo
     starts = np.flatnonzero(first)
     sizes = np.diff(np.append(starts, len(hs)))
     ended = (facts["kind"] == "request_finished").to_numpy()[order]
-    twos = np.flatnonzero(sizes == 2)
-    paired = ended[starts[twos]] != ended[starts[twos] + 1]
-    at = starts[twos[paired]]
-    other = np.concatenate([twos[~paired], np.flatnonzero(sizes > 2)])  # (runs: of one kind twice, or longer)
+    twos = starts[sizes == 2]
+    at = twos[ended[twos] != ended[twos + 1]]  # (an arrival and a finish)
     arrives_first = ~ended[at]
-    partner = np.full(len(h), -1, dtype=np.intp)
+    partner = np.full(len(h), -1, dtype=np.intp)  # (an arrival's finish)
     partner[order[np.where(arrives_first, at, at + 1)]] = order[np.where(arrives_first, at + 1, at)]
-    lone, rest = np.zeros(len(h), dtype=bool), np.zeros(len(h), dtype=bool)
-    lone[order[starts[sizes == 1]]] = True
-    rest[order[np.repeat(starts[other], sizes[other]) + _within_runs(sizes[other])]] = True
     arrivals = partner >= 0
+    lone = np.zeros(len(h), dtype=bool)
+    lone[order[starts[sizes == 1]]] = True
+    rest = ~(lone | arrivals)
+    rest[partner[arrivals]] = False
     return lone, arrivals, partner[arrivals], rest
-
-
-def _within_runs(sizes: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
-    """0, 1, … size-1 for each run of ``sizes``, one after another."""
-    ends = np.cumsum(sizes)
-    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - sizes, sizes)
 
 
 def _grouped_partials(facts: pl.DataFrame) -> pl.DataFrame:
