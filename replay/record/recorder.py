@@ -994,9 +994,9 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
 
 def _cost_apart(path: Path, opts: RecordOptions) -> float | None:
     """What reading ``path`` costs, where it is a vLLM log that a worker reads (``_read_log_apart``, by its
-    size and its head); else None. A log's bytes cost alike, but for 'Received request' lines (V0's request
-    logging, whose prompts and token ids are read by regular expressions): their share of the bytes is
-    taken from the head and, in a plain file, from the middle (a log's head may be its start's output)."""
+    size and its head); else None. A log's bytes cost alike, but for 'Received request' and DEBUG lines
+    (``_byte_cost``), whose share of the bytes is taken from the head and, in a plain file, from the
+    middle (a log's head may be its start's output)."""
     try:
         if not (path.is_file() and (size := path.stat().st_size) >= APART_MIN_BYTES):
             return None
@@ -1005,20 +1005,32 @@ def _cost_apart(path: Path, opts: RecordOptions) -> float | None:
             return None
     except ReplayError:
         return None  # (read in its turn, where what is wrong with it is said)
-    share = _received_share(head)
+    per_byte = _byte_cost(head)
     if compression(path) is None:
         with path.open("rb") as fh:
             fh.seek(size // 2)
-            share = max(share, _received_share(fh.read(1 << 16).decode("utf-8", errors="replace")))
-    return size * (1 + RECEIVED_COST * share)
+            per_byte = max(per_byte, _byte_cost(fh.read(1 << 16).decode("utf-8", errors="replace")))
+    return size * per_byte
 
 
-def _received_share(text: str) -> float:
-    return sum(len(ln) for ln in text.splitlines() if "Received request" in ln) / max(1, len(text))
+def _byte_cost(text: str) -> float:
+    """What a byte of ``text`` costs to read, a byte of INFO lines costing 1: more in 'Received request'
+    lines (V0's request logging, whose prompts and token ids are read by regular expressions) and in DEBUG
+    lines (each asked whether it opens a message, as the line after a templated line)."""
+    received = debug = 0
+    for ln in text.splitlines():
+        if "Received request" in ln:
+            received += len(ln)
+        elif ln.startswith("DEBUG ") or " DEBUG " in ln:
+            debug += len(ln)
+    return 1 + (RECEIVED_COST * received + DEBUG_COST * debug) / max(1, len(text))
 
 
 RECEIVED_COST = 0.7  # what reading a log all of 'Received request' lines costs beyond another: V0's request
 # logging (~0.95 of its bytes) took 6.1 CPU-s a 400 MB, V1's lines at INFO 3.7
+DEBUG_COST = 0.45  # the same of DEBUG lines: a fleet's log at DEBUG (0.54 of its bytes) took 11.3-14.6 CPU-s a
+# 1.2 GiB, one at INFO 9.2-11.4. Judged as INFO, it was read last, by one worker while the other's core idled
+# (~10 s of a fleet's day); read second, a log at INFO is last
 
 
 def _cores() -> int:

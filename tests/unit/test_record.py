@@ -1144,3 +1144,23 @@ def test_a_log_whose_reader_process_is_killed_is_a_clear_error(tmp_path: Path, m
 def _killed_reading(path: Path, *args: object) -> None:
     import signal
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_log_at_debug_is_read_before_one_at_info_of_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN three large logs of one size: INFO request lines, the same with DEBUG chatter between them, and
+    V0's request logging THEN their costs rank V0's first, DEBUG's next, INFO's last (its size): the costliest
+    is handed to a worker first. Judged as INFO, a fleet's log at DEBUG was read last, by one worker, while
+    the other's core idled."""
+    from replay.record import recorder
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1 << 16)
+    added = "(APIServer pid=7) INFO 02-12 12:20:{s:02d} [async_llm.py:587] Added request cmpl-{i}.\n"
+    chatter = "(APIServer pid=7) DEBUG 02-12 12:20:{s:02d} [client.py:191] Waiting for output from MQLLMEngine.\n"
+    received = RECEIVED_06.replace("\n", "") + "\n"
+    shapes = {"info": [added], "debug": [added, chatter, chatter], "v0": [received]}
+    cost = {}
+    for name, lines in shapes.items():
+        p = tmp_path / f"{name}.log"
+        text = "".join(ln.format(s=i % 60, i=i, mt=64, plp="None", ids="1, 2, 3") for i in range(20_000) for ln in lines)
+        p.write_text(text[:300_000])
+        cost[name] = recorder._cost_apart(p, RecordOptions()) / p.stat().st_size
+    assert cost["v0"] > cost["debug"] > cost["info"] == 1.0
