@@ -9,6 +9,7 @@ submit every item at once and hold all their inputs and results; this holds at m
 
 from __future__ import annotations
 
+import functools
 import shutil
 import threading
 from collections import deque
@@ -63,6 +64,11 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
         if len(threads) < workers:
             threads.append(threading.Thread(target=work, name=f"ordered_map-{len(threads)}", daemon=True))
             threads[-1].start()
+
+    def join_threads() -> None:
+        for t in threads:
+            if t.ident is not None:  # (one not started runs nothing)
+                t.join()
     try:
         for x in head:
             submit(cast(T, x))
@@ -81,21 +87,7 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], *, workers: int, ahead
             f.cancel()
         for _ in threads:
             jobs.put(None)
-        _join_through_interrupts(threads)
-
-
-def _join_through_interrupts(threads: list[threading.Thread]) -> None:
-    """Wait until each of ``threads`` (started or not) has ended; an interrupt that comes meanwhile is
-    raised once they have (as ``wait_through_interrupts``)."""
-    stopped: BaseException | None = None
-    for t in threads:
-        while t.ident is not None and t.is_alive():
-            try:
-                t.join()
-            except KeyboardInterrupt as e:
-                stopped = stopped or e
-    if stopped is not None:
-        raise stopped
+        _through_interrupts(join_threads)
 
 
 @contextmanager
@@ -169,16 +161,16 @@ def background_removal() -> Iterator[Callable[[Path], None]]:
         try:
             yield remove
         finally:
-            wait_through_interrupts(list(handed))
+            _through_interrupts(functools.partial(wait, list(handed)))
 
 
-def wait_through_interrupts(futures: list[Future[None]]) -> None:
-    """Wait until every one of ``futures`` is done; an interrupt (KeyboardInterrupt, or the command
-    line's SIGTERM) that comes meanwhile is raised once they are."""
+def _through_interrupts(wait_for: Callable[[], object]) -> None:
+    """Call ``wait_for`` (a wait that may be called again) until it returns without an interrupt; the first
+    interrupt that came meanwhile is raised then."""
     stopped: BaseException | None = None
     while True:
         try:
-            wait(futures)
+            wait_for()
             break
         except KeyboardInterrupt as e:
             stopped = stopped or e
