@@ -17,6 +17,7 @@ and, within a part, the order they were written in (a bucket is read in that ord
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,9 +232,11 @@ def _spill(runs: list[_Run], bounds: list[int], key: str, spill: Path) -> None:
             written.append((int(k), path))
         return run, written
 
-    for run, written in ordered_map(spilled, chunks, workers=WORKERS, ahead=WORKERS):
-        for k, path in written:
-            run.pieces.setdefault(k, []).append(path)
+    # (closed as the loop is left, an error's way too: no chunk is spilled after the caller's cleanup)
+    with contextlib.closing(ordered_map(spilled, chunks, workers=WORKERS, ahead=WORKERS)) as done:
+        for run, written in done:
+            for k, path in written:
+                run.pieces.setdefault(k, []).append(path)
 
 
 def _write(runs: list[_Run], bounds: list[int], by: Sequence[str], out: Path, schema: dict[str, pl.DataType]) -> None:
@@ -247,7 +250,8 @@ def _write(runs: list[_Run], bounds: list[int], by: Sequence[str], out: Path, sc
         frames = [f for r in runs if (f := r.bucket(k, lo, hi, key)) is not None]
         return sorted_frame(pl.concat(frames).collect(), by) if frames else pl.DataFrame(schema=schema)
 
-    sink_frames(ordered_map(sorted_bucket, range(len(bounds) + 1), workers=WORKERS, ahead=WORKERS), schema, out)
+    with contextlib.closing(ordered_map(sorted_bucket, range(len(bounds) + 1), workers=WORKERS, ahead=WORKERS)) as buckets:
+        sink_frames(buckets, schema, out)  # (the buckets' reading ends with the sink, however it ends)
 
 
 def sink_frames(frames: Iterable[pl.DataFrame], schema: Mapping[str, Any], out: Path, **parquet: Any) -> None:

@@ -459,10 +459,11 @@ def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spil
     spill.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=spill, prefix="requests-")
     try:
-        for _ in ordered_map(split, range(len(groups)), workers=2, ahead=2):
-            pass
-        # (closed as the loop is left, by an error or the consumer: the bucket being read ends before its files
-        # and their descriptors go)
+        # (each pool closed as its loop is left, by an error or the consumer: the group being split, or the bucket
+        # being read, ends before the files it writes or reads and their descriptors go)
+        with contextlib.closing(ordered_map(split, range(len(groups)), workers=2, ahead=2)) as splits:
+            for _ in splits:
+                pass
         with contextlib.closing(ordered_map(bucket, range(nb), workers=1, ahead=2)) as joined:
             for b, out in enumerate(joined):
                 if out is not None:
