@@ -13,18 +13,13 @@ import bisect
 import contextlib
 import functools
 import hashlib
-import io
 import os
-import tempfile
-import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
-import numpy.typing as npt
 import polars as pl
 
 from replay import malloc, processes
@@ -56,18 +51,19 @@ from replay.filehash import (
 )
 from replay.lognames import rotation_stem
 from replay.metrics import releases_exposing_all
-from replay.parallel import background_removal, ordered_map
+from replay.parallel import background_removal
 from replay.record import (
     access_log,
     common,
     engine_config,
     fastlog,
+    request_join,
     timecol,
 )
 from replay.record.bundle_input import is_bundle, parse_bundle
 from replay.record.events import GatheredEvent
 from replay.record.exports import convert, export_kind, renumber
-from replay.record.fastlog import FastFacts, buckets_for, parse_log_file, text_pieces
+from replay.record.fastlog import FastFacts, parse_log_file, text_pieces
 from replay.record.harness import request_rows
 from replay.record.options import RecordOptions as RecordOptions
 from replay.record.registry import KINDS as KINDS
@@ -357,128 +353,6 @@ def _write_stats(w: BundleWriter, log: _LogFacts, t0: int) -> int:
     return untimed
 
 
-def _requests_from_logs(logs: list[_LogFacts], t0: int, keep_prompts: bool, spill: Path, remove: Callable[[Path], None],
-                        stage: Callable[[str], None] | None = None) -> Generator[pl.DataFrame, None, None]:
-    """One row per request id seen in the logs: arrival (received/added), finish, abort, and the
-    memory-relevant parameters of its 'Received request' line. The prompt itself is kept only with
-    --keep-prompts; otherwise its length and sha256 (of the prompt as logged) stand in for it. A
-    request whose arrival is not in the log (it was in flight when the log starts) still has a row,
-    with its finish and no arrival. An id in several logs (captures that overlap) is one request, its
-    first arrival that of the first log that has one.
-
-    Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
-    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and yielded
-    before the next is read. Within a bucket rows are in log order; across buckets in bucket
-    order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
-    of them measured twice the memory) and writes each group's partial rows to the group's one file,
-    a bucket after another. The spilled request facts are handed to ``remove`` as soon as they are
-    read; the groups' files once every bucket is joined."""
-    owner = {f: i for i, log in enumerate(logs) for f in log.ff.requests}  # (slow_requests are among them)
-    names = [log.name for log in logs]
-
-    def facts_of(files: list[Path]) -> pl.LazyFrame:
-        frames = [  # (a fact's place: its log, then its line)
-            logs[owner[f]].timed(logs[owner[f]].ff.requests_frame([f])).select(
-                "request_id", "rh", "kind", "t", *fastlog.REQUEST_DETAILS,
-                line=pl.col("line") + (owner[f] << POS_SHIFT)).rename({"rh": "h"})
-            for f in files]
-        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.LazyFrame(schema={
-            "request_id": pl.Utf8, "h": pl.UInt64, "kind": fastlog.REQUEST_KINDS, "t": pl.Int64, **fastlog.REQUEST_DETAILS,
-            "line": pl.Int64})
-
-    kind = pl.col("kind")
-    every = [f for log in logs for f in log.ff.requests]
-    if not every:
-        return
-    aborted = facts_of([f for log in logs for f in log.ff.slow_requests]).filter(kind == "request_aborted").select(
-        h=pl.col("request_id").str.split(",").list.eval(pl.element().str.strip_chars().hash(seed=fastlog.ID_SEED))
-    ).explode("h").unique().collect()["h"]  # ('Aborted request(s) a, b, c': few)
-    sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in every]  # from the files' footers
-    n_facts = sum(sizes)
-    nb = buckets_for(n_facts)
-    if stage is not None:
-        stage(f"joining {n_facts:,} request lines" + (f" in {nb} parts" if nb > 1 else ""))
-    if nb == 1:
-        yield _request_bucket(facts_of(every).filter(kind != "request_aborted"), aborted, names, t0, keep_prompts)
-        return
-    groups: list[list[Path]] = [[]]
-    held = 0
-    for f, n in zip(every, sizes, strict=True):
-        if held + n > fastlog.BUCKET_FACTS and groups[-1]:
-            groups.append([])
-            held = 0
-        groups[-1].append(f)
-        held += n
-    def split(g: int) -> None:
-        """Group ``g``'s partial rows of each bucket, one Arrow IPC stream a bucket, one after another in the
-        group's one file."""
-        facts = facts_of(groups[g]).filter(kind != "request_aborted").collect()
-        for f in groups[g]:
-            remove(f)
-        # (fast-lane facts have no details: their null columns cost a fifth of the join below)
-        facts = facts.drop([c for c in fastlog.REQUEST_DETAILS if facts[c].null_count() == facts.height])
-        df = _partials(facts).with_columns(bucket=pl.col("h") % nb)
-        # (each stream made in memory and written whole: polars writing to a Python file object, a bucket's
-        # file opened to append to it, cost 2-4 times as much; an IPC stream is a third cheaper to write than
-        # an IPC file, and half as costly to read back whole)
-        with group_file(g).open("wb") as fh:
-            for (b,), part in df.partition_by("bucket", as_dict=True, include_key=False).items():
-                buf = io.BytesIO()
-                part.write_ipc_stream(buf)
-                at = fh.tell()
-                fh.write(buf.getbuffer())
-                with appending:
-                    spans[b].append((g, at, fh.tell()))
-
-    # each group's one file, its buckets' streams one after another, and where each bucket's lies in which
-    # (a file for each bucket and group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day, ~6 s of
-    # their own; a file a bucket, appended to by each group, ~5 s of opening and writing)
-    spans: list[list[tuple[int, int, int]]] = [[] for _ in range(nb)]  # (group, start, end)
-    appending = threading.Lock()
-
-    def group_file(g: int) -> Path:
-        return Path(tmp) / f"g{g:05d}.arrows"
-
-    fds: dict[int, int] = {}  # (each group's file, opened once for every bucket's read of it)
-
-    def stream_at(g: int, start: int, end: int) -> pl.DataFrame:
-        if g not in fds:
-            fds[g] = os.open(group_file(g), os.O_RDONLY)
-        return pl.read_ipc_stream(os.pread(fds[g], end - start, start))
-
-    def bucket(b: int) -> pl.DataFrame | None:
-        if not spans[b]:
-            return None
-        partials = pl.concat([stream_at(g, o, e) for g, o, e in sorted(spans[b])], how="diagonal_relaxed")
-        partials = partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
-                                            if c not in partials.columns})
-        return _request_rows(_merge(partials), aborted, names, t0, keep_prompts)
-
-    # two groups side by side (eager polars work is mostly single-threaded); then one bucket joined while
-    # the sink encodes the last: two buckets at once held ~70 MiB more in the same time (the encoding paces it)
-    spill.mkdir(parents=True, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=spill, prefix="requests-")
-    try:
-        # (each pool closed as its loop is left, by an error or the consumer: the group being split, or the bucket
-        # being read, ends before the files it writes or reads and their descriptors go)
-        with contextlib.closing(ordered_map(split, range(len(groups)), workers=2, ahead=2)) as splits:
-            for _ in splits:
-                pass
-        with contextlib.closing(ordered_map(bucket, range(nb), workers=1, ahead=2)) as joined:
-            for b, out in enumerate(joined):
-                if out is not None:
-                    yield out
-                if stage is not None:
-                    stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
-    finally:
-        for fd in fds.values():
-            os.close(fd)
-        remove(Path(tmp))
-
-
-POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
-
-
 def _launch_config(path: Path, kind: engine_config.Kind) -> tuple[engine_config.EngineConfig | None, str]:
     """A launch configuration file's settings, and what to say of it: what it holds, or (its settings
     None) why none could be read, naming its line; the file is then quarantined, not the recording."""
@@ -552,128 +426,6 @@ def _requests_from_access_lines(requests: Path, logs: list[_LogFacts], t0: int,
     with written_in_place(requests) as part:
         merged.write_parquet(part, compression_level=2)
     return {k: v.height for k, v in frames.items()}
-
-
-def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
-    """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
-    return _request_rows(_partials(facts.collect()), aborted, names, t0, keep_prompts)
-
-
-def _partials(facts: pl.DataFrame) -> pl.DataFrame:
-    """One row per request id (by its hash ``h``) of some of its facts: the first arrival (time, line,
-    id and the details its line gave, of those among ``facts``' columns) and the finishes (earliest
-    time, first line). A request's facts mostly fall in one group of pieces, so a group's rows are half
-    as many as its facts; rows of the same id from other groups are joined by ``_merge``."""
-    lone, arrivals, finishes, rest = _runs(facts)
-    details = [c for c in fastlog.REQUEST_DETAILS if c in facts.columns]
-    arrived = pl.col("kind") != "request_finished"
-
-    def arrival(rows: pl.DataFrame) -> pl.DataFrame:
-        return rows.select("h", id="request_id", arrival_t="t", line="line", **{c: c for c in details})
-    finish = {"finish_t": pl.col("t"), "fline": pl.col("line")}
-    nothing = {c: pl.lit(None, dtype=facts.schema[c]) for c in details}
-    one = facts.filter(pl.Series(lone))
-    return pl.concat([
-        arrival(facts.filter(pl.Series(arrivals))).hstack(facts.select(**finish)[finishes]),
-        arrival(one.filter(arrived)).with_columns(finish_t=pl.lit(None, pl.Int64), fline=pl.lit(None, pl.Int64)),
-        one.filter(~arrived).select("h", id="request_id", arrival_t=pl.lit(None, pl.Int64), line=pl.lit(None, pl.Int64),
-                                    **nothing, **finish),
-        _grouped_partials(facts.filter(pl.Series(rest)))])
-
-
-def _runs(facts: pl.DataFrame) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.intp],
-                                        npt.NDArray[np.bool_]]:
-    """Which rows of ``facts`` are of an id met once (``lone``); which are the arrivals of ids met as one
-    arrival and one finish, and their finishes' rows (in the arrivals' order); which are the rest. Found
-    by sorting the ids' hashes (numpy sorts a group's 550k facts in ~20 ms): most requests are one of each
-    in a group, and their rows are made as they are, in the facts' order (read in hash order, their rows
-    cost a cache miss each), where grouping every fact by its hash (two hash tables and a hash join) took
-    80-110 ms."""
-    h = facts["h"].to_numpy()
-    order = np.argsort(h)
-    hs = h[order]
-    first = np.ones(len(hs), dtype=bool)
-    first[1:] = hs[1:] != hs[:-1]
-    starts = np.flatnonzero(first)
-    sizes = np.diff(np.append(starts, len(hs)))
-    ended = (facts["kind"] == "request_finished").to_numpy()[order]
-    twos = starts[sizes == 2]
-    at = twos[ended[twos] != ended[twos + 1]]  # (an arrival and a finish)
-    arrives_first = ~ended[at]
-    partner = np.full(len(h), -1, dtype=np.intp)  # (an arrival's finish)
-    partner[order[np.where(arrives_first, at, at + 1)]] = order[np.where(arrives_first, at + 1, at)]
-    arrivals = partner >= 0
-    lone = np.zeros(len(h), dtype=bool)
-    lone[order[starts[sizes == 1]]] = True
-    rest = ~(lone | arrivals)
-    rest[partner[arrivals]] = False
-    return lone, arrivals, partner[arrivals], rest
-
-
-def _grouped_partials(facts: pl.DataFrame) -> pl.DataFrame:
-    """``_partials`` by grouping every fact by its id's hash (any number of facts an id)."""
-    kind = pl.col("kind")  # (in no particular order: ``_request_rows`` sorts; an id's facts share their id)
-    details = [c for c in fastlog.REQUEST_DETAILS if c in facts.columns]
-    # (a request's details may come on several lines: V1 at DEBUG states its token ids on 'Request … details:'
-    # and its SamplingParams on the 'Received request' line after it; each detail is its first stated value)
-    placed = ("h", "request_id", "t", "line")
-    first = _one_a_hash(facts.filter(kind != "request_finished").select(*placed, *details), lambda many: many.sort(
-        "line").group_by("h").agg(pl.col("request_id", "t", "line").first(), *(pl.col(c).drop_nulls().first() for c in details)))
-    ends = _one_a_hash(facts.filter(kind == "request_finished").select(placed), lambda many: many.group_by("h").agg(
-        pl.col("t").min(), pl.col("request_id").first(), pl.col("line").min()))
-    arrivals = first.rename({"request_id": "id", "t": "arrival_t"}).select("h", "id", "arrival_t", "line", *details)
-    finished = ends.select("h", finish_t="t", fid="request_id", fline="line")
-    return arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid")).drop("fid")
-
-
-def _one_a_hash(facts: pl.DataFrame, agg: Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
-    """``facts`` (request facts, or partial rows) one row per ``h``: those of a hash met once as they are,
-    the others as ``agg`` makes them one (its columns put in ``facts``' order). Most requests have one
-    arrival and one finish among a group's facts: sorting and grouping only the rest took a fifth off
-    ``_partials``."""
-    many = facts["h"].is_duplicated()
-    if not many.any():
-        return facts
-    lone = facts.filter(~many)
-    return pl.concat([lone, agg(facts.filter(many)).select(lone.columns)])
-
-
-def _merge(partials: pl.DataFrame) -> pl.DataFrame:
-    """Partial rows (``_partials``) of the same id as one: its first arrival, earliest finish, first
-    finish line."""
-    return _one_a_hash(partials, _merged)
-
-
-def _merged(many: pl.DataFrame) -> pl.DataFrame:
-    """Partial rows of ids each met more than once, one row an id (``_merge``)."""
-    arrivals = many.filter(pl.col("line").is_not_null()).sort("line").group_by("h").agg(
-        pl.col("id", "arrival_t", "line").first(),
-        *(pl.col(c).drop_nulls().first() for c in many.columns if c not in ("h", "id", "arrival_t", "line", "finish_t", "fline")))
-    finished = many.filter(pl.col("fline").is_not_null()).group_by("h").agg(
-        finish_t=pl.col("finish_t").min(), fid=pl.col("id").first(), fline=pl.col("fline").min())
-    return arrivals.join(finished, on="h", how="full", coalesce=True).with_columns(id=pl.coalesce("id", "fid"))
-
-
-def _request_extras(keep_prompts: bool) -> dict[str, pl.DataType]:
-    """The columns of ``_request_rows`` beyond the bundle's REQUESTS_SCHEMA, with their types."""
-    return {c: t() if isinstance(t, type) else t for c, t in fastlog.REQUEST_DETAILS.items()
-            if c not in REQUESTS_SCHEMA and (keep_prompts or c != "prompt")}
-
-
-def _request_rows(partials: pl.DataFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
-    """requests.parquet rows, one per partial row of distinct ids: requests in the order of their first
-    arrival, then those with only a finish in the order of their first finish; ``names`` are the logs'."""
-    pos = pl.coalesce("line", "fline")
-    # (by line, then finish line, nulls last: as two stable sorts of one column, the second first; polars'
-    # sort by two columns with nulls last took 2.6 s of 4.2M rows, these two 0.5 s)
-    out = partials.sort("fline", nulls_last=True).sort("line", nulls_last=True, maintain_order=True).select(
-        "id", arrival_us=pl.col("arrival_t") - t0, **{c: c for c in fastlog.REQUEST_DETAILS},
-        finish_us=pl.col("finish_t") - t0,
-        source=pl.concat_str((pos // (1 << POS_SHIFT)).replace_strict(range(len(names)), names, return_dtype=pl.Utf8),
-                             pl.lit(":"), (pos % (1 << POS_SHIFT)).cast(pl.Utf8)),
-        status=pl.when(pl.col("finish_t").is_not_null()).then(pl.lit("ok"))
-        .when(pl.col("h").is_in(aborted.implode())).then(pl.lit("aborted")).otherwise(pl.lit("unknown")))
-    return out if keep_prompts else out.drop("prompt")
 
 
 def _fits_columns(head: str, columns: str | None) -> str | None:
@@ -1642,9 +1394,9 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
         untimed += _write_stats(w, log, t0 or 0)
     with background_removal() as remove:  # (the spill goes while the bundle is written)
         if any(log.ff.requests for log in g.logs):  # (the joined rows encoded as they come)
-            with contextlib.closing(_requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, spill_root, remove,
+            with contextlib.closing(request_join.requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, spill_root, remove,
                                                         opts.stage)) as rows:  # (its spill removed here, whatever befalls)
-                w.requests_stream(rows, _request_extras(opts.keep_prompts))
+                w.requests_stream(rows, request_join.request_extras(opts.keep_prompts))
         remove(spill_root)
         for df in g.request_frames:  # (a harness's)
             w.requests_frame(df.with_columns(pl.col(c) - (t0 or 0) for c in _TIMES))

@@ -433,7 +433,7 @@ def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(fa
     on some, finishes without arrival, arrivals without finish) THEN each id's partial row is its first
     arrival by line (its time and id), each detail as first stated, its earliest finish and first finish
     line: the same whether the id's facts are one of a kind, taken as they are, or several, grouped."""
-    from replay.record.recorder import _partials
+    from replay.record.request_join import _partials
     rows = [{"request_id": f"cmpl-{i}", "h": i * 7919, "kind": kind, "t": t, "line": line, "max_tokens": mt,
              "n": n} for line, (i, kind, t, mt, n) in zip(range(1000, 0, -37), facts, strict=False)]
     df = pl.DataFrame(rows, schema={"request_id": pl.Utf8, "h": pl.UInt64, "kind": fastlog.REQUEST_KINDS, "t": pl.Int64,
@@ -498,7 +498,7 @@ def test_request_rows_are_in_order_of_arrival_line_then_finish_line() -> None:
     sorts that stand for it give that order, ties and nulls included)."""
     import random
 
-    from replay.record import fastlog, recorder
+    from replay.record import fastlog, request_join
     rng = random.Random(7)
     n = 2_000
     line = [None if rng.random() < 0.2 else rng.randrange(300) for _ in range(n)]
@@ -508,7 +508,7 @@ def test_request_rows_are_in_order_of_arrival_line_then_finish_line() -> None:
                             schema_overrides={"h": pl.UInt64, "arrival_t": pl.Int64, "line": pl.Int64,
                                               "finish_t": pl.Int64, "fline": pl.Int64}).with_columns(
         pl.lit(None, dtype=t).alias(c) for c, t in fastlog.REQUEST_DETAILS.items())
-    rows = recorder._request_rows(partials, pl.Series("h", [], dtype=pl.UInt64), ["a.log"], 0, keep_prompts=True)
+    rows = request_join._request_rows(partials, pl.Series("h", [], dtype=pl.UInt64), ["a.log"], 0, keep_prompts=True)
     want = partials.sort(["line", "fline", "h"], nulls_last=True)  # (h: the input's order, kept where both tie)
     assert rows["id"].to_list() == want["id"].to_list()
     assert len(set(line) - {None}) < n - line.count(None)  # (the case: ties on the arrival line, and nulls)
