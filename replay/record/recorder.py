@@ -1394,8 +1394,8 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
         untimed += _write_stats(w, log, t0 or 0)
     with background_removal() as remove:  # (the spill goes while the bundle is written)
         if any(log.ff.requests for log in g.logs):  # (the joined rows encoded as they come)
-            with contextlib.closing(request_join.requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, spill_root, remove,
-                                                        opts.stage)) as rows:  # (its spill removed here, whatever befalls)
+            joined = request_join.requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, spill_root, remove, opts.stage)
+            with contextlib.closing(joined) as rows:  # (its spill removed here, whatever befalls)
                 w.requests_stream(rows, request_join.request_extras(opts.keep_prompts))
         remove(spill_root)
         for df in g.request_frames:  # (a harness's)
