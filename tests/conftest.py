@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -14,6 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 SHARED = ROOT.parent / "shared" / "data"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # (a pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment: the CLI's consoles,
+    # made as replay.cli is imported, would keep 80 columns whatever width a test asks for)
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 def shared(rel: str) -> Path:
