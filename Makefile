@@ -7,7 +7,7 @@ VLLM_COMPARE ?= 0.31
 PYTEST_ARGS ?=
 # pytest-xdist's workers for `make test` and `make unit` (0: the tests in this process)
 TEST_WORKERS ?= 2
-XDIST = -n $(TEST_WORKERS) --dist loadgroup
+XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 .PHONY: help venv engine engines demo test unit lint typecheck bench clean
 

@@ -44,6 +44,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With --dist loadgroup, the tests that drive real processes (tests/integration: the engine, Ray,
     Chromium) run one after another in one worker, since each asserts that none of its processes is left
     on the machine; the other tests run a module at a time (its module fixtures made once) in either.
+    `make test` hands them out in the order collected (--no-loadscope-reorder): tests/integration, the
+    longest of them, first.
     (xdist's own grouping by xdist_group marks renames the tests, which pytest 9 no longer lets it do.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
