@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import resource_tracker
 from typing import Any, Generic, TypeVar
@@ -109,6 +109,7 @@ class Workers:
         self._passed = 0
         self._stopped = threading.Event()
         self._watch: threading.Thread | None = None
+        self._handed: list[Future[Any]] = []  # (every call handed on, in order)
 
     def submit(self, fn: Callable[..., R], *args: Any) -> Pending[R]:
         """``fn(*args)`` in a worker (``fn`` a module's function, ``args`` what pickle can carry)."""
@@ -120,7 +121,18 @@ class Workers:
             self._watch = threading.Thread(target=self._pass_progress, name="progress", daemon=True)
             self._watch.start()
         with _started():
-            return Pending(self._pool.submit(fn, *args))
+            future = self._pool.submit(fn, *args)
+        self._handed.append(future)
+        return Pending(future)
+
+    def waiting(self) -> list[int]:
+        """The calls that no worker has begun, by their order of handing on (from 0): those not done
+        beyond the first one a worker (workers begin the calls in that order)."""
+        return [k for k, f in enumerate(self._handed) if not f.done()][self._processes:]
+
+    def wait_for_one(self, timeout_s: float) -> None:
+        """Wait until one more call is done (or failed), or for ``timeout_s``."""
+        wait([f for f in self._handed if not f.done()], timeout=timeout_s, return_when=FIRST_COMPLETED)
 
     def _pass_progress(self) -> None:
         """The workers' progress passed on, ten times a second, and once more when they have ended."""

@@ -99,6 +99,25 @@ def test_a_worker_ended_as_it_reports_leaves_nothing_to_wait_on(tmp_path: Path) 
         assert _gone(int(pid_file.read_text()))
 
 
+def test_the_calls_no_worker_has_begun_are_told_and_waited_on() -> None:
+    """GIVEN three calls handed to one worker THEN the two after the first wait for it (``waiting``), by
+    their order of handing on; ``wait_for_one`` returns as each ends, or when its time is up."""
+    with processes.workers(1) as w:
+        calls = [w.submit(time.sleep, s) for s in (0.3, 0.3, 0.3)]
+        assert w.waiting() == [1, 2]
+        t = time.monotonic()
+        w.wait_for_one(0.01)  # (the worker is still starting: nothing ends so soon)
+        assert time.monotonic() - t < 5 and w.waiting() == [1, 2]
+        seen = []
+        while w.waiting():
+            w.wait_for_one(5)
+            seen.append(w.waiting())
+        assert seen[-1] == [] and [2] in seen
+        for c in calls:
+            c.get()
+        assert w.waiting() == []
+
+
 def test_nothing_is_started_where_nothing_is_handed_on() -> None:
     before = set(psutil.Process().children())
     with processes.workers(2):

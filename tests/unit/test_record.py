@@ -1125,6 +1125,39 @@ def test_logs_are_handed_to_the_workers_costliest_first(tmp_path: Path, monkeypa
     assert [Path(r.path).name for r in reports] == [small.name, large.name, v0.name]
 
 
+def test_the_files_read_here_wait_until_the_logs_left_cost_no_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN four logs read in worker processes and a capture read here WHEN recorded THEN the capture is
+    read once the logs that no worker has begun cost no more than it (OWN_BYTE_COST its bytes): at once
+    where it costs more than all of them, after each worker began its last log where it costs nothing; the
+    bundle is the same either way."""
+    from replay.record import recorder
+    from tests.unit.test_faults import _big_log
+    logs = [tmp_path / f"{k}.log" for k in range(4)]
+    for k, p in enumerate(logs):
+        _big_log(tmp_path / "log", 1 + k % 2)  # (each its own first bytes: a look-alike waits on the other's hash)
+        p.write_text(f"INFO 05-01 00:00:00 [api_server.py:1] replica {k}\n" + (tmp_path / "log").read_text())
+    smi = tmp_path / "h200_query_gpu_load.csv"
+    shutil.copyfile(DATA / smi.name, smi)
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    monkeypatch.setattr(recorder, "_cores", lambda: 2)
+    started = recorder.processes.Workers.submit
+    pool: list[recorder.processes.Workers] = []
+    monkeypatch.setattr(recorder.processes.Workers, "submit", lambda self, *a: (pool.append(self), started(self, *a))[1])
+    reading = recorder._read_file
+    at_smi: list[list[int]] = []
+    monkeypatch.setattr(recorder, "_read_file", lambda path, *a: (
+        at_smi.append(pool[0].waiting()) if path == smi else None, reading(path, *a))[1])
+
+    def recorded(cost: float) -> dict[str, bytes]:
+        monkeypatch.setattr(recorder, "OWN_BYTE_COST", cost)
+        out = tmp_path / f"{cost:g}.bundle"
+        record([*logs, smi], out, RecordOptions(year=2025))
+        return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+    at_once = recorded(1e9)
+    assert at_smi == [[2, 3]]  # (the workers still starting: two logs wait)
+    assert recorded(0) == at_once and at_smi[1] == []
+
+
 def test_a_log_whose_reader_process_is_killed_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN two logs read in worker processes WHEN the worker reading one is killed (the kernel's OOM
     killer) THEN record ends with an error that names the file, and writes nothing."""
