@@ -758,7 +758,7 @@ def _own_turn(seen: _Seen, cost: dict[Path, float], own: float) -> None:
     (728 / 581 MiB, ``bench_time_to_answer``); so, 1.12 (688 / 616 MiB), in the same time (78-81 s)."""
     if seen.workers is None:
         return
-    while sum(cost.get(seen.apart[k], 0.0) for k in seen.workers.waiting() if k < len(seen.apart)) > own:
+    while sum(cost.get(seen.apart[k], 0.0) for k in seen.workers.waiting()) > own:  # (every call a log of ``apart``)
         seen.workers.wait_for_one(OWN_TURN_POLL_S)
 
 
