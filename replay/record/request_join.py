@@ -5,8 +5,9 @@ finish, whether it was aborted, and where in which log it was first seen.
 A day of a fleet's logs holds tens of millions of request facts; the join holds at most
 ``fastlog.BUCKET_FACTS`` of them at once. It reads the spilled facts a group of pieces at a time and
 makes each group's partial rows (``_partials``: most requests are one arrival and one finish within a
-group), splits those by a hash of the id into buckets, then merges each bucket's rows of an id from
-several groups (``_merge``) and yields the bucket's requests.parquet rows (``_request_rows``)."""
+group), finds from their hashes alone the ids that several groups have, yields each group's
+requests.parquet rows of the others (``_request_rows``), then splits the rows of those ids by a hash of
+the id into buckets and merges each bucket's rows of an id (``_merge``)."""
 
 from __future__ import annotations
 
@@ -52,13 +53,14 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
     with its finish and no arrival. An id in several logs (captures that overlap) is one request, its
     first arrival that of the first log that has one.
 
-    Memory stays bounded however long the log: the request facts are split into buckets by a 64-bit
-    hash of the id, and each bucket (at most BUCKET_FACTS facts) is joined on its own and yielded
-    before the next is read. Within a bucket rows are in log order; across buckets in bucket
-    order. The split reads the spilled facts a group of pieces at a time (a streaming query over all
-    of them measured twice the memory) and writes each group's partial rows to the group's one file,
-    a bucket after another. The spilled request facts are handed to ``remove`` as soon as they are
-    read; the groups' files once every bucket is joined."""
+    Memory stays bounded however long the log: the request facts are read a group of pieces at a time
+    (at most BUCKET_FACTS facts; a streaming query over all of them measured twice the memory), and each
+    group's partial rows are written to the group's one file. The ids that several groups have are
+    found from the 64-bit hashes of the ids, a range of hashes at a time (``_GroupPartials``). Each
+    group's rows of the other ids are then yielded, in log order; the rows of those ids are split into
+    buckets by their hash, and each bucket (at most BUCKET_FACTS rows) is merged on its own and yielded
+    after. The spilled request facts are handed to ``remove`` as soon as they are read; each group's
+    file once its rows are yielded, the buckets' files once every bucket is merged."""
     every = [f for log in logs for f in log.ff.requests]
     if not every:
         return
@@ -66,10 +68,9 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
     aborted = _aborted(facts.of([f for log in logs for f in log.ff.slow_requests]))
     sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in every]  # from the files' footers
     n_facts = sum(sizes)
-    nb = buckets_for(n_facts)
     if stage is not None:
-        stage(f"joining {n_facts:,} request lines" + (f" in {nb} parts" if nb > 1 else ""))
-    if nb == 1:
+        stage(f"joining {n_facts:,} request lines")
+    if buckets_for(n_facts) == 1:
         yield _request_bucket(facts.of(every).filter(pl.col("kind") != "request_aborted"), aborted, facts.names, t0,
                               keep_prompts)
         return
@@ -81,31 +82,45 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
             remove(f)
         # (fast-lane facts have no details: their null columns cost a fifth of the join below)
         group = group.drop([c for c in fastlog.REQUEST_DETAILS if group[c].null_count() == group.height])
-        files.write(g, _partials(group))
+        parts.write(g, _partials(group))
 
-    def bucket(b: int) -> pl.DataFrame | None:
-        partials = files.bucket(b)
+    def rows(g: int) -> pl.DataFrame | None:
+        partials = parts.take(g, again)  # (less the rows of ids in other groups too: they go to ``again``)
+        return None if partials is None else _request_rows(partials, aborted, facts.names, t0, keep_prompts)
+
+    def merged(b: int) -> pl.DataFrame | None:
+        partials = again.bucket(b)
         return None if partials is None else _request_rows(_merge(partials), aborted, facts.names, t0, keep_prompts)
 
-    # two groups side by side (eager polars work is mostly single-threaded); then one bucket joined while
-    # the sink encodes the last: two buckets at once held ~70 MiB more in the same time (the encoding paces it)
+    # the groups made two side by side (eager polars work is mostly single-threaded); then each group's rows
+    # while the sink encodes the last (the encoding paces it), and the rows of ids in several groups merged
     spill.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=spill, prefix="requests-"))
-    files = _GroupFiles(tmp, nb)
+    parts = _GroupPartials(tmp, remove)
+    again = _GroupFiles(tmp, 0)
     try:
-        # (each pool closed as its loop is left, by an error or the consumer: the group being split, or the bucket
-        # being read, ends before the files it writes or reads and their descriptors go)
+        # (each pool closed as its loop is left, by an error or the consumer: the group being split, or the
+        # group being read, ends before the files it writes or reads and their descriptors go)
         with contextlib.closing(ordered_map(split, range(len(groups)), workers=2, ahead=2)) as splits:
             for _ in splits:
                 pass
-        with contextlib.closing(ordered_map(bucket, range(nb), workers=1, ahead=2)) as joined:
+        repeated = parts.find_repeated()
+        again = _GroupFiles(tmp, buckets_for(repeated) if repeated else 0)
+        steps = len(groups) + again.nb
+        with contextlib.closing(ordered_map(rows, range(len(groups)), workers=1, ahead=2)) as joined:
+            for g, out in enumerate(joined):
+                if out is not None:
+                    yield out
+                if stage is not None:
+                    stage(f"joining {n_facts:,} request lines: part {g + 1} of {steps} done")
+        with contextlib.closing(ordered_map(merged, range(again.nb), workers=1, ahead=2)) as joined:
             for b, out in enumerate(joined):
                 if out is not None:
                     yield out
                 if stage is not None:
-                    stage(f"joining {n_facts:,} request lines: part {b + 1} of {nb} done")
+                    stage(f"joining {n_facts:,} request lines: part {len(groups) + b + 1} of {steps} done")
     finally:
-        files.close()
+        again.close()
         remove(tmp)
 
 
@@ -152,6 +167,76 @@ def _groups(files: list[Path], sizes: list[int]) -> list[list[Path]]:
     return groups
 
 
+class _GroupPartials:
+    """Each group's partial rows, whole in the group's one file, with the hashes of their ids sorted
+    beside them; once every group is written, the ids some other group has too are found from the
+    hashes alone (``find_repeated``), and only their rows are split by bucket to be merged. Most of a
+    fleet's day's 27M requests are whole within a group: split by bucket, every group's rows made
+    groups × buckets streams (26,219), written and read back in ~12 thread-s."""
+
+    RANGE_HASHES = 4_000_000  # hashes sorted at once to find those of several groups (32 MB)
+
+    def __init__(self, folder: Path, remove: Callable[[Path], None]) -> None:
+        self.folder = folder
+        self.remove = remove
+        self.rows: dict[int, int] = {}  # each group's partial rows
+        self.repeated: set[int] = set()  # the groups with rows of ids in other groups too
+
+    def _path(self, kind: str, g: int) -> Path:
+        return self.folder / f"{kind}{g:05d}.{'arrow' if kind == 'p' else 'u64'}"
+
+    def write(self, g: int, partials: pl.DataFrame) -> None:
+        partials.write_ipc(self._path("p", g))  # (an IPC file: a group's rows as one stream took 4 times as long)
+        np.sort(partials["h"].to_numpy()).tofile(self._path("h", g))
+        self.rows[g] = partials.height
+
+    def find_repeated(self) -> int:
+        """Note, beside each group's file, the hashes of its ids that other groups have too, a range of
+        hashes at a time (at most RANGE_HASHES of them, two ranges side by side: numpy's sort leaves the
+        GIL); how many rows they are."""
+        hashes = {g: np.memmap(self._path("h", g), dtype=np.uint64, mode="r") for g, n in sorted(self.rows.items()) if n}
+        n = -(-sum(len(h) for h in hashes.values()) // self.RANGE_HASHES)
+        ends = [None, *(np.uint64(((r + 1) << 64) // n) for r in range(n - 1)), None]
+
+        def repeated(r: int) -> dict[int, npt.NDArray[np.uint64]]:
+            lo, hi = ends[r], ends[r + 1]
+            cut = {g: h[0 if lo is None else np.searchsorted(h, lo):len(h) if hi is None else np.searchsorted(h, hi)]
+                   for g, h in hashes.items()}
+            every = np.sort(np.concatenate(list(cut.values())))
+            twice = np.unique(every[1:][every[1:] == every[:-1]])
+            if not twice.size:
+                return {}
+            seen = {g: h[twice[np.searchsorted(twice, h).clip(max=twice.size - 1)] == h] for g, h in cut.items()}
+            return {g: h for g, h in seen.items() if h.size}
+
+        found = 0
+        with contextlib.closing(ordered_map(repeated, range(n), workers=2, ahead=2)) as ranges:
+            for seen in ranges:
+                for g, h in seen.items():
+                    with self._path("a", g).open("ab") as fh:
+                        h.tofile(fh)
+                    self.repeated.add(g)
+                    found += h.size
+        hashes.clear()
+        for g in self.rows:
+            self.remove(self._path("h", g))
+        return found
+
+    def take(self, g: int, again: _GroupFiles) -> pl.DataFrame | None:
+        """Group ``g``'s partial rows of ids no other group has (None where it has none); those of the
+        others written to ``again``."""
+        if not self.rows.get(g):
+            return None
+        partials = pl.read_ipc(self._path("p", g))
+        self.remove(self._path("p", g))
+        if g in self.repeated:
+            twice = partials["h"].is_in(pl.Series(np.fromfile(self._path("a", g), dtype=np.uint64)).implode())
+            self.remove(self._path("a", g))
+            again.write(g, partials.filter(twice))
+            partials = partials.filter(~twice)
+        return _with_details(partials)
+
+
 class _GroupFiles:
     """Each group's partial rows split by bucket (the id's hash modulo ``nb``): one Arrow IPC stream a
     bucket, one after another in the group's one file, and where each bucket's stream lies in which.
@@ -188,9 +273,8 @@ class _GroupFiles:
         """Bucket ``b``'s partial rows of every group, in the groups' order (None where it has none)."""
         if not self.spans[b]:
             return None
-        partials = pl.concat([self._stream(g, o, e) for g, o, e in sorted(self.spans[b])], how="diagonal_relaxed")
-        return partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
-                                        if c not in partials.columns})
+        return _with_details(pl.concat([self._stream(g, o, e) for g, o, e in sorted(self.spans[b])],
+                                       how="diagonal_relaxed"))
 
     def _stream(self, g: int, start: int, end: int) -> pl.DataFrame:
         if g not in self.fds:
@@ -201,6 +285,12 @@ class _GroupFiles:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+
+
+def _with_details(partials: pl.DataFrame) -> pl.DataFrame:
+    """``partials`` with every REQUEST_DETAILS column: nulls where a group had none of it."""
+    return partials.with_columns(**{c: pl.lit(None, dtype=t) for c, t in fastlog.REQUEST_DETAILS.items()
+                                    if c not in partials.columns})
 
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:

@@ -454,23 +454,28 @@ def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(fa
     assert got == want
 
 
-def test_the_request_join_spills_a_file_a_group_not_one_a_bucket_and_group(tmp_path: Path,
+def test_the_request_join_splits_by_bucket_only_the_ids_several_groups_have(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """GIVEN a log whose request facts fall in many groups of pieces and many hash buckets THEN the join
-    spills one file for each group of pieces, every bucket's rows of that group in it (one file a bucket
-    and a group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day), the files removed with their
-    folder once every bucket is joined; the rows are those of a join in one go."""
+    """GIVEN a log whose request facts fall in many groups of pieces, most requests whole within one and
+    some arriving in the first groups and finishing in the last THEN each group's partial rows go to
+    one file, the ids that several groups have are found from their hashes (a few ranges of hashes at a
+    time), and only those ids' rows are split by bucket and merged (one file a bucket and a group made
+    (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day); every file is removed with its folder or
+    before; the rows are those of a join in one go."""
     import contextlib
 
-    from replay.record import fastlog, recorder
-    lines = []
+    from replay.record import fastlog, recorder, request_join
+    lines = [f"INFO 02-12 12:19:{i:02d} async_llm_engine.py:211] Added request far-{i}." for i in range(5)]
     for i in range(60):
         lines.append(f"INFO 02-12 12:20:{i % 60:02d} async_llm_engine.py:211] Added request cmpl-{i}.")
         lines.append(f"INFO 02-12 12:21:{i % 60:02d} async_llm_engine.py:179] Finished request cmpl-{i}.")
+    lines += [f"INFO 02-12 12:22:{i:02d} async_llm_engine.py:179] Finished request far-{i}." for i in range(5)]
     log = tmp_path / "many.log"
     log.write_text("\n".join(lines) + "\n")
     record([log], tmp_path / "whole", RecordOptions(year=2025))
     held: list[list[str]] = []  # (what each requests-* folder held when it was removed)
+    groups: list[set[str]] = []  # (the ids of each group's partial rows)
+    again: set[str] = set()  # (the ids of the rows split by bucket)
 
     @contextlib.contextmanager
     def removal():  # type: ignore[no-untyped-def]
@@ -480,16 +485,23 @@ def test_the_request_join_spills_a_file_a_group_not_one_a_bucket_and_group(tmp_p
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
         yield remove
 
+    def seen(cls: type, into: Callable[[pl.DataFrame], None]) -> None:
+        plain = cls.write
+        monkeypatch.setattr(cls, "write", lambda self, g, partials: (into(partials), plain(self, g, partials))[1])
+
+    seen(request_join._GroupPartials, lambda df: groups.append(set(df["id"])))
+    seen(request_join._GroupFiles, lambda df: again.update(df["id"]))
     monkeypatch.setattr(recorder, "background_removal", removal)
     monkeypatch.setattr(fastlog, "BUCKET_FACTS", 10)
     monkeypatch.setattr(fastlog, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(request_join._GroupPartials, "RANGE_HASHES", 16)
     record([log], tmp_path / "split", RecordOptions(year=2025))
-    assert fastlog.buckets_for(120) == 12
-    assert len(held) == 1
-    files = held[0]
-    assert len(files) >= 2 and files == [f"g{g:05d}.arrows" for g in range(len(files))]
+    several = {i for i in set().union(*groups) if sum(i in g for g in groups) > 1}
+    assert len(groups) >= 10 and {f"far-{i}" for i in range(5)} <= several
+    assert again == several and len(several) < 20
+    assert len(held) == 1 and held[0] and all(f.startswith("g") and f.endswith(".arrows") for f in held[0])
     whole, split = (read_bundle(tmp_path / d).requests.sort("id") for d in ("whole", "split"))
-    assert split.height == 60 and split.equals(whole)
+    assert split.height == 65 and split.equals(whole)
 
 
 def test_request_rows_are_in_order_of_arrival_line_then_finish_line() -> None:
@@ -741,14 +753,16 @@ def test_record_says_what_it_does_after_reading(tmp_path: Path, monkeypatch: pyt
     """Once the evidence is read, joining a big log's request lines and writing the bundle take a third
     of the time: the recorder says so, part by part, instead of standing still at a full bar."""
     monkeypatch.setattr(fastlog, "BUCKET_FACTS", 20)
+    monkeypatch.setattr(fastlog, "CHUNK_BYTES", 1024)
     lines = [f"(APIServer pid=7) INFO 05-19 10:13:{i % 60:02d} [async_llm.py:587] {verb} request cmpl-{i}-0."
              for i in range(40) for verb in ("Added", "Finished")]
     log = tmp_path / "serve.log"
     log.write_text("\n".join(lines) + "\n")
     said: list[str] = []
     record([log], tmp_path / "b", RecordOptions(year=2025, stage=said.append))
-    assert said == ["reading serve.log", "joining 80 request lines in 4 parts", *(f"joining 80 request lines: part {k} of 4 done"
-                                                             for k in range(1, 5)), "writing the bundle"]
+    n = len(said) - 3  # (the parts: each group of pieces, then each bucket of the ids several groups have)
+    assert n >= 4 and said == ["reading serve.log", "joining 80 request lines", *(
+        f"joining 80 request lines: part {k} of {n} done" for k in range(1, n + 1)), "writing the bundle"]
     assert read_bundle(tmp_path / "b").requests["finish_us"].null_count() == 0
     assert read_bundle(tmp_path / "b").requests.height == 40
 
