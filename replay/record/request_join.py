@@ -57,9 +57,10 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
     (at most BUCKET_FACTS facts; a streaming query over all of them measured twice the memory), and each
     group's partial rows are written to the group's one file. The ids that several groups have are
     found from the 64-bit hashes of the ids, a range of hashes at a time (``_GroupPartials``). Each
-    group's rows of the other ids are then yielded, in log order; the rows of those ids are split into
-    buckets by their hash, and each bucket (at most BUCKET_FACTS rows) is merged on its own and yielded
-    after. The spilled request facts are handed to ``remove`` as soon as they are read; each group's
+    group's rows of the other ids are then yielded, group by group, each in log order (a fleet's day's
+    requests.parquet: 48 MB, against 448 MB in the order of hash buckets); the rows of those ids are
+    split into buckets by their hash, and each bucket (at most BUCKET_FACTS rows) is merged on its own
+    and yielded after. The spilled request facts are handed to ``remove`` as soon as they are read; each group's
     file once its rows are yielded, the buckets' files once every bucket is merged."""
     every = [f for log in logs for f in log.ff.requests]
     if not every:

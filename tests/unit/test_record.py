@@ -460,8 +460,8 @@ def test_the_request_join_splits_by_bucket_only_the_ids_several_groups_have(tmp_
     some arriving in the first groups and finishing in the last THEN each group's partial rows go to
     one file, the ids that several groups have are found from their hashes (a few ranges of hashes at a
     time), and only those ids' rows are split by bucket and merged (one file a bucket and a group made
-    (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day); every file is removed with its folder or
-    before; the rows are those of a join in one go."""
+    (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day); the other rows come in the log's order;
+    every file is removed with its folder or before; the rows are those of a join in one go."""
     import contextlib
 
     from replay.record import fastlog, recorder, request_join
@@ -500,6 +500,9 @@ def test_the_request_join_splits_by_bucket_only_the_ids_several_groups_have(tmp_
     assert len(groups) >= 10 and {f"far-{i}" for i in range(5)} <= several
     assert again == several and len(several) < 20
     assert len(held) == 1 and held[0] and all(f.startswith("g") and f.endswith(".arrows") for f in held[0])
+    as_written = read_bundle(tmp_path / "split").requests
+    lines = as_written.filter(~pl.col("id").is_in(list(several)))["source"].str.split(":").list.last().cast(pl.Int64)
+    assert lines.len() > 40 and lines.is_sorted()  # (the others' rows in the order of the log)
     whole, split = (read_bundle(tmp_path / d).requests.sort("id") for d in ("whole", "split"))
     assert split.height == 65 and split.equals(whole)
 
