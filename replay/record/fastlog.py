@@ -206,6 +206,8 @@ class FastFacts:
     # can hold 'Aborted request' facts
     request_ends: list[tuple[int, str]] = field(default_factory=list)  # (line, ts) of each file's first and
     # last request fact: enough to see where a log turns to a new year without reading them
+    request_rows: dict[Path, int] = field(default_factory=dict)  # each request file's facts as spilled (one
+    # rewritten since, not there: its footer tells)
     lines: int = 0
     template_lines: int = 0  # of ``lines``: read by their template's fixed shape (``_templated``)
 
@@ -1391,6 +1393,7 @@ class _Spilled:
     stats: Path | None
     requests: Path | None
     request_ends: list[tuple[int, str]]  # (line, ts) of its first and last request fact
+    request_rows: int = 0
 
 
 def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Path) -> _Spilled:
@@ -1407,7 +1410,7 @@ def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Pat
         out.append(f if df.height else None)
     rq = frames[1]
     ends = [(int(rq["line"][i]), str(rq["ts"][i])) for i in (0, -1) if rq["ts"][i] is not None] if rq.height else []
-    return _Spilled(out[0], out[1], ends)
+    return _Spilled(out[0], out[1], ends, rq.height)
 
 
 def _add_files(ff: FastFacts, files: _Spilled, slow: bool = False) -> None:
@@ -1416,6 +1419,7 @@ def _add_files(ff: FastFacts, files: _Spilled, slow: bool = False) -> None:
     if files.requests is not None:
         ff.requests.append(files.requests)
         ff.request_ends += files.request_ends
+        ff.request_rows[files.requests] = files.request_rows
         if slow:
             ff.slow_requests.append(files.requests)
 
@@ -1454,3 +1458,4 @@ def _drop_repeats(ff: FastFacts, res: LogParse, names: tuple[str, ...] = ("stats
             pl.scan_ipc(f).with_row_index("row").join(rows.lazy().select("row"), on="row", how="anti",
                                                       maintain_order="left").drop("row").sink_ipc(tmp)
             tmp.replace(f)
+            ff.request_rows.pop(f, None)

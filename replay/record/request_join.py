@@ -67,7 +67,7 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
         return
     facts = _Facts(logs)
     aborted = _aborted(facts.of([f for log in logs for f in log.ff.slow_requests]))
-    sizes = [int(pl.scan_ipc(f).select(pl.len()).collect().item()) for f in every]  # from the files' footers
+    sizes = [facts.rows(f) for f in every]
     n_facts = sum(sizes)
     if stage is not None:
         stage(f"joining {n_facts:,} request lines")
@@ -133,6 +133,12 @@ class _Facts:
         self.logs = logs
         self.names = [log.name for log in logs]
         self.owner = {f: i for i, log in enumerate(logs) for f in log.ff.requests}  # (slow_requests are among them)
+
+    def rows(self, f: Path) -> int:
+        """Spilled file ``f``'s facts: as its log's reader counted them, else from its footer (a fleet's
+        day's 167 footers read took 0.6 s)."""
+        n = self.logs[self.owner[f]].ff.request_rows.get(f)
+        return int(pl.scan_ipc(f).select(pl.len()).collect().item()) if n is None else n
 
     def of(self, files: list[Path]) -> pl.LazyFrame:
         if not files:
