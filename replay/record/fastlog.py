@@ -180,6 +180,35 @@ STATS_SCHEMA = {k: v for k, v in _STATS_COLS.items() if k not in ("h", "repeatab
 REQUEST_SCHEMA = {k: v for k, v in _REQUEST_COLS.items() if k not in ("h", "repeatable")}
 
 
+TimeEnds = tuple[str | None, str | None, int | None, int | None, int | None, int | None]
+
+
+def time_ends(facts: pl.DataFrame | pl.LazyFrame) -> TimeEnds:
+    """Of facts' times (``ts``, ``t_exact``): the least and the greatest logged time of those with no exact
+    one, the fewest and most bytes of those, the least and the greatest exact time (each None where
+    there is none): within a year, 'MM-DD HH:MM:SS' sorts as time does."""
+    logged, exact = pl.col("ts").filter(pl.col("t_exact").is_null()), pl.col("t_exact")
+    if "t_exact" not in facts.collect_schema().names():
+        facts = facts.with_columns(t_exact=pl.lit(None, dtype=pl.Int64))
+    row = facts.lazy().select(logged.min().alias("lo"), logged.max().alias("hi"), logged.str.len_bytes().min().alias("shortest"),
+                              logged.str.len_bytes().max().alias("longest"), exact.min().alias("x_lo"),
+                              exact.max().alias("x_hi")).collect().row(0)
+    return cast(TimeEnds, row)
+
+
+def joined_ends(ends: list[TimeEnds]) -> TimeEnds:
+    """``time_ends`` of several sets of facts, from each one's."""
+    def known(i: int) -> list[Any]:
+        return [e[i] for e in ends if e[i] is not None]
+
+    def least(i: int) -> Any:
+        return min(known(i), default=None)
+
+    def most(i: int) -> Any:
+        return max(known(i), default=None)
+    return least(0), most(1), least(2), most(3), least(4), most(5)
+
+
 def scan_facts(files: list[Path]) -> pl.LazyFrame:
     """Spilled fact files as one frame. The fast lane's request files leave out the columns that only
     'Received request' lines fill (REQUEST_DETAILS): they were two fifths of every file written and
@@ -208,6 +237,8 @@ class FastFacts:
     # last request fact: enough to see where a log turns to a new year without reading them
     request_rows: dict[Path, int] = field(default_factory=dict)  # each request file's facts as spilled (one
     # rewritten since, not there: its footer tells)
+    request_times: dict[Path, TimeEnds] = field(default_factory=dict)  # each request file's ``time_ends`` as
+    # spilled (one rewritten since, not there)
     lines: int = 0
     template_lines: int = 0  # of ``lines``: read by their template's fixed shape (``_templated``)
 
@@ -1394,6 +1425,7 @@ class _Spilled:
     requests: Path | None
     request_ends: list[tuple[int, str]]  # (line, ts) of its first and last request fact
     request_rows: int = 0
+    request_times: TimeEnds | None = None
 
 
 def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Path) -> _Spilled:
@@ -1410,7 +1442,7 @@ def _write_facts(frames: tuple[pl.DataFrame, pl.DataFrame], tag: str, spill: Pat
         out.append(f if df.height else None)
     rq = frames[1]
     ends = [(int(rq["line"][i]), str(rq["ts"][i])) for i in (0, -1) if rq["ts"][i] is not None] if rq.height else []
-    return _Spilled(out[0], out[1], ends, rq.height)
+    return _Spilled(out[0], out[1], ends, rq.height, time_ends(rq) if rq.height else None)
 
 
 def _add_files(ff: FastFacts, files: _Spilled, slow: bool = False) -> None:
@@ -1420,6 +1452,8 @@ def _add_files(ff: FastFacts, files: _Spilled, slow: bool = False) -> None:
         ff.requests.append(files.requests)
         ff.request_ends += files.request_ends
         ff.request_rows[files.requests] = files.request_rows
+        if files.request_times is not None:
+            ff.request_times[files.requests] = files.request_times
         if slow:
             ff.slow_requests.append(files.requests)
 
@@ -1459,3 +1493,4 @@ def _drop_repeats(ff: FastFacts, res: LogParse, names: tuple[str, ...] = ("stats
                                                       maintain_order="left").drop("row").sink_ipc(tmp)
             tmp.replace(f)
             ff.request_rows.pop(f, None)
+            ff.request_times.pop(f, None)

@@ -1234,10 +1234,7 @@ def _columns_span(log: _LogFacts, turns: bool) -> tuple[int, int] | None:
     1.8 s), unless the log turns to a new year or a time is of another shape or none."""
     frame = pl.concat([f.select("line", "ts", "t_exact") for f in (log.ff.stats_frame(), log.ff.requests_frame())])
     if not turns:
-        logged, exact = pl.col("ts").filter(pl.col("t_exact").is_null()), pl.col("t_exact")
-        ends = frame.select(lo=logged.min(), hi=logged.max(), shortest=logged.str.len_bytes().min(),
-                            longest=logged.str.len_bytes().max(), x_lo=exact.min(), x_hi=exact.max()).collect().row(0)
-        lo, hi, shortest, longest, x_lo, x_hi = ends
+        lo, hi, shortest, longest, x_lo, x_hi = _time_ends(log.ff)
         if shortest is None or shortest == longest == len("MM-DD HH:MM:SS"):
             t = log.timed(pl.LazyFrame({"ts": [lo, hi, None, None], "t_exact": [None, None, x_lo, x_hi]},
                                        schema={"ts": pl.Utf8, "t_exact": pl.Int64})).collect()["t"]
@@ -1245,6 +1242,15 @@ def _columns_span(log: _LogFacts, turns: bool) -> tuple[int, int] | None:
                 return None if t.null_count() == 4 else (cast(int, t.min()), cast(int, t.max()))
     span = log.timed(frame).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
     return None if span["lo"][0] is None else (int(span["lo"][0]), int(span["hi"][0]))
+
+
+def _time_ends(ff: FastFacts) -> fastlog.TimeEnds:
+    """``fastlog.time_ends`` of a log's stats and request facts: the request files' as their reader told
+    them, where it told every one (a fleet's day's 55M request facts read for them took 0.9 s)."""
+    told = [ff.request_times.get(f) for f in ff.requests]
+    if not told or any(t is None for t in told):
+        return fastlog.time_ends(pl.concat([f.select("ts", "t_exact") for f in (ff.stats_frame(), ff.requests_frame())]))
+    return fastlog.joined_ends([fastlog.time_ends(ff.stats_frame()), *cast(list[fastlog.TimeEnds], told)])
 
 
 def _gather_parsed(g: _Gathered, path: Path, r: common.Parsed, frame: pl.LazyFrame, rep: FileReport,

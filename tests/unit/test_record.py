@@ -507,25 +507,35 @@ def test_the_request_join_splits_by_bucket_only_the_ids_several_groups_have(tmp_
     assert split.height == 65 and split.equals(whole)
 
 
-@pytest.mark.parametrize("repeats", [False, True])
-def test_a_logs_reader_counts_the_request_facts_it_spills(repeats: bool, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """GIVEN a log pasted with overlaps, read in many pieces, its repeated request lines kept or dropped
-    THEN the reader tells how many facts each request file holds (the join's groups are cut by them,
-    where reading every file's footer took 0.6 s at a fleet's day), as the files hold; a file rewritten
-    without its repeats is not told, and its footer says."""
-    from replay.record import fastlog
-    lines = []
+@pytest.mark.parametrize("repeats,envelope", [(False, False), (True, False), (False, True)])
+def test_a_logs_reader_counts_the_request_facts_it_spills_and_their_times(repeats: bool, envelope: bool, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a log pasted with overlaps, read in many pieces, its repeated request lines kept or dropped,
+    its lines bare or in a container runtime's envelope (an exact time each) THEN the reader tells how
+    many facts each request file holds and the ends of their times (the join's groups are cut by the
+    first, a log's span taken from the second: reading them back took 0.6 s and 0.9 s at a fleet's
+    day), as the files hold; a file rewritten without its repeats is not told, and is read."""
+    from replay.record import fastlog, recorder
+    timed = []
     for i in range(30):
-        lines.append(f"INFO 02-12 12:20:{i:02d} async_llm_engine.py:211] Added request cmpl-{i}.")
-        lines.append(f"INFO 02-12 12:21:{i:02d} async_llm_engine.py:179] Finished request cmpl-{i}.")
+        timed.append((f"12:20:{i:02d}", f"async_llm_engine.py:211] Added request cmpl-{i}."))
+        timed.append((f"12:{21 + i % 3}:{59 - i:02d}", f"async_llm_engine.py:179] Finished request cmpl-{i}."))
+    lines = [(f"2025-02-12T{hms}.{k:03d}Z stdout F " if envelope else "") + f"INFO 02-12 {hms} {msg}"
+             for k, (hms, msg) in enumerate(timed)]
     log = tmp_path / "pasted.log"
     log.write_text("\n".join(lines + lines[20:40]) + "\n")
     _, ff = fastlog.parse_log_file(log, tmp_path / "spill", chunk_bytes=1024, request_repeats=repeats)
     footers = {f: pl.scan_ipc(f).select(pl.len()).collect().item() for f in ff.requests}
     assert len(footers) >= 4 and sum(footers.values()) == (60 if repeats else 80)
     assert all(ff.request_rows[f] == n for f, n in footers.items() if f in ff.request_rows)
-    assert (len(ff.request_rows) < len(footers)) == repeats
+    assert (len(ff.request_rows) < len(footers)) == repeats and ff.request_rows.keys() == ff.request_times.keys()
+    facts = pl.concat([f.select("ts", "t_exact") for f in (ff.stats_frame(), ff.requests_frame())]).collect()
+    told = recorder._time_ends(ff)
+    assert told == fastlog.time_ends(facts)
+    if envelope:  # (exact times only)
+        assert told[:4] == (None,) * 4 and told[4] is not None and told[5] is not None and told[5] - told[4] == 237_005_000
+    else:
+        assert told == ("02-12 12:20:00", "02-12 12:23:57", 14, 14, None, None)
 
 
 def test_request_rows_are_in_order_of_arrival_line_then_finish_line() -> None:
