@@ -60,8 +60,8 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
     group's rows of the other ids are then yielded, group by group, each in log order (a fleet's day's
     requests.parquet: 48 MB, against 448 MB in the order of hash buckets); the rows of those ids are
     split into buckets by their hash, and each bucket (at most BUCKET_FACTS rows) is merged on its own
-    and yielded after. The spilled request facts are handed to ``remove`` as soon as they are read; each group's
-    file once its rows are yielded, the buckets' files once every bucket is merged."""
+    and yielded after. The spilled request facts are handed to ``remove`` as soon as they are read;
+    each group's file once its rows are yielded; the buckets' files once every bucket is merged."""
     every = [f for log in logs for f in log.ff.requests]
     if not every:
         return
@@ -94,7 +94,8 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
         return None if partials is None else _request_rows(_merge(partials), aborted, facts.names, t0, keep_prompts)
 
     # the groups made two side by side (eager polars work is mostly single-threaded); then each group's rows
-    # while the sink encodes the last (the encoding paces it), and the rows of ids in several groups merged
+    # made in one thread while the sink encodes the last (two threads were no faster, the cores being busy),
+    # then the rows of the ids in several groups merged, a bucket at a time
     spill.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=spill, prefix="requests-"))
     parts = _GroupPartials(tmp, remove)
@@ -245,11 +246,11 @@ class _GroupPartials:
 
 
 class _GroupFiles:
-    """Each group's partial rows split by bucket (the id's hash modulo ``nb``): one Arrow IPC stream a
-    bucket, one after another in the group's one file, and where each bucket's stream lies in which.
-    (A file for each bucket and group made (facts/BUCKET_FACTS)² of them: 24,649 at a fleet's day, ~6 s of
-    their own; a file a bucket, appended to by each group, ~5 s of opening and writing.) Groups are written
-    from two threads; buckets read from one."""
+    """Each group's partial rows of the ids several groups have, split by bucket (the id's hash modulo
+    ``nb``): one Arrow IPC stream a bucket, one after another in the group's one file, and where each
+    bucket's stream lies in which. (A file for each bucket and group made (rows/BUCKET_FACTS)² of them;
+    a file a bucket, appended to by each group, cost more in opening and writing.) Written and read from
+    one thread."""
 
     def __init__(self, folder: Path, nb: int) -> None:
         self.folder = folder
