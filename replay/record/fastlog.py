@@ -188,8 +188,6 @@ def time_ends(facts: pl.DataFrame | pl.LazyFrame) -> TimeEnds:
     one, the fewest and most bytes of those, the least and the greatest exact time (each None where
     there is none): within a year, 'MM-DD HH:MM:SS' sorts as time does."""
     logged, exact = pl.col("ts").filter(pl.col("t_exact").is_null()), pl.col("t_exact")
-    if "t_exact" not in facts.collect_schema().names():
-        facts = facts.with_columns(t_exact=pl.lit(None, dtype=pl.Int64))
     row = facts.lazy().select(logged.min().alias("lo"), logged.max().alias("hi"), logged.str.len_bytes().min().alias("shortest"),
                               logged.str.len_bytes().max().alias("longest"), exact.min().alias("x_lo"),
                               exact.max().alias("x_hi")).collect().row(0)

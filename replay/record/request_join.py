@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
 import tempfile
-import threading
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -109,18 +109,14 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
         repeated = parts.find_repeated()
         again = _GroupFiles(tmp, buckets_for(repeated) if repeated else 0)
         steps = len(groups) + again.nb
-        with contextlib.closing(ordered_map(rows, range(len(groups)), workers=1, ahead=2)) as joined:
-            for g, out in enumerate(joined):
+        # (the buckets' pool starts once the groups' is spent: their rows are written to ``again`` as it runs)
+        with contextlib.closing(ordered_map(rows, range(len(groups)), workers=1, ahead=2)) as whole, \
+                contextlib.closing(ordered_map(merged, range(again.nb), workers=1, ahead=2)) as shared:
+            for k, out in enumerate(itertools.chain(whole, shared), start=1):
                 if out is not None:
                     yield out
                 if stage is not None:
-                    stage(f"joining {n_facts:,} request lines: part {g + 1} of {steps} done")
-        with contextlib.closing(ordered_map(merged, range(again.nb), workers=1, ahead=2)) as joined:
-            for b, out in enumerate(joined):
-                if out is not None:
-                    yield out
-                if stage is not None:
-                    stage(f"joining {n_facts:,} request lines: part {len(groups) + b + 1} of {steps} done")
+                    stage(f"joining {n_facts:,} request lines: part {k} of {steps} done")
     finally:
         again.close()
         remove(tmp)
@@ -256,7 +252,6 @@ class _GroupFiles:
         self.folder = folder
         self.nb = nb
         self.spans: list[list[tuple[int, int, int]]] = [[] for _ in range(nb)]  # (group, start, end)
-        self.appending = threading.Lock()
         self.fds: dict[int, int] = {}  # (each group's file, opened once for every bucket's read of it)
 
     def path(self, g: int) -> Path:
@@ -274,8 +269,7 @@ class _GroupFiles:
                 part.write_ipc_stream(buf)
                 at = fh.tell()
                 fh.write(buf.getbuffer())
-                with self.appending:
-                    self.spans[b].append((g, at, fh.tell()))
+                self.spans[b].append((g, at, fh.tell()))
 
     def bucket(self, b: int) -> pl.DataFrame | None:
         """Bucket ``b``'s partial rows of every group, in the groups' order (None where it has none)."""
