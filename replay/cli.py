@@ -708,9 +708,9 @@ def _compared(compare: list[Path] | None, more: list[Path] | None) -> list[Path]
 
 
 def _verdicts(bundle: Path, compare: list[Path]) -> list[Any]:
-    from replay.analysis.verdict import verdicts
-    from replay.bundle import read_bundle
-    return verdicts(read_bundle(bundle), [read_bundle(p) for p in compare]) if compare else []
+    from replay.analysis.cache import analysis_of
+    from replay.analysis.verdict import verdicts_of
+    return verdicts_of(analysis_of(bundle), [analysis_of(p) for p in compare]) if compare else []
 
 
 @app.command()
@@ -722,10 +722,9 @@ def analyze(
 ) -> None:
     """Where reported and actual memory diverged: gap, onset, attribution, findings; with --compare, whether
     each replay reproduced production (OOM or divergence onset, at which request, on trace time)."""
-    from replay.analysis.pipeline import analyze_bundle
+    from replay.analysis.cache import analysis_of
     from replay.analysis.verdict import verdict_lines
-    from replay.bundle import read_bundle
-    a = analyze_bundle(read_bundle(bundle))
+    a = analysis_of(bundle)
     vs = _verdicts(bundle, _compared(compare, more))
     s = a.summary()
     if as_json:

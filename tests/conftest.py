@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 SHARED = ROOT.parent / "shared" / "data"
 
+# analyses are made anew in each test (a test that changes the analysis's code in its process would read
+# one kept by another): tests/unit/test_analysis_cache.py keeps them in a folder of its own
+os.environ["REPLAY_ANALYSIS_CACHE"] = "off"
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # (a pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment: the CLI's consoles,
     # made as replay.cli is imported, would keep 80 columns whatever width a test asks for)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.analysis.pipeline import Analysis, analyze_bundle
-from replay.bundle import read_bundle
+from replay.analysis.cache import analysis_of
+from replay.analysis.pipeline import Analysis
 
 
 @dataclass
@@ -51,11 +51,11 @@ def own_verdict(a: Analysis) -> Judged:
 
 def judge_runs(production: Path | None, bundles: list[Path]) -> list[Judged]:
     """Each bundle's verdict: against production where there is one, else by its own evidence."""
-    analyses = [analyze_bundle(read_bundle(p)) for p in bundles]
+    analyses = [analysis_of(p) for p in bundles]
     if production is None or not analyses:
         return [own_verdict(a) for a in analyses]
     from replay.analysis.verdict import verdict_lines, verdicts_of
-    vs = verdicts_of(analyze_bundle(read_bundle(production)), analyses)
+    vs = verdicts_of(analysis_of(production), analyses)
     return [Judged(v.reproduced, line, list(v.evidence), v.version)
             for v, line in zip(vs, verdict_lines(vs))]
 

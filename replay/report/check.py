@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from replay.analysis.pipeline import analyze_bundle
-from replay.bundle import read_bundle
+from replay.analysis.cache import analysis_of
 from replay.errors import ReplayError
 from replay.units import GiB
 
@@ -16,7 +15,7 @@ def run_check(bundle: Path, max_discrepancy_pct: float, max_gap_bytes: int | Non
         raise ReplayError(f"--max-discrepancy {max_discrepancy_pct}: expected a percentage of 0 or more", 2)
     if max_gap_bytes is not None and max_gap_bytes < 0:
         raise ReplayError(f"--max-gap-bytes {max_gap_bytes}: expected 0 bytes or more", 2)
-    a = analyze_bundle(read_bundle(bundle))
+    a = analysis_of(bundle)
     lines: list[str] = []
     failures = 0
     acc = a.acc.accounted_bytes

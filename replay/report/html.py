@@ -21,10 +21,11 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from replay import __version__
+from replay.analysis.cache import analysis_of
 from replay.analysis.memory import stacked_parts, unchosen
 from replay.analysis.multimodal import image_tokens_in_flight, mm_cache_hit_ratio
 from replay.analysis.outages import DOWN_KINDS, Start, crash_line, starts
-from replay.analysis.pipeline import OOM_STATED, Analysis, analyze_bundle, crash_summary
+from replay.analysis.pipeline import OOM_STATED, Analysis, crash_summary
 from replay.analysis.replicas import (
     Replicas,
     events_of,
@@ -45,7 +46,7 @@ from replay.analysis.verdict import (
     verdicts_of,
 )
 from replay.atomic import written_in_place
-from replay.bundle import Samples, read_bundle, samples_where
+from replay.bundle import Samples, samples_where
 from replay.report.downsample import LANE_MARKS, lane_marks, minmax, points_each, thin_marks
 from replay.report.escape import plotly_safe
 from replay.units import GiB
@@ -661,7 +662,7 @@ def part_size(path: Path) -> int:
 
 
 def write_report(bundle: Path, compare: list[Path], out: Path) -> int:
-    analyses = [analyze_bundle(read_bundle(p)) for p in [bundle, *compare]]
+    analyses = [analysis_of(p) for p in [bundle, *compare]]
     html = render(analyses)
     with written_in_place(out) as part:  # (the last report stays whole until this one is)
         # (a file name that is not UTF-8 reaches the text as surrogates: written as escapes, not a failure)

@@ -15,11 +15,11 @@ from typing import Any
 
 import polars as pl
 
+from replay.analysis.cache import analysis_of
 from replay.analysis.outages import starts
-from replay.analysis.pipeline import analyze_bundle, crash_summary, kill_cause
+from replay.analysis.pipeline import crash_summary, kill_cause
 from replay.analysis.verdict import verdict_lines, verdicts_of
 from replay.atomic import written_in_place
-from replay.bundle import read_bundle
 from replay.report.escape import md_code, md_item, md_link, md_text
 from replay.units import say_duration
 
@@ -48,10 +48,10 @@ def _crash_words(e: dict[str, Any], events: list[dict[str, Any]]) -> str:
 
 def render_postmortem(bundle: Path, report_link: str | None = None, compare: list[Path] | None = None) -> str:
     """The draft for ``bundle``; with ``compare`` (replays of its trace), the verdict of each beside it."""
-    b = read_bundle(bundle)
-    a = analyze_bundle(b)
+    a = analysis_of(bundle)
+    b = a.bundle
     s = a.summary()
-    verdicts = verdicts_of(a, [analyze_bundle(read_bundle(p)) for p in compare]) if compare else []
+    verdicts = verdicts_of(a, [analysis_of(p) for p in compare]) if compare else []
     t0 = datetime.fromisoformat(b.meta.t0_utc.replace("Z", "+00:00")) if b.meta.t0_utc else None
 
     def utc(us: int | None) -> str:
