@@ -732,10 +732,11 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     with processes.workers(LOG_PROCESSES, opts.progress) as workers:
         if _cores() >= 2 and sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
             seen.workers = workers
-        # the logs the workers read are handed to them first, the costliest first (a costly log left for last
-        # kept one core waiting on it), a log like one before it (a copy, whose reading waits on that one's
-        # hash) after the others; then the other files are read here, once few logs wait (``_own_turn``; in
-        # order otherwise: files of the same bytes are of the same size and cost, so which is read first holds)
+        # the files the workers read (large logs, and large captures read in parts) are handed to them first,
+        # the costliest first (a costly log left for last kept one core waiting on it; the captures, a few
+        # seconds each, end the queue), a file like one before it (a copy, whose reading waits on that one's
+        # hash) after the others; then the other files are read here, once few wait (``_own_turn``; in order
+        # otherwise: files of the same bytes are of the same size and cost, so which is read first holds)
         cost = {i: c for i, p in enumerate(paths) if seen.workers is not None and (c := _cost_apart(p, opts)) is not None}
         prints = {i: _fingerprint(paths[i], paths[i].stat().st_size) for i in cost}
         like = {i for i in cost if any(prints[j] == prints[i] for j in cost if j < i)}
@@ -758,7 +759,7 @@ def _own_turn(seen: _Seen, cost: dict[Path, float], own: float) -> None:
     (728 / 581 MiB, ``bench_time_to_answer``); so, 1.12 (688 / 616 MiB), in the same time (78-81 s)."""
     if seen.workers is None:
         return
-    while sum(cost.get(seen.apart[k], 0.0) for k in seen.workers.waiting()) > own:  # (every call a log of ``apart``)
+    while sum(cost.get(seen.apart[k], 0.0) for k in seen.workers.waiting()) > own:  # (every call a file of ``apart``)
         seen.workers.wait_for_one(OWN_TURN_POLL_S)
 
 
@@ -777,18 +778,22 @@ def _size(path: Path) -> int:
 
 
 def _cost_apart(path: Path, opts: RecordOptions) -> float | None:
-    """What reading ``path`` costs, where it is a vLLM log that a worker reads (``_read_log_apart``, by its
-    size and its head); else None. A log's bytes cost alike, but for 'Received request' and DEBUG lines
-    (``_byte_cost``), whose share of the bytes is taken from the head and, in a plain file, from the
-    middle (a log's head may be its start's output)."""
+    """What reading ``path`` costs, where a worker reads it (by its size and its head): a vLLM log
+    (``_read_log_apart``), or a capture read in parts (``_read_parsed_apart``: OWN_BYTE_COST a byte);
+    else None. A log's bytes cost alike, but for 'Received request' and DEBUG lines (``_byte_cost``),
+    whose share of the bytes is taken from the head and, in a plain file, from the middle (a log's head
+    may be its start's output)."""
     try:
-        if not (path.is_file() and (size := path.stat().st_size) >= APART_MIN_BYTES):
+        if not (path.is_file() and (size := path.stat().st_size) >= min(APART_MIN_BYTES, PARSED_APART_MIN_BYTES)):
             return None
         head = _read_text(path, 1 << 16)
-        if _kind(path, head, opts) != "vllm-log":
-            return None
+        kind = _kind(path, head, opts)
     except ReplayError:
         return None  # (read in its turn, where what is wrong with it is said)
+    if kind in PIECEWISE:
+        return size * OWN_BYTE_COST if size >= PARSED_APART_MIN_BYTES else None
+    if kind != "vllm-log" or size < APART_MIN_BYTES:
+        return None
     per_byte = _byte_cost(head)
     if compression(path) is None:
         with path.open("rb") as fh:
@@ -825,6 +830,9 @@ def _cores() -> int:
 LOG_PROCESSES = 2  # large logs read side by side, each in a process of its own (``replay.processes``)
 APART_MIN_BYTES = 64 << 20  # a log this large is read apart where there are two such files (a worker's start:
 # ~1 s, its imports)
+PARSED_APART_MIN_BYTES = 16 << 20  # a capture read in parts (``PIECEWISE``) this large is read apart too,
+# where there are workers: handed on after the logs, the smallest calls last (a fleet's day: 8 nodes'
+# nvidia-smi, 55 MB each, read here beside the workers' last logs ended ~5 s after the other core idled)
 
 
 def _done(opts: RecordOptions, size: int) -> None:
@@ -880,14 +888,52 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
         _done(opts, size)
         return FileRead(path, rep)
     own = replace(opts.for_file(path), spill=spill)
-    parsed = (PIECEWISE[kind](path, lambda: _read_text(path), own) if kind in PIECEWISE
-              else PARSERS[kind](path, _read_text(path), own))
-    _set_aside_impossible_times(parsed)
-    parsed.notes += common.renamed_note(path, parsed.vllm_names)
+    if kind in PIECEWISE and seen.workers is not None and size >= PARSED_APART_MIN_BYTES:
+        return _read_parsed_apart(path, kind, size, rep, own, seen)
+    if kind in PIECEWISE:
+        parsed, samples = _read_parsed(path, kind, own)
+    else:
+        parsed = PARSERS[kind](path, _read_text(path), own)
+        _set_aside_impossible_times(parsed)
+        parsed.notes += common.renamed_note(path, parsed.vllm_names)
+        samples = _spill_samples(parsed, spill)
     rep.kind = parsed.kind
     rep.notes += parsed.notes
     _done(opts, size)  # (read whole: done at once)
-    return FileRead(path, rep, parsed=parsed, samples=_spill_samples(parsed, spill))
+    return FileRead(path, rep, parsed=parsed, samples=samples)
+
+
+def _read_parsed(path: Path, kind: str, own: RecordOptions) -> tuple[common.Parsed, pl.LazyFrame | None]:
+    """A capture of a kind read in parts (``PIECEWISE``), here or in a worker process: what it states,
+    its samples spilled to ``own.spill`` where they are many (``_spill_samples``)."""
+    assert own.spill is not None
+    parsed = PIECEWISE[kind](path, lambda: _read_text(path), own)
+    _set_aside_impossible_times(parsed)
+    parsed.notes += common.renamed_note(path, parsed.vllm_names)
+    return parsed, _spill_samples(parsed, own.spill)
+
+
+def _read_parsed_apart(path: Path, kind: str, size: int, rep: FileReport, own: RecordOptions, seen: _Seen) -> FileRead:
+    """A capture read in parts handed to a worker process (``_read_parsed``), as a log is
+    (``_read_log_apart``); what it gives back is taken into the file read (``seen.take``)."""
+    assert seen.workers is not None
+    progress = own.progress
+    pending = seen.workers.submit(_read_parsed, path, kind, replace(own, progress=None, stage=None))
+    seen.apart.append(path)
+    read = FileRead(path, rep)
+
+    def take() -> None:
+        try:
+            read.parsed, read.samples = pending.get()
+        except processes.WorkerDied:
+            raise ReplayError(f"{path}: the process that read it ended before it was done (killed: out of "
+                              "memory?); nothing written", EXIT_IO) from None
+        rep.kind = read.parsed.kind
+        rep.notes += read.parsed.notes
+        if progress is not None:
+            progress(size)
+    seen.pending[path] = take
+    return read
 
 
 def _kind(path: Path, head: str, opts: RecordOptions) -> str | None:

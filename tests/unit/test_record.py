@@ -1147,6 +1147,52 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
     assert here[2][3].split()[1] == "duplicate" and here[2][0].split()[1] == "nvidia-smi"
 
 
+def test_a_large_capture_read_in_parts_is_read_apart_after_the_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN two logs and two nvidia-smi captures of PARSED_APART_MIN_BYTES or more (one read by the vectorised
+    lane, its samples spilled; one with a row it cannot vouch for) WHEN recorded with workers THEN the
+    captures are handed to them after the logs, by cost (a worker that ends its last log takes a capture
+    while the other ends its own), and the bundle, its files' reports and the progress are those
+    of a reading in this process, file after file."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from bench_time_to_answer import nvidia_smi_node
+
+    from replay.record import recorder
+    from tests.unit.test_faults import _big_log
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    _big_log(logs[0], 1)
+    _big_log(logs[1], 2)
+    smi = [tmp_path / "node0.csv", tmp_path / "node1.csv"]
+    nvidia_smi_node(smi[0], 0, 0.6)
+    nvidia_smi_node(smi[1], 1, 0.6)
+    with smi[1].open("a") as fh:
+        fh.write("2026/05/01 00:36:00.000, 3, NVIDIA H200, 143771 MiB, 20 GiB, 123771 MiB, 0 %\n")  # (another unit)
+    evidence = [smi[0], logs[0], smi[1], logs[1]]
+    monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
+    monkeypatch.setattr(recorder, "PARSED_APART_MIN_BYTES", 1 << 20)
+    monkeypatch.setattr(recorder, "OWN_BYTE_COST", 0.4)  # (a capture costs less than a log here, as at a fleet's day)
+    started = recorder.processes.Workers.submit
+    handed: list[str] = []
+    monkeypatch.setattr(recorder.processes.Workers, "submit",
+                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+
+    def recorded(name: str) -> tuple[dict[str, bytes], int, list[str]]:
+        done: list[int] = []
+        out = tmp_path / name
+        reports, _ = record(evidence, out, RecordOptions(year=2026, progress=done.append))
+        return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
+                [f"{Path(r.path).name} {r.kind} {r.sha256} {r.lines} {r.parsed} {r.notes}" for r in reports])
+    monkeypatch.setattr(recorder, "_cores", lambda: 1)
+    here = recorded("here.bundle")
+    assert handed == []
+    monkeypatch.setattr(recorder, "_cores", lambda: 2)
+    apart = recorded("apart.bundle")
+    assert handed == [logs[1].name, logs[0].name, smi[0].name, smi[1].name]
+    assert apart == here and here[1] == sum(p.stat().st_size for p in evidence)
+    assert [r.split()[1] for r in here[2]] == ["nvidia-smi", "vllm-log", "nvidia-smi", "vllm-log"]
+    assert read_bundle(tmp_path / "apart.bundle").scan_samples().filter(pl.col("source") == "nvidia-smi").select(
+        pl.len()).collect().item() > 2 * 8 * 2000
+
+
 def test_logs_are_handed_to_the_workers_costliest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN logs read in worker processes: a small V1 log, a larger one, and one of V0's request logging
     (its prompts and token ids read by regular expressions, 1.65 times the cost a byte) smaller than the
