@@ -95,14 +95,15 @@ def _load(kept: Path, b: Bundle) -> Analysis | None:
 
 def _keep(a: Analysis, kept: Path) -> None:
     """Keep ``a`` (its bundle left out: read again each time), then remove the least recently used kept
-    analyses past MAX_BYTES. Where the cache cannot be written, nothing is kept."""
+    analyses past MAX_BYTES. Where the cache cannot be written, or ``a`` holds what pickle cannot carry,
+    nothing is kept: the command goes on."""
     bare = copy.copy(a)
     bare.bundle = None  # type: ignore[assignment]
     try:
         with written_in_place(kept) as part, part.open("wb") as fh:
             pickle.dump(bare, fh, protocol=pickle.HIGHEST_PROTOCOL)
         _trim(kept.parent, kept)
-    except OSError:
+    except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return
 
 

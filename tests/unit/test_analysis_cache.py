@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from replay.analysis import cache
 from replay.analysis.pipeline import Analysis, analyze_bundle
+from replay.bundle import read_bundle
 from replay.record.recorder import RecordOptions, record
 from tests.conftest import DATA
 
@@ -102,3 +103,20 @@ def test_analyze_report_and_postmortem_of_a_bundle_analyse_it_once(made: list[Pa
         assert r.exit_code in (0, 1), (argv, r.output)
     assert made == [b]
     assert "CUDA OOM" in (tmp_path / "pm.md").read_text() and (tmp_path / "r.html").stat().st_size > 100_000
+
+
+def test_an_analysis_that_cannot_be_kept_is_still_given(made: list[Path], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a cache folder that cannot be written, or an analysis pickle cannot carry THEN the analysis is
+    given all the same, and nothing is left in the folder."""
+    import pickle
+    b = _bundle(tmp_path / "b")
+    want = analyze_bundle(read_bundle(b)).summary()
+
+    def refused(*args: object, **kw: object) -> None:
+        raise pickle.PicklingError("cannot pickle")
+    monkeypatch.setattr(cache.pickle, "dump", refused)
+    assert cache.analysis_of(b).summary() == want and not _kept(tmp_path) and not list((tmp_path / "cache").iterdir())
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.CACHE_ENV, str(b / "bundle.json" / "not-a-folder"))
+    assert cache.analysis_of(b).summary() == want
