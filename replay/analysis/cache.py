@@ -71,7 +71,7 @@ def _key(path: Path) -> str:
 def _code() -> str:
     """This package's files (each one's place, size and time of change) and the versions it ran with."""
     root = Path(__file__).resolve().parents[1]
-    files = sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
+    files = sorted((str(p.relative_to(root)), (st := p.stat()).st_size, st.st_mtime_ns)
                    for p in root.rglob("*") if p.suffix in (".py", ".json") and p.is_file())
     return hashlib.sha256(repr((files, sys.version, pl.__version__, np.__version__)).encode()).hexdigest()
 

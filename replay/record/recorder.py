@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import polars as pl
 
@@ -890,13 +890,7 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
     own = replace(opts.for_file(path), spill=spill)
     if kind in PIECEWISE and seen.workers is not None and size >= PARSED_APART_MIN_BYTES:
         return _read_parsed_apart(path, kind, size, rep, own, seen)
-    if kind in PIECEWISE:
-        parsed, samples = _read_parsed(path, kind, own)
-    else:
-        parsed = PARSERS[kind](path, _read_text(path), own)
-        _set_aside_impossible_times(parsed)
-        parsed.notes += common.renamed_note(path, parsed.vllm_names)
-        samples = _spill_samples(parsed, spill)
+    parsed, samples = _read_parsed(path, kind, own)
     rep.kind = parsed.kind
     rep.notes += parsed.notes
     _done(opts, size)  # (read whole: done at once)
@@ -904,10 +898,11 @@ def _read_file(path: Path, in_folder: bool, opts: RecordOptions, seen: _Seen, sp
 
 
 def _read_parsed(path: Path, kind: str, own: RecordOptions) -> tuple[common.Parsed, pl.LazyFrame | None]:
-    """A capture of a kind read in parts (``PIECEWISE``), here or in a worker process: what it states,
-    its samples spilled to ``own.spill`` where they are many (``_spill_samples``)."""
+    """A file of a kind a parser reads, here or (one read in parts, ``PIECEWISE``) in a worker process: what
+    it states, its samples spilled to ``own.spill`` where they are many (``_spill_samples``)."""
     assert own.spill is not None
-    parsed = PIECEWISE[kind](path, lambda: _read_text(path), own)
+    parsed = (PIECEWISE[kind](path, lambda: _read_text(path), own) if kind in PIECEWISE
+              else PARSERS[kind](path, _read_text(path), own))
     _set_aside_impossible_times(parsed)
     parsed.notes += common.renamed_note(path, parsed.vllm_names)
     return parsed, _spill_samples(parsed, own.spill)
@@ -923,11 +918,7 @@ def _read_parsed_apart(path: Path, kind: str, size: int, rep: FileReport, own: R
     read = FileRead(path, rep)
 
     def take() -> None:
-        try:
-            read.parsed, read.samples = pending.get()
-        except processes.WorkerDied:
-            raise ReplayError(f"{path}: the process that read it ended before it was done (killed: out of "
-                              "memory?); nothing written", EXIT_IO) from None
+        read.parsed, read.samples = _from_worker(pending, path)
         rep.kind = read.parsed.kind
         rep.notes += read.parsed.notes
         if progress is not None:
@@ -1047,14 +1038,22 @@ def _read_log_apart(path: Path, rep: FileReport, hashed: bool, opts: RecordOptio
     def take() -> None:
         if opts.stage is not None:
             opts.stage(f"reading {path.name}")
-        try:
-            read.log, sha = pending.get()
-        except processes.WorkerDied:
-            raise ReplayError(f"{path}: the process that read it ended before it was done (killed: out of "
-                              "memory?); nothing written", EXIT_IO) from None
+        read.log, sha = _from_worker(pending, path)
         _keep_hash(rep, seen, path, sha)
     seen.pending[path] = take
     return read
+
+
+_R = TypeVar("_R")
+
+
+def _from_worker(pending: processes.Pending[_R], path: Path) -> _R:
+    """What a worker gave back for ``path``; a clear error where the worker was killed before."""
+    try:
+        return pending.get()
+    except processes.WorkerDied:
+        raise ReplayError(f"{path}: the process that read it ended before it was done (killed: out of "
+                          "memory?); nothing written", EXIT_IO) from None
 
 
 def _read_plain_log(path: Path, spill: Path, keep_prompts: bool, hashed: bool, progress: Callable[[int], None] | None,
