@@ -1101,6 +1101,25 @@ def test_evidence_samples_are_written_in_frames_of_a_bounded_size(tmp_path: Path
     assert pl.concat(out).equals(pl.concat([held, spilled, held]))
 
 
+def _recorded(evidence: list[Path], out: Path, year: int) -> tuple[dict[str, bytes], int, list[str]]:
+    """A recording's files (name -> bytes), the bytes its progress counted, and each file's report (name,
+    kind, sha256, lines, parsed, notes)."""
+    done: list[int] = []
+    reports, _ = record(evidence, out, RecordOptions(year=year, progress=done.append))
+    return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
+            [f"{Path(r.path).name} {r.kind} {r.sha256} {r.lines} {r.parsed} {r.notes}" for r in reports])
+
+
+def _handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files handed to worker processes, in order, as they are handed on."""
+    from replay.record import recorder
+    started = recorder.processes.Workers.submit
+    handed: list[str] = []
+    monkeypatch.setattr(recorder.processes.Workers, "submit",
+                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    return handed
+
+
 def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN an nvidia-smi capture, two real vLLM logs (and a copy of one, named otherwise) WHEN the logs are
     read in worker processes (as logs of APART_MIN_BYTES or more are, two or more of them) THEN they are
@@ -1121,24 +1140,15 @@ def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Pa
     order: list[str] = []
     monkeypatch.setattr(recorder, "_read_file", lambda path, *a: (order.append(path.name), reading(path, *a))[1])
 
-    def recorded(name: str) -> tuple[dict[str, bytes], int, list[str]]:
-        done: list[int] = []
-        out = tmp_path / name
-        reports, _ = record(evidence, out, RecordOptions(year=2025, progress=done.append))
-        return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
-                [f"{Path(r.path).name} {r.kind} {r.sha256}" for r in reports])
-    here = recorded("here.bundle")
+    here = _recorded(evidence, tmp_path / "here.bundle", 2025)
     assert order == [p.name for p in evidence] and [r.split()[0] for r in here[2]] == order
     monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)  # (and whatever cores the machine has, below)
-    started = recorder.processes.Workers.submit
-    handed: list[str] = []
-    monkeypatch.setattr(recorder.processes.Workers, "submit",
-                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    handed = _handed(monkeypatch)
     monkeypatch.setattr(recorder, "_cores", lambda: 1)
-    assert recorded("one-core.bundle") == here and handed == []  # (one core: read here, one after another)
+    assert _recorded(evidence, tmp_path / "one-core.bundle", 2025) == here and handed == []  # (one core: read here, one after another)
     monkeypatch.setattr(recorder, "_cores", lambda: 2)
     order.clear()
-    apart = recorded("apart.bundle")
+    apart = _recorded(evidence, tmp_path / "apart.bundle", 2025)
     assert handed == [logs[0].name, logs[1].name]  # (the copy: hashed here, found a duplicate before it is read)
     # (the costliest first, a copy after the others: its reading waits on the hash of the log it copies)
     assert order == [logs[0].name, logs[1].name, copy.name, smi.name]
@@ -1170,22 +1180,13 @@ def test_a_large_capture_read_in_parts_is_read_apart_after_the_logs(tmp_path: Pa
     monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
     monkeypatch.setattr(recorder, "PARSED_APART_MIN_BYTES", 1 << 20)
     monkeypatch.setattr(recorder, "OWN_BYTE_COST", 0.4)  # (a capture costs less than a log here, as at a fleet's day)
-    started = recorder.processes.Workers.submit
-    handed: list[str] = []
-    monkeypatch.setattr(recorder.processes.Workers, "submit",
-                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    handed = _handed(monkeypatch)
 
-    def recorded(name: str) -> tuple[dict[str, bytes], int, list[str]]:
-        done: list[int] = []
-        out = tmp_path / name
-        reports, _ = record(evidence, out, RecordOptions(year=2026, progress=done.append))
-        return ({f.name: f.read_bytes() for f in sorted(out.iterdir())}, sum(done),
-                [f"{Path(r.path).name} {r.kind} {r.sha256} {r.lines} {r.parsed} {r.notes}" for r in reports])
     monkeypatch.setattr(recorder, "_cores", lambda: 1)
-    here = recorded("here.bundle")
+    here = _recorded(evidence, tmp_path / "here.bundle", 2026)
     assert handed == []
     monkeypatch.setattr(recorder, "_cores", lambda: 2)
-    apart = recorded("apart.bundle")
+    apart = _recorded(evidence, tmp_path / "apart.bundle", 2026)
     assert handed == [logs[1].name, logs[0].name, smi[0].name, smi[1].name]
     assert apart == here and here[1] == sum(p.stat().st_size for p in evidence)
     assert [r.split()[1] for r in here[2]] == ["nvidia-smi", "vllm-log", "nvidia-smi", "vllm-log"]
@@ -1210,10 +1211,7 @@ def test_logs_are_handed_to_the_workers_costliest_first(tmp_path: Path, monkeypa
     assert small.stat().st_size < v0.stat().st_size < large.stat().st_size
     monkeypatch.setattr(recorder, "APART_MIN_BYTES", 1)
     monkeypatch.setattr(recorder, "_cores", lambda: 2)
-    started = recorder.processes.Workers.submit
-    handed: list[str] = []
-    monkeypatch.setattr(recorder.processes.Workers, "submit",
-                        lambda self, fn, path, *a: (handed.append(Path(path).name), started(self, fn, path, *a))[1])
+    handed = _handed(monkeypatch)
     reports, _ = record([small, large, v0], tmp_path / "out.bundle", RecordOptions(year=2025))
     assert handed == [v0.name, large.name, small.name]
     assert [Path(r.path).name for r in reports] == [small.name, large.name, v0.name]
