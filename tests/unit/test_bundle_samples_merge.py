@@ -174,8 +174,11 @@ def test_sorted_frame_is_the_stable_sort() -> None:
     """Sorted as one integer (time, then the texts' places), or as columns where the times' range is
     too wide for 64 bits; null times and texts first, as ``sort`` puts them."""
     for df in (jumbled(500, 11, 0, nulls=True), samples([2**62, -(2**62), 0, 2**62], ["b", "a", None, "a"], ["m"] * 4, 0),
-               samples([None, None, None], ["b", None, "a"], ["x", "y", None], 0), samples([], [], [], 0)):
-        assert sorted_frame(df, BY).equals(df.sort(BY, maintain_order=True))
+               samples([None, None, None], ["b", None, "a"], ["x", "y", None], 0), samples([], [], [], 0),
+               samples([3, 1, 2], [None] * 3, ["b", "a", "b"], 0)):
+        for texts in (pl.String, pl.Categorical):  # (as a bundle's parts are written, and as text)
+            df = df.with_columns(pl.col("source", "metric").cast(texts))
+            assert sorted_frame(df, BY).equals(df.sort(BY, maintain_order=True))
 
 
 @settings(max_examples=40, deadline=None)
