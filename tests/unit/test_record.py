@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import example, given, settings
@@ -452,6 +453,19 @@ def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(fa
         for c in ("max_tokens", "n"):
             w[c] = r[c] if w[c] is None else w[c]
     assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 7), max_size=60), st.sampled_from([0, 3, 58, 61]), st.integers(0, 2**58))
+def test_hashes_are_put_in_order_whole_where_their_top_bits_meet(ids: list[int], shift: int, base: int) -> None:
+    """GIVEN an id's hashes that differ only in their low bits (sorted with their places packed in below
+    their top bits, they would meet there) or in their top bits THEN the order found sorts them whole:
+    equal hashes side by side, each place once."""
+    from replay.record.request_join import _hash_order
+    h = np.array([base + (i << shift) for i in ids], dtype=np.uint64)
+    order, hs = _hash_order(h)
+    assert sorted(order.tolist()) == list(range(len(ids)))
+    assert np.array_equal(h[order], hs) and np.array_equal(hs, np.sort(h))
 
 
 def test_the_request_join_splits_by_bucket_only_the_ids_several_groups_have(tmp_path: Path,
