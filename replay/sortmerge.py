@@ -291,8 +291,8 @@ def sorted_frame(df: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
         span *= n + 1
     if lo is None or hi is None or not 0 < span < 1 << 63:  # (no time but nulls, or too wide a range for 64 bits)
         return df.sort(by, maintain_order=True)
-    whole = df[key].fill_null(lo - 1).to_numpy().astype(np.int64) - (lo - 1)
-    for place, n in places:
+    whole = df.select((pl.col(key) - lo + 1).fill_null(0).cast(pl.Int64)).to_series().to_numpy()
+    for place, n in places:  # (a text's place: 1 + its rank among the texts, sorted; null: 0)
         whole = whole * (n + 1) + place
     return df[np.argsort(whole, kind="stable")]
 
@@ -305,10 +305,13 @@ def _places(s: pl.Series) -> tuple[npt.NDArray[np.int64], int]:
         return np.zeros(s.len(), np.int64), 0
     if s.dtype == pl.String:
         return (s.cast(pl.Enum(u.sort())).to_physical().cast(pl.Int64) + 1).fill_null(0).to_numpy(), u.len()
-    codes = u.to_physical().cast(pl.Int64).to_numpy()
-    by_code = np.zeros(int(codes.max(initial=-1)) + 2, np.int64)  # (the last: null's)
-    by_code[codes[np.argsort(u.cast(pl.String).to_numpy(), kind="stable")]] = np.arange(1, u.len() + 1)
-    return by_code[s.to_physical().cast(pl.Int64).fill_null(len(by_code) - 1).to_numpy()], u.len()
+    codes = u.to_physical().cast(pl.Int64).to_numpy()  # (a process's categories share their codes: few here, any values)
+    by_code = np.argsort(codes)
+    place = np.empty(len(codes), np.int64)
+    place[np.argsort(u.cast(pl.String).to_numpy(), kind="stable")] = np.arange(1, len(codes) + 1)
+    phys = s.to_physical().cast(pl.Int64)
+    found = place[by_code[np.searchsorted(codes[by_code], phys.fill_null(codes[0]).to_numpy())]]
+    return np.where(phys.is_null().to_numpy(), 0, found), len(codes)
 
 
 def _int(v: Any) -> int | None:
