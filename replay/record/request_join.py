@@ -83,7 +83,7 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
             remove(f)
         # (fast-lane facts have no details: their null columns cost a fifth of the join below)
         group = group.drop([c for c in fastlog.REQUEST_DETAILS if group[c].null_count() == group.height])
-        parts.write(g, _partials(group))
+        parts.write(g, *_partials(group))
 
     def rows(g: int) -> pl.DataFrame | None:
         partials = parts.take(g, again)  # (less the rows of ids in other groups too: they go to ``again``)
@@ -189,9 +189,10 @@ class _GroupPartials:
     def _path(self, kind: str, g: int) -> Path:
         return self.folder / f"{kind}{g:05d}.{'arrow' if kind == 'p' else 'u64'}"
 
-    def write(self, g: int, partials: pl.DataFrame) -> None:
+    def write(self, g: int, partials: pl.DataFrame, hashes: npt.NDArray[np.uint64]) -> None:
+        """Group ``g``'s partial rows, and their hashes sorted (``_partials`` found them so)."""
         partials.write_ipc(self._path("p", g))  # (an IPC file: a group's rows as one stream took 4 times as long)
-        partials["h"].sort().to_numpy().tofile(self._path("h", g))  # (polars' sort: half numpy's CPU time here)
+        hashes.tofile(self._path("h", g))
         self.rows[g] = partials.height
 
     def find_repeated(self) -> int:
@@ -297,15 +298,16 @@ def _with_details(partials: pl.DataFrame) -> pl.DataFrame:
 
 def _request_bucket(facts: pl.LazyFrame, aborted: pl.Series, names: list[str], t0: int, keep_prompts: bool) -> pl.DataFrame:
     """The requests.parquet rows of one bucket of request facts (all facts of its ids)."""
-    return _request_rows(_partials(facts.collect()), aborted, names, t0, keep_prompts)
+    return _request_rows(_partials(facts.collect())[0], aborted, names, t0, keep_prompts)
 
 
-def _partials(facts: pl.DataFrame) -> pl.DataFrame:
+def _partials(facts: pl.DataFrame) -> tuple[pl.DataFrame, npt.NDArray[np.uint64]]:
     """One row per request id (by its hash ``h``) of some of its facts: the first arrival (time, line,
     id and the details its line gave, of those among ``facts``' columns) and the finishes (earliest
-    time, first line). A request's facts mostly fall in one group of pieces, so a group's rows are half
-    as many as its facts; rows of the same id from other groups are joined by ``_merge``."""
-    lone, arrivals, finishes, rest = _runs(facts)
+    time, first line); and the rows' hashes, sorted (as ``_runs`` found them). A request's facts mostly
+    fall in one group of pieces, so a group's rows are half as many as its facts; rows of the same id
+    from other groups are joined by ``_merge``."""
+    lone, arrivals, finishes, rest, hashes = _runs(facts)
     details = [c for c in fastlog.REQUEST_DETAILS if c in facts.columns]
     arrived = pl.col("kind") != "request_finished"
 
@@ -319,13 +321,14 @@ def _partials(facts: pl.DataFrame) -> pl.DataFrame:
         arrival(one.filter(arrived)).with_columns(finish_t=pl.lit(None, pl.Int64), fline=pl.lit(None, pl.Int64)),
         one.filter(~arrived).select("h", id="request_id", arrival_t=pl.lit(None, pl.Int64), line=pl.lit(None, pl.Int64),
                                     **nothing, **finish),
-        _grouped_partials(facts.filter(pl.Series(rest)))])
+        _grouped_partials(facts.filter(pl.Series(rest)))]), hashes
 
 
 def _runs(facts: pl.DataFrame) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.intp],
-                                        npt.NDArray[np.bool_]]:
+                                        npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
     """Which rows of ``facts`` are of an id met once (``lone``); which are the arrivals of ids met as one
-    arrival and one finish, and their finishes' rows (in the arrivals' order); which are the rest. Found
+    arrival and one finish, and their finishes' rows (in the arrivals' order); which are the rest; and the
+    ids' hashes, each once, sorted (the group's partial rows' hashes, which ``find_repeated`` reads). Found
     by sorting the ids' hashes (``_hash_order``): most requests are one of each
     in a group, and their rows are made as they are, in the facts' order (read in hash order, their rows
     cost a cache miss each), where grouping every fact by its hash (two hash tables and a hash join) took
@@ -347,7 +350,7 @@ def _runs(facts: pl.DataFrame) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bo
     lone[order[starts[sizes == 1]]] = True
     rest = ~(lone | arrivals)
     rest[partner[arrivals]] = False
-    return lone, arrivals, partner[arrivals], rest
+    return lone, arrivals, partner[arrivals], rest, hs[starts]
 
 
 def _hash_order(h: npt.NDArray[np.uint64]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint64]]:

@@ -439,7 +439,9 @@ def test_a_groups_partial_rows_are_each_ids_first_arrival_and_earliest_finish(fa
              "n": n} for line, (i, kind, t, mt, n) in zip(range(1000, 0, -37), facts, strict=False)]
     df = pl.DataFrame(rows, schema={"request_id": pl.Utf8, "h": pl.UInt64, "kind": fastlog.REQUEST_KINDS, "t": pl.Int64,
                                     "line": pl.Int64, "max_tokens": pl.Int64, "n": pl.Int64})
-    got = {r["h"]: r for r in _partials(df).to_dicts()}
+    partial, hashes = _partials(df)
+    got = {r["h"]: r for r in partial.to_dicts()}
+    assert hashes.tolist() == sorted(got)  # (each row's hash once, sorted: what find_repeated reads)
     want: dict[int, dict[str, object]] = {}
     for r in sorted(rows, key=lambda r: r["line"]):
         w = want.setdefault(r["h"], {"h": r["h"], "id": r["request_id"], "arrival_t": None, "line": None,
@@ -501,7 +503,7 @@ def test_the_request_join_splits_by_bucket_only_the_ids_several_groups_have(tmp_
 
     def seen(cls: type, into: Callable[[pl.DataFrame], None]) -> None:
         plain = cls.write
-        monkeypatch.setattr(cls, "write", lambda self, g, partials: (into(partials), plain(self, g, partials))[1])
+        monkeypatch.setattr(cls, "write", lambda self, g, partials, *more: (into(partials), plain(self, g, partials, *more))[1])
 
     seen(request_join._GroupPartials, lambda df: groups.append(set(df["id"])))
     seen(request_join._GroupFiles, lambda df: again.update(df["id"]))
