@@ -90,10 +90,13 @@ class Sampler:
         self.n += 1
 
     def sample_memory(self) -> None:
-        """Actual memory (process RSS, NVML) and the probe's figures, at one time."""
-        t = self.t_us()
+        """Actual memory (process RSS, NVML) and the probe's figures, each at the time it was read. (Stamped
+        once read, not when asked: a walk of the process tree waits for the GIL and the CPU, and a sample
+        stamped before it could show memory that a request sent meanwhile had already taken, before that
+        request on the timeline.)"""
         if self.rss is not None:
             v = self.rss()
+            t = self.t_us()
             if v is not None:
                 self.last_rss = v
                 self.peak_rss = max(self.peak_rss or 0, v)
@@ -103,7 +106,9 @@ class Sampler:
                     self.on_capacity(v)
         if self.nvml is not None:
             mine = set(self.pids() if self.pids else [])
-            for g in self.nvml.read():
+            gpus = self.nvml.read()
+            t = self.t_us()
+            for g in gpus:
                 with self.lock:
                     self.w.sample(t, g.index, "nvml", "device_used_bytes", g.used_bytes)
                     self.w.sample(t, g.index, "nvml", "device_total_bytes", g.total_bytes)

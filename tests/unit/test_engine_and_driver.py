@@ -127,6 +127,38 @@ def test_a_failing_nvml_read_leaves_gaps_not_the_end_of_sampling(tmp_path: Path)
     assert said.startswith(f"memory sampling failed {s.failed['memory']} time(s)") and "AttributeError" in said
 
 
+def test_memory_is_stamped_when_it_was_read_not_when_asked(tmp_path: Path) -> None:
+    """GIVEN a process tree and a GPU whose readings take 80 ms (a walk of /proc that waits for the GIL and
+    the CPU on a loaded host) WHEN the sampler ticks THEN each sample is stamped at or after its reading
+    ended: a request sent while it was read, whose memory the reading already shows, is not after it on
+    the timeline (a replay's onset was put 7 ms before the request that drove it, and named the one
+    before)."""
+    import time
+
+    t0 = time.time()
+    read_end_us: dict[str, int] = {}
+
+    def rss() -> int:
+        time.sleep(0.08)
+        read_end_us["rss"] = int((time.time() - t0) * 1e6)
+        return 2**30
+
+    class Slow(FakeNvml):
+        def read(self) -> list[GpuMemory]:
+            time.sleep(0.08)
+            read_end_us["nvml"] = int((time.time() - t0) * 1e6)
+            return super().read()
+
+    nv = Slow([[GpuMemory(0, "H100", "GPU-x", 80 * 2**30, 2**30, 79 * 2**30, None, {})]])
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="replay"))
+    Sampler(w, t0, metrics_url=None, rss=rss, nvml=nv).sample_once(None)
+    w.close()
+    s = read_bundle(tmp_path / "b").samples
+    rss_t = s.filter(s["metric"] == "process_rss_bytes")["t_us"].item()
+    nvml_t = s.filter(s["metric"] == "device_used_bytes")["t_us"].item()
+    assert read_end_us["rss"] <= rss_t < read_end_us["nvml"] <= nvml_t, (read_end_us, rss_t, nvml_t)
+
+
 def test_engine_args_file_must_hold_an_object(tmp_path: Path) -> None:
     """The --engine-args file is an object of argument names and values, and --set overrides it; a
     list or a file that is no JSON is refused naming the file (a list ended in dict.update's error)."""
