@@ -278,9 +278,11 @@ def sorted_frame(df: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     """``df`` sorted stably by ``by`` (nulls first), as ``df.sort(by, maintain_order=True)``. Where
     ``by`` is an integer column then text or category columns, as a bundle's samples are (t_us, source,
     metric), they are sorted as one integer: time, then each text's place among the texts in ``df``.
-    A bucket of a fleet's day's samples (250k rows, categories) took 30 CPU-ms by polars' sort of the
-    three columns (which compares the categories' texts), 6-9 as one integer (a category's place found
-    from its code: a lookup, not a text); a million texts in no order, 0.3 s against 0.7."""
+    A bucket of a fleet's day's samples (250k rows, categories; a capture's GPUs and metrics share each
+    second, so polars' sort of the three columns compares the categories' texts at every tie) took 24-30
+    CPU-ms that way, 12-13 as one integer (each category's place found among the codes present); a
+    million texts in no order, 0.3 s against 0.7. (Where the times seldom tie, polars' own sort is as
+    fast or faster: 250k rows in 8 sorted runs of distinct times, 7 CPU-ms against 20.)"""
     key, texts = by[0], list(by[1:])
     if not df.schema[key].is_integer() or any(not isinstance(df.schema[c], pl.String | pl.Categorical) for c in texts):
         return df.sort(by, maintain_order=True)
@@ -299,7 +301,8 @@ def sorted_frame(df: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
 
 def _places(s: pl.Series) -> tuple[npt.NDArray[np.int64], int]:
     """Each row's place among the distinct texts of ``s`` sorted (1 for the least; 0 for null), and how
-    many texts there are. A category's place is looked up by its code."""
+    many texts there are. A category's place is found by its code among the codes present (sorted and
+    searched: a process's categories share their codes, which may be of any size)."""
     u = s.unique().drop_nulls()
     if not u.len():
         return np.zeros(s.len(), np.int64), 0
