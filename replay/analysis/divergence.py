@@ -63,7 +63,11 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
         later = bisect_right(t, onset)
         onset = t[later] if later < len(t) else onset
     if onset is not None and first_cross is not None:
-        onset = _rise_start(t, x, bisect_left(t, onset), bisect_left(t, first_cross), k, thr / 2, base + thr / 4)
+        # (the rise looked for is the one to the first sample over the threshold: a surge over it that dips
+        # under it before it holds there, as an image's encoder frees its activations, crosses later)
+        i_onset, i_cross = bisect_left(t, onset), bisect_left(t, first_cross)
+        i_over = i_onset + int(np.flatnonzero(np.asarray(x[i_onset:i_cross + 1]) - base > thr)[0])
+        onset = _rise_start(t, x, i_onset, i_over, k, thr / 2, base + thr / 4)
     imax = int(g["gap_bytes"].arg_max() or 0)  # (the first of the largest; a bundle holds no NaN)
     return Divergence(onset if first_cross else None, first_cross, base, thr, x[imax], t[imax], episodes)
 
@@ -94,7 +98,7 @@ def _episodes(t: list[int], excess: npt.NDArray[np.float64], first: int, thr: fl
 def _rise_start(t: list[int], x: list[float], i_onset: int, i_cross: int, step: float, jump: float,
                 near: float) -> int:
     """The onset, moved up to the start of a sudden rise: the run of samples, each above the one before by
-    more than ``step``, that ends at the first crossing, where that run rose by more than ``jump`` from a
+    more than ``step``, that ends at the first sample over the threshold (``i_cross``), where that run rose by more than ``jump`` from a
     level still ``near`` the baseline (at most that). (A creep of a few MiB a request, or a step that then
     stays level, keeps the cumulative excess above zero and would date the onset to it; the divergence
     began where the rise did. A leak rises a little a sample, and a staircase of steps is well above the

@@ -346,6 +346,18 @@ def test_a_level_step_before_a_sudden_rise_is_not_its_onset() -> None:
     assert two.onset_us == 11 * 250_000, two.onset_us
 
 
+def test_a_surge_that_dips_under_the_threshold_before_it_holds_is_its_onset() -> None:
+    """GIVEN a gap as measured in a multimodal replay: a photo's request steps it ~10 MiB above the baseline
+    and it stays level, then the first scans surge it past the threshold, it dips back under it (the
+    encoder's activations freed) and crosses for good only later WHEN detected THEN the onset is the
+    surge's first sample, not the photo's step (the rise to the crossing that held, from the dip, is too
+    small to be taken for the divergence's start)."""
+    creep = [6, 8, 14, 14, 16, 16.7, 16.7, 17, 17]
+    d = _detect(creep + [27] * 8 + [70, 215, 190, 100, 100, 100, 100, 100, 100, 170, 170, 170, 170, 170])
+    assert d.first_crossing_us == 26 * 250_000, d.first_crossing_us
+    assert d.onset_us == 17 * 250_000, d.onset_us
+
+
 def test_a_slow_leak_keeps_its_onset_where_it_began() -> None:
     """A clean leak of 1 MiB a sample from sample 100 on crosses long after it began: its onset stays at its
     start however level its last samples look."""
