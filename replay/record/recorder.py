@@ -225,8 +225,17 @@ def _timed(lf: pl.LazyFrame, year: int, tz_offset_s: int, clock_offset_us: int =
             "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
         return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000)
                                - clock_offset_us).drop("_state", "_year")
-    logged = (pl.lit(f"{year}-") + pl.col("ts")).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="us", strict=False)
-    return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged.dt.epoch("us") - tz_offset_s * 1_000_000) - clock_offset_us)
+    logged = _by_runs(pl.col("ts"), lambda ts: (pl.lit(f"{year}-") + ts).str.to_datetime(
+        "%Y-%m-%d %H:%M:%S", time_unit="us", strict=False).dt.epoch("us"))
+    return lf.with_columns(t=pl.coalesce(pl.col("t_exact"), logged - tz_offset_s * 1_000_000) - clock_offset_us)
+
+
+def _by_runs(col: pl.Expr, f: Callable[[pl.Expr], pl.Expr]) -> pl.Expr:
+    """``f`` of ``col``, worked out once for each run of equal values (``f`` maps a value alone). A log's
+    facts come in its order, dozens to a logged second: the year joined to each time before parsing it
+    cost two thirds of the parse (a fleet's day's 55M request facts: ~3 CPU-s, a run at a time ~0.6)."""
+    run = col.rle_id()
+    return f(col.filter((run != run.shift(1)).fill_null(True))).gather(run)
 
 
 TURN_MONTHS = 9  # a log's dates falling back this many months or more turn to a new year (Dec -> Jan is

@@ -1475,3 +1475,27 @@ def test_a_logs_columns_span_is_that_of_every_fact_timed(stats: list[tuple[str |
                     pl.Series("h", [], dtype=pl.UInt64))
     every = log.timed(pl.concat([frame(stats), frame(requests)])).select(lo=pl.col("t").min(), hi=pl.col("t").max()).collect()
     assert _columns_span(log, False) == (None if every["lo"][0] is None else (every["lo"][0], every["hi"][0]))
+
+
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["05-01 00:00:00", "05-01 00:00:01", "12-31 23:59:59", "13-45 99:99:99", ""])),
+                max_size=40),
+       st.lists(st.one_of(st.none(), st.integers(0, 2**40)), max_size=40))
+@settings(max_examples=200, deadline=None)
+def test_logged_times_parsed_a_run_at_a_time_are_each_lines_own(ts: list[str | None], exact: list[int | None]) -> None:
+    """The facts' times are parsed once a run of equal logged times (a log's facts come dozens to a
+    second): each fact still gets its own line's time, a null or an impossible time none, and an exact
+    time wins, wherever equal times recur apart."""
+    from replay.record.recorder import _timed
+    n = min(len(ts), len(exact)) if exact else len(ts)
+    facts = pl.DataFrame({"ts": ts[:n], "t_exact": (exact + [None] * n)[:n]}, schema={"ts": pl.Utf8, "t_exact": pl.Int64})
+    got = _timed(facts.lazy(), 2026, 3600, 7).collect()["t"].to_list()
+
+    def one(t: str | None, x: int | None) -> int | None:
+        if x is not None:
+            return x - 7
+        try:
+            at = datetime.strptime(f"2026-{t}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+        except (TypeError, ValueError):
+            return None
+        return int(at.timestamp()) * 1_000_000 - 3600 * 1_000_000 - 7
+    assert got == [one(t, x) for t, x in zip(facts["ts"].to_list(), facts["t_exact"].to_list(), strict=True)]
