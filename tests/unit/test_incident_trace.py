@@ -300,3 +300,23 @@ def test_a_written_bundle_is_rewritten_only_where_an_engine_row_has_its_front_en
     assert unify_bundle_requests(path) == folds
     assert (path.stat().st_mtime_ns != before) == bool(folds)
     assert pl.read_parquet(path).height == len(ids) - folds
+
+
+def test_the_written_ids_are_read_back_only_where_some_are_an_engines(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fold reads requests.parquet's ids back only where a row written holds an engine's suffixed id:
+    a log of front-end ids alone is recorded without it; the 0.32 log, whose 'Added' lines name the
+    engine's ids, is folded as before."""
+    from replay.record import recorder
+    looked: list[Path] = []
+    unify = recorder.unify_bundle_requests
+    monkeypatch.setattr(recorder, "unify_bundle_requests", lambda p: looked.append(p) or unify(p))
+    plain = tmp_path / "plain.log"
+    plain.write_text("".join(f"INFO 05-01 10:00:0{i} [async_llm.py:587] Added request cmpl-{i}-0.\n"
+                             f"INFO 05-01 10:00:0{i} [async_llm.py:587] Finished request cmpl-{i}-0.\n" for i in range(5)))
+    record([plain], tmp_path / "plain.bundle", RecordOptions(year=2026))
+    assert read_bundle(tmp_path / "plain.bundle").requests.height == 5
+    assert looked == []
+    record([V032_DEBUG], tmp_path / "v032.bundle", RecordOptions(year=2026))
+    assert [p.name for p in looked] == ["requests.parquet"]  # (in the bundle being written, swapped in whole)
+    assert read_bundle(tmp_path / "v032.bundle").requests["engine_id"].drop_nulls().len() > 0
