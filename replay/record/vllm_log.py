@@ -833,7 +833,9 @@ def extract(text: str) -> list[tuple[str, dict[str, Any]]]:
             m = rx.search(text)
             if m:
                 out.append((kind, {key: _f(m.group(1))}))
-        m = R_KV_TOKENS.search(text)
+        # (looked for only where its words are: its lazy device name ran from every word of a line, 120 µs
+        # on a preemption warning, which names the KV cache twice)
+        m = R_KV_TOKENS.search(text) if "KV cache size: " in text else None
         if m:
             out.append(("kv_tokens", {"device": m.group(1).strip(), "kv_cache_tokens": int(_f(m.group(2)))}))
         m = R_MAXLEN_ERR.search(text)
