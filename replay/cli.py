@@ -273,7 +273,10 @@ def record(
     """Turn the evidence of an incident into one bundle on one UTC timeline, losing nothing.
 
     Give it everything at once, files or a folder: each file is recognised by its content. Logs of several ranks and restarts line up; a log saved twice over (kubectl logs at 10:00, then again at 10:30) gives each fact once; what cannot be read goes to the bundle's quarantine with its file and line. Then: replay inspect BUNDLE, replay report BUNDLE."""
+    from replay import malloc
     from replay.units import parse_duration_us
+    if not live:
+        malloc.hold_freed_pages()  # (before polars is first imported: a recording frees pieces by the thousand)
     _bundle_out(out, force)
     if live:
         from replay.record.live import record_live

@@ -100,3 +100,50 @@ def test_polars_allocator_takes_the_settings_replay_gives_it() -> None:
     own = subprocess.run([sys.executable, "-c", JEMALLOC_PROBE], capture_output=True, text=True, check=True,
                          env={**env, "_RJEM_MALLOC_CONF": "bogus_pair:1"}, cwd=Path(__file__).parents[2])
     assert own.stdout.strip().endswith("bogus_pair:1") and "tcache" not in own.stdout and "Invalid conf pair: bogus_pair:1" in own.stderr  # (the probe sees it)
+
+
+HOLD_PROBE = """
+import os, sys, replay
+from replay import malloc
+if sys.argv[1] == "polars first":
+    import polars
+held = malloc.hold_freed_pages()
+import polars as pl
+pl.DataFrame({"a": list(range(1000))}).sort("a")
+print(held, os.environ["_RJEM_MALLOC_CONF"])
+"""
+
+RECORD_PROBE = """
+import os, sys
+from replay.cli import app
+app(["record", sys.argv[1], "-o", sys.argv[2], "--year", "2026"], standalone_mode=False)
+print(os.environ["_RJEM_MALLOC_CONF"])
+"""
+
+
+def _run(probe: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True, env=env,
+                          cwd=Path(__file__).parents[2])
+
+
+def test_a_recording_has_polars_allocator_hold_freed_pages_where_nothing_else_decided() -> None:
+    """``hold_freed_pages`` sets polars' jemalloc to hold freed pages RECORD_HOLD_MS (jemalloc takes the
+    pairs: it names a pair it does not know on stderr), unless polars is imported already or the user set
+    the allocator; ``replay record`` calls it before polars is imported."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    held = _run(HOLD_PROBE, "first", env=env)
+    assert held.stdout.startswith("True ") and "<jemalloc>" not in held.stderr
+    assert held.stdout.strip().endswith(f",dirty_decay_ms:{malloc.RECORD_HOLD_MS},muzzy_decay_ms:0,tcache:false")
+    late = _run(HOLD_PROBE, "polars first", env=env)
+    assert late.stdout.startswith("False ") and late.stdout.strip().endswith(",dirty_decay_ms:1000,muzzy_decay_ms:0,tcache:false")
+    own = _run(HOLD_PROBE, "first", env={**env, "_RJEM_MALLOC_CONF": "dirty_decay_ms:5"})
+    assert own.stdout.startswith("False ") and own.stdout.strip().endswith("dirty_decay_ms:5")
+
+
+def test_replay_record_holds_freed_pages(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    log = tmp_path / "vllm.log"
+    log.write_text("".join(f"INFO 05-01 10:00:0{i} [async_llm.py:587] Added request cmpl-{i}-0.\n" for i in range(3)))
+    r = _run(RECORD_PROBE, str(log), str(tmp_path / "b"), env=env)
+    assert r.stdout.strip().splitlines()[-1].endswith(f"dirty_decay_ms:{malloc.RECORD_HOLD_MS},muzzy_decay_ms:0,tcache:false")
+    assert (tmp_path / "b" / "requests.parquet").exists()
