@@ -64,9 +64,12 @@ def detect(gap: pl.DataFrame, *, warm_fraction: float = 0.15, min_warm: int = 5,
         onset = t[later] if later < len(t) else onset
     if onset is not None and first_cross is not None:
         # (the rise looked for is the one to the first sample over the threshold: a surge over it that dips
-        # under it before it holds there, as an image's encoder frees its activations, crosses later)
-        i_onset, i_cross = bisect_left(t, onset), bisect_left(t, first_cross)
-        i_over = i_onset + int(np.flatnonzero(np.asarray(x[i_onset:i_cross + 1]) - base > thr)[0])
+        # under it before it holds there, as an image's encoder frees its activations, crosses later. The GPUs
+        # of a node share their times: the crossing is one of the samples at its time, and the onset, a time
+        # after the last zero, may be one after it)
+        i_onset = bisect_left(t, onset)
+        lo = min(i_onset, bisect_left(t, first_cross))
+        i_over = lo + int(np.flatnonzero(np.asarray(x[lo:bisect_right(t, first_cross)]) - base > thr)[0])
         onset = _rise_start(t, x, i_onset, i_over, k, thr / 2, base + thr / 4)
     imax = int(g["gap_bytes"].arg_max() or 0)  # (the first of the largest; a bundle holds no NaN)
     return Divergence(onset if first_cross else None, first_cross, base, thr, x[imax], t[imax], episodes)
@@ -95,17 +98,17 @@ def _episodes(t: list[int], excess: npt.NDArray[np.float64], first: int, thr: fl
     return out
 
 
-def _rise_start(t: list[int], x: list[float], i_onset: int, i_cross: int, step: float, jump: float,
+def _rise_start(t: list[int], x: list[float], i_onset: int, i_over: int, step: float, jump: float,
                 near: float) -> int:
     """The onset, moved up to the start of a sudden rise: the run of samples, each above the one before by
-    more than ``step``, that ends at the first sample over the threshold (``i_cross``), where that run rose by more than ``jump`` from a
-    level still ``near`` the baseline (at most that). (A creep of a few MiB a request, or a step that then
+    more than ``step``, that ends at the first sample over the threshold (``i_over``), where that run rose
+    by more than ``jump`` from a level still ``near`` the baseline (at most that). (A creep of a few MiB a request, or a step that then
     stays level, keeps the cumulative excess above zero and would date the onset to it; the divergence
     began where the rise did. A leak rises a little a sample, and a staircase of steps is well above the
     baseline before its last: their onsets stay.)"""
-    j = i_cross
+    j = i_over
     while j - 1 >= max(i_onset, 1) and x[j - 1] - x[j - 2] > step:
         j -= 1
-    if j > i_onset and x[i_cross] - x[j - 1] > jump and x[j - 1] <= near:
+    if j > i_onset and x[i_over] - x[j - 1] > jump and x[j - 1] <= near:
         return t[j]
     return t[i_onset]

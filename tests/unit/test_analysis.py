@@ -358,6 +358,22 @@ def test_a_surge_that_dips_under_the_threshold_before_it_holds_is_its_onset() ->
     assert d.onset_us == 17 * 250_000, d.onset_us
 
 
+def test_the_gpus_of_a_node_sharing_each_time_are_detected_without_error() -> None:
+    """GIVEN two GPUs sampled at the same seconds, one jumping a GiB a second before the other (the
+    crossing is the second sample at its time, and the first sample after the last zero is a second
+    later) WHEN detected THEN the crossing is that second and the onset the one after it, as before
+    the rise was looked for up to the first sample over the threshold (which then looked only at the
+    first sample at the crossing's time, and failed)."""
+    from replay.analysis.divergence import detect
+    gib = 2**30
+    rows = [(s * 1_000_000, gpu, 10 * gib + x, x + (s % 3) * 2**20) for s in range(40) for gpu in (0, 1)
+            for x in [0.0 if s < 30 or (s == 30 and gpu == 0) else 1.0 * gib]]
+    g = pl.DataFrame(rows, schema={"t_us": pl.Int64, "gpu": pl.Int32, "actual_bytes": pl.Float64,
+                                   "gap_bytes": pl.Float64}, orient="row")
+    d = detect(g)
+    assert (d.first_crossing_us, d.onset_us) == (30_000_000, 31_000_000)
+
+
 def test_a_slow_leak_keeps_its_onset_where_it_began() -> None:
     """A clean leak of 1 MiB a sample from sample 100 on crosses long after it began: its onset stays at its
     start however level its last samples look."""
