@@ -20,7 +20,8 @@ import os
 # 4 logs: 246 -> 363 MiB over 97 buckets with them, 206-237 MiB throughout without; a fleet's day records
 # no slower, a tenth of it ~10 % slower). It must be set before polars is first imported, which is why it
 # is here; a setting of the user's own wins. (`replay record` holds them longer: ``malloc.hold_freed_pages``.)
+POLARS_MALLOC_CONF = "dirty_decay_ms:{},muzzy_decay_ms:0,tcache:false"  # (with how long freed pages are held, ms)
 users_polars_malloc_conf = os.environ.get("_RJEM_MALLOC_CONF")
-os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:1000,muzzy_decay_ms:0,tcache:false")
+os.environ.setdefault("_RJEM_MALLOC_CONF", POLARS_MALLOC_CONF.format(1000))
 
 __version__ = "0.1.0"

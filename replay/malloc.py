@@ -77,5 +77,5 @@ def hold_freed_pages() -> bool:
     held for a time, not for a length of file), so the peak stays bounded: a longer input holds no more."""
     if "polars" in sys.modules or replay.users_polars_malloc_conf is not None:
         return False
-    os.environ["_RJEM_MALLOC_CONF"] = f"dirty_decay_ms:{RECORD_HOLD_MS},muzzy_decay_ms:0,tcache:false"
+    os.environ["_RJEM_MALLOC_CONF"] = replay.POLARS_MALLOC_CONF.format(RECORD_HOLD_MS)
     return True

@@ -69,7 +69,7 @@ from replay.record.options import RecordOptions as RecordOptions
 from replay.record.registry import KINDS as KINDS
 from replay.record.registry import PARSERS, PIECEWISE, STREAMED
 from replay.record.registry import detect_kind as detect_kind
-from replay.record.request_ids import ENGINE_SUFFIX, unify_bundle_requests
+from replay.record.request_ids import has_engine_ids, unify_bundle_requests
 from replay.record.vllm_log import LogFact, LogParse, fact_time_us, parse_log, physical_lines
 from replay.units import GiB, fraction, is_uint
 from replay.versioning import version_key
@@ -1535,12 +1535,12 @@ class _EngineIds:
 
     def seen_in(self, frames: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
         for df in frames:
-            self.suffixed = self.suffixed or ("id" in df.columns and bool(df["id"].str.contains(ENGINE_SUFFIX).any()))
+            self.suffixed = self.suffixed or has_engine_ids(df)
             yield df
 
 
 def _requests_after(into: Path, meta: BundleMeta, w: BundleWriter, g: _Gathered, t0: int | None,
-                    opts: RecordOptions, suffixed: bool = True) -> None:
+                    opts: RecordOptions, suffixed: bool) -> None:
     """What the written requests gain: uvicorn's access lines where a log states no request, and the
     engine's ids folded into the front end's (looked for where ``suffixed``: some row written has one, or
     where rows of access lines were added)."""

@@ -21,6 +21,11 @@ _FIRST = ("arrival_us", "sent_us", "first_token_us")  # (the earlier of the two 
 _LAST = ("finish_us",)
 
 
+def has_engine_ids(df: pl.DataFrame) -> bool:
+    """Whether some row of ``df`` has an id with an engine's suffix (a row ``unify_request_ids`` may fold)."""
+    return "id" in df.columns and bool(df["id"].str.contains(ENGINE_SUFFIX).any())
+
+
 def unify_request_ids(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Fold each engine-side row into its front-end row; returns the rows and how many were folded.
     The front end's row keeps its id, source and details (the engine side's fill what it lacks); the
