@@ -30,6 +30,11 @@ from replay.record import fastlog
 from replay.record.fastlog import FastFacts, buckets_for
 
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
+SPLIT_THREADS = 3  # groups split side by side, and ROWS_THREADS groups' rows made side by side while the sink
+ROWS_THREADS = 2  # encodes the last (eager polars work is mostly single-threaded, and numpy's indexing holds
+# the GIL). A fleet's day: the split kept 1.50 cores busy in two threads, 1.72 in three (four: no busier);
+# the rows 1.6 in one thread, 1.8 in two. The record was 2-14 s sooner in 6 of 7 runs taken in turns, its
+# peak 910-1070 MiB against 847-890 (its tail's groups in flight: it peaks there, no longer while reading)
 
 
 class LogRequests(Protocol):
@@ -93,9 +98,8 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
         partials = again.bucket(b)
         return None if partials is None else _request_rows(_merge(partials), aborted, facts.names, t0, keep_prompts)
 
-    # the groups made two side by side (eager polars work is mostly single-threaded); then each group's rows
-    # made in one thread while the sink encodes the last (two threads were no faster, the cores being busy),
-    # then the rows of the ids in several groups merged, a bucket at a time
+    # the groups made side by side; then their rows, in order, while the sink encodes the last; then the rows
+    # of the ids in several groups merged, a bucket at a time
     spill.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=spill, prefix="requests-"))
     parts = _GroupPartials(tmp, remove)
@@ -103,14 +107,15 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
     try:
         # (each pool closed as its loop is left, by an error or the consumer: the group being split, or the
         # group being read, ends before the files it writes or reads and their descriptors go)
-        with contextlib.closing(ordered_map(split, range(len(groups)), workers=2, ahead=2)) as splits:
+        with contextlib.closing(ordered_map(split, range(len(groups)), workers=SPLIT_THREADS, ahead=SPLIT_THREADS)) as splits:
             for _ in splits:
                 pass
         repeated = parts.find_repeated()
         again = _GroupFiles(tmp, buckets_for(repeated) if repeated else 0)
         steps = len(groups) + again.nb
         # (the buckets' pool starts once the groups' is spent: their rows are written to ``again`` as it runs)
-        with contextlib.closing(ordered_map(rows, range(len(groups)), workers=1, ahead=2)) as whole, \
+        with contextlib.closing(ordered_map(rows, range(len(groups)), workers=ROWS_THREADS,
+                                                    ahead=ROWS_THREADS + 1)) as whole, \
                 contextlib.closing(ordered_map(merged, range(again.nb), workers=1, ahead=2)) as shared:
             for k, out in enumerate(itertools.chain(whole, shared), start=1):
                 if out is not None:
@@ -246,8 +251,8 @@ class _GroupFiles:
     """Each group's partial rows of the ids several groups have, split by bucket (the id's hash modulo
     ``nb``): one Arrow IPC stream a bucket, one after another in the group's one file, and where each
     bucket's stream lies in which. (A file for each bucket and group made (rows/BUCKET_FACTS)² of them;
-    a file a bucket, appended to by each group, cost more in opening and writing.) Written and read from
-    one thread."""
+    a file a bucket, appended to by each group, cost more in opening and writing.) Written by several
+    threads, each to the files of its own groups; read from one thread once every group is written."""
 
     def __init__(self, folder: Path, nb: int) -> None:
         self.folder = folder
