@@ -34,7 +34,8 @@ SPLIT_THREADS = 3  # groups split side by side, and ROWS_THREADS groups' rows ma
 ROWS_THREADS = 2  # encodes the last (eager polars work is mostly single-threaded, and numpy's indexing holds
 # the GIL). A fleet's day: the split kept 1.50 cores busy in two threads, 1.72 in three (four: no busier);
 # the rows 1.6 in one thread, 1.8 in two. The record was 2-14 s sooner in 6 of 7 runs taken in turns, its
-# peak 910-1070 MiB against 847-890 (its tail's groups in flight: it peaks there, no longer while reading)
+# peak 910-1070 MiB against 847-890 (the groups in flight, each thread's freed pages held in an arena of its
+# own), and 731-858 once the recorder's allocator kept an arena for each CPU (``malloc.RECORD_ARENAS``)
 
 
 class LogRequests(Protocol):

@@ -127,13 +127,14 @@ def _run(probe: str, *args: str, env: dict[str, str]) -> subprocess.CompletedPro
 
 
 def test_a_recording_has_polars_allocator_hold_freed_pages_where_nothing_else_decided() -> None:
-    """``hold_freed_pages`` sets polars' jemalloc to hold freed pages RECORD_HOLD_MS (jemalloc takes the
-    pairs: it names a pair it does not know on stderr), unless polars is imported already or the user set
+    """``hold_freed_pages`` sets polars' jemalloc to hold freed pages RECORD_HOLD_MS, in an arena for each
+    CPU (jemalloc takes the pairs: it names a pair or a value it does not know on stderr), unless polars is imported already or the user set
     the allocator; ``replay record`` calls it before polars is imported."""
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     held = _run(HOLD_PROBE, "first", env=env)
     assert held.stdout.startswith("True ") and "<jemalloc>" not in held.stderr
-    assert held.stdout.strip().endswith(f",dirty_decay_ms:{malloc.RECORD_HOLD_MS},muzzy_decay_ms:0,tcache:false")
+    assert held.stdout.strip().endswith(f",dirty_decay_ms:{malloc.RECORD_HOLD_MS},muzzy_decay_ms:0,tcache:false,"
+                                        "percpu_arena:percpu")
     late = _run(HOLD_PROBE, "polars first", env=env)
     assert late.stdout.startswith("False ") and late.stdout.strip().endswith(",dirty_decay_ms:1000,muzzy_decay_ms:0,tcache:false")
     own = _run(HOLD_PROBE, "first", env={**env, "_RJEM_MALLOC_CONF": "dirty_decay_ms:5"})
@@ -145,5 +146,6 @@ def test_replay_record_holds_freed_pages(tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text("".join(f"INFO 05-01 10:00:0{i} [async_llm.py:587] Added request cmpl-{i}-0.\n" for i in range(3)))
     r = _run(RECORD_PROBE, str(log), str(tmp_path / "b"), env=env)
-    assert r.stdout.strip().splitlines()[-1].endswith(f"dirty_decay_ms:{malloc.RECORD_HOLD_MS},muzzy_decay_ms:0,tcache:false")
+    assert r.stdout.strip().splitlines()[-1].endswith(f"dirty_decay_ms:{malloc.RECORD_HOLD_MS},muzzy_decay_ms:0,"
+                                                      "tcache:false,percpu_arena:percpu")
     assert (tmp_path / "b" / "requests.parquet").exists()
