@@ -78,9 +78,9 @@ def hold_freed_pages() -> bool:
     turns, its peak 860-880 MiB against 630-650. A tenth of that evidence peaks as high (freed pages are
     held for a time, not for a length of file), so the peak stays bounded: a longer input holds no more.
 
-    Freed pages are held by the arena that freed them, and jemalloc gives each new thread an arena of
-    its own, up to four for each CPU: pages the request join's threads freed were not those the next
-    group's threads took, and a fleet's day peaked at 995-1044 MiB (a tenth of it at 850-875: a ratio of
+    Freed pages are held by the arena that freed them, and jemalloc hands new threads arenas in turn,
+    four for each CPU: pages the request join's threads freed were not those the next group's threads
+    took, and a fleet's day peaked at 995-1044 MiB (a tenth of it at 850-875: a ratio of
     1.17). An arena for each CPU, whatever thread runs there: 731-858 MiB (median 757), a tenth 657-685
     (680), in the same time (in turns: 63.5 s against 66.9, 62.9 against 62.8)."""
     if "polars" in sys.modules or replay.users_polars_malloc_conf is not None:

@@ -33,7 +33,7 @@ POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its 
 SPLIT_THREADS = 3  # groups split side by side, and ROWS_THREADS groups' rows made side by side while the sink
 ROWS_THREADS = 2  # encodes the last (eager polars work is mostly single-threaded, and numpy's indexing holds
 # the GIL). A fleet's day: the split kept 1.50 cores busy in two threads, 1.72 in three (four: no busier);
-# the rows 1.6 in one thread, 1.8 in two. The record was 2-14 s sooner in 6 of 7 runs taken in turns, its
+# the rows 1.6 in one thread, 1.8 in two. The record was 2-15 s sooner in 6 of 7 runs taken in turns, its
 # peak 910-1070 MiB against 847-890 (the groups in flight, each thread's freed pages held in an arena of its
 # own), and 731-858 once the recorder's allocator kept an arena for each CPU (``malloc.RECORD_ARENAS``)
 
@@ -108,7 +108,8 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
     try:
         # (each pool closed as its loop is left, by an error or the consumer: the group being split, or the
         # group being read, ends before the files it writes or reads and their descriptors go)
-        with contextlib.closing(ordered_map(split, range(len(groups)), workers=SPLIT_THREADS, ahead=SPLIT_THREADS)) as splits:
+        with contextlib.closing(ordered_map(split, range(len(groups)), workers=SPLIT_THREADS,
+                                            ahead=SPLIT_THREADS)) as splits:
             for _ in splits:
                 pass
         repeated = parts.find_repeated()
@@ -116,7 +117,7 @@ def requests_from_logs(logs: Sequence[LogRequests], t0: int, keep_prompts: bool,
         steps = len(groups) + again.nb
         # (the buckets' pool starts once the groups' is spent: their rows are written to ``again`` as it runs)
         with contextlib.closing(ordered_map(rows, range(len(groups)), workers=ROWS_THREADS,
-                                                    ahead=ROWS_THREADS + 1)) as whole, \
+                                            ahead=ROWS_THREADS + 1)) as whole, \
                 contextlib.closing(ordered_map(merged, range(again.nb), workers=1, ahead=2)) as shared:
             for k, out in enumerate(itertools.chain(whole, shared), start=1):
                 if out is not None:

@@ -128,8 +128,9 @@ def _run(probe: str, *args: str, env: dict[str, str]) -> subprocess.CompletedPro
 
 def test_a_recording_has_polars_allocator_hold_freed_pages_where_nothing_else_decided() -> None:
     """``hold_freed_pages`` sets polars' jemalloc to hold freed pages RECORD_HOLD_MS, in an arena for each
-    CPU (jemalloc takes the pairs: it names a pair or a value it does not know on stderr), unless polars is imported already or the user set
-    the allocator; ``replay record`` calls it before polars is imported."""
+    CPU (jemalloc takes the pairs: it names a pair or a value it does not know on stderr), unless polars
+    is imported already or the user set the allocator; ``replay record`` calls it before polars is
+    imported."""
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     held = _run(HOLD_PROBE, "first", env=env)
     assert held.stdout.startswith("True ") and "<jemalloc>" not in held.stderr
