@@ -32,10 +32,11 @@ from replay.record.fastlog import FastFacts, buckets_for
 POS_SHIFT = 40  # a request fact's place in the logs: the log's index above its line number
 SPLIT_THREADS = 3  # groups split side by side, and ROWS_THREADS groups' rows made side by side while the sink
 ROWS_THREADS = 2  # encodes the last (eager polars work is mostly single-threaded, and numpy's indexing holds
-# the GIL). A fleet's day: the split kept 1.50 cores busy in two threads, 1.72 in three (four: no busier);
-# the rows 1.6 in one thread, 1.8 in two. The record was 2-15 s sooner in 6 of 7 runs taken in turns, its
-# peak 910-1070 MiB against 847-890 (the groups in flight, each thread's freed pages held in an arena of its
-# own), and 731-858 once the recorder's allocator kept an arena for each CPU (``malloc.RECORD_ARENAS``)
+# the GIL). A fleet's day: the split kept 1.48-1.53 cores busy in two threads, 1.40-1.67 in three, 1.69-1.73
+# in four; the rows 1.58-1.64 in one thread, 1.74-1.83 in two. The three and two together made the record
+# 2-15 s sooner in 6 of 7 runs taken in turns, its peak 910-1070 MiB against 847-890 (the groups in flight,
+# each thread's freed pages held in an arena of its own), and 731-858 once the recorder's allocator kept an
+# arena for each CPU (``malloc.RECORD_ARENAS``)
 
 
 class LogRequests(Protocol):
