@@ -102,9 +102,9 @@ def _rise_start(t: list[int], x: list[float], i_onset: int, i_over: int, step: f
                 near: float) -> int:
     """The onset, moved up to the start of a sudden rise: the run of samples, each above the one before by
     more than ``step``, that ends at the first sample over the threshold (``i_over``), where that run rose
-    by more than ``jump`` from a level still ``near`` the baseline (at most that). (A creep of a few MiB a request, or a step that then
-    stays level, keeps the cumulative excess above zero and would date the onset to it; the divergence
-    began where the rise did. A leak rises a little a sample, and a staircase of steps is well above the
+    by more than ``jump`` from a level still ``near`` the baseline (at most that). (A creep of a few MiB a
+    request, or a step that then stays level, keeps the cumulative excess above zero and would date the
+    onset to it; the divergence began where the rise did. A leak rises a little a sample, and a staircase of steps is well above the
     baseline before its last: their onsets stay.)"""
     j = i_over
     while j - 1 >= max(i_onset, 1) and x[j - 1] - x[j - 2] > step:
