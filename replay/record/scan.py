@@ -32,7 +32,7 @@ import functools
 import mmap
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
@@ -512,12 +512,14 @@ class _ByLength:
 
 
 def _place(buf: npt.NDArray[np.uint8], starts: Lines, lens: Lines, codes: npt.NDArray[np.uint8],
-           known: list[Template], which: npt.NDArray[np.int32] | None = None, min_lines: int = 1) -> None:
+           known: list[Template], which: npt.NDArray[np.int32] | None = None, min_lines: int = 1,
+           order: Sequence[int] | None = None) -> None:
     """Give each line of a piece the class of the template it equals (``codes``, REFERENCE elsewhere):
-    first the templates of pieces before (a log's shapes repeat), then ones taken from lines of the
-    commonest length left (added to ``known``); a length whose lines gave no template three times is
-    given up (its lines are left to the reference); no template is looked for among fewer than ``min_lines``
-    lines of a length. With ``which``, each placed line's template (its index in ``known``)."""
+    first the templates of pieces before (a log's shapes repeat; in the order ``order`` gives their indices,
+    else as known), then ones taken from lines of the commonest length left (added to ``known``); a length
+    whose lines gave no template three times is given up (its lines are left to the reference); no template
+    is looked for among fewer than ``min_lines`` lines of a length. With ``which``, each placed line's
+    template (its index in ``known``)."""
     by = _ByLength(lens)
 
     def take(t: Template, same: Lines, k: int) -> Lines:
@@ -526,7 +528,8 @@ def _place(buf: npt.NDArray[np.uint8], starts: Lines, lens: Lines, codes: npt.ND
         if which is not None:
             which[hit] = k
         return hit
-    for k, was in enumerate(list(known)):
+    for k in range(len(known)) if order is None else order:
+        was = known[k]
         n = len(was.text)
         if by.count[n]:
             by.drop(n, take(was, by.left(n), k))
@@ -722,6 +725,7 @@ class PieceScanner:
 
     def __init__(self) -> None:
         self.known: list[Template] = []
+        self.lines: list[int] = []  # how many lines each of ``known`` has placed
         self._lock = threading.Lock()
 
     def classify(self, piece: bytes, line_ends: Lines | None = None, heads: Heads | None = None) -> PieceClasses:
@@ -739,13 +743,29 @@ class PieceScanner:
         lens[starts + (lens + 7) // 8 * 8 > n] = 0  # (its words would run past the piece: never a template's)
         codes = np.zeros(len(ends), np.uint8)
         which = np.full(len(ends), -1, np.int32)
-        known = list(self.known)
+        with self._lock:
+            known, lines = list(self.known), list(self.lines)
         had = len(known)
-        _place(buf, starts, lens, codes, known, which, PIECE_MIN_LINES)
-        if len(known) > had:
-            with self._lock:
-                self.known.extend(known[had:][:max(0, KNOWN_MAX - len(self.known))])
+        _place(buf, starts, lens, codes, known, which, PIECE_MIN_LINES,
+               sorted(range(had), key=lambda k: -lines[k]))
+        self._placed(known, had, np.bincount(which[which >= 0], minlength=len(known)))
         codes[-1] = REFERENCE
         _next_line_rule(codes, piece, lambda k: (int(starts[k]), int(ends[k])), heads)
         which[codes == REFERENCE] = -1
         return PieceClasses(codes, which, tuple(known))
+
+    def _placed(self, known: list[Template], had: int, lines: npt.NDArray[np.intp]) -> None:
+        """Keep the templates a piece found beyond the ``had`` it was given, and count the lines each placed:
+        the pieces after try the templates that placed the most first. (A length's lines are compared to
+        each of its templates in turn, all that are left at each: a generated day's log has two templates
+        of each of two lengths, one of which placed 3 of 55k lines a piece, and tried first it cost two
+        comparisons of every line in five. Its first 30 pieces, classified in 0.66-0.69 CPU-s, took
+        0.50-0.52 tried by lines placed; a log of several versions' lines, 0.72-0.80 against 0.78-0.82.)"""
+        with self._lock:
+            self.known.extend(known[had:][:max(0, KNOWN_MAX - len(self.known))])
+            self.lines += [0] * (len(self.known) - len(self.lines))
+            at = {id(t): i for i, t in enumerate(self.known)}  # (other pieces may have added theirs first)
+            for k in np.flatnonzero(lines):
+                i = at.get(id(known[k]))
+                if i is not None:
+                    self.lines[i] += int(lines[k])

@@ -313,3 +313,43 @@ def test_the_strict_heads_told_at_once_change_no_class(others: list[str], seed: 
     raw = piece.split(b"\n")
     assert fastlog._strict_heads(split, scan.np.asarray(asked, dtype=scan.np.int64)).tolist() == [
         bool(scan._HEAD_TIME.match(raw[k])) for k in asked]
+
+
+def test_the_piece_scanner_tries_first_the_templates_that_placed_the_most_lines() -> None:
+    """GIVEN a log whose first piece opens with one line of a shape (a request added) followed by many lines of
+    another shape of the same length (a request finished), so that the rare shape's template is found first
+    WHEN the next piece, of the common shape's lines and a few of the rare one's, is classified THEN its lines
+    are compared to the common shape's template first, and the rare one's is given only the lines that are
+    left; and every line's class is what trying the templates in the order they were found gives."""
+    def added(i: int) -> str:
+        return f"INFO 05-01 00:00:{i % 60:02d} [async_llm.py:587] Added request cmpl-{i:07x}-0."
+
+    def finished(i: int) -> str:
+        return f"INFO 05-01 00:00:{i % 60:02d} [async_llm.py:587] Finished request cmpl-{i:04x}-0."
+    assert len(added(1)) == len(finished(1))
+    first = [added(0)] + [finished(i) for i in range(1, 60)]
+    second = [finished(i) if i % 20 else added(i) for i in range(100, 200)]
+    pieces = [("\n".join(lines) + "\n").encode() for lines in (first, second)]
+    calls: list[tuple[bytes, int]] = []
+    equal_to = scan._equal_to
+
+    def noted(t: scan.Template, buf: scan.npt.NDArray[scan.np.uint8], starts: scan.Lines) -> scan.npt.NDArray[scan.np.bool_]:
+        calls.append((t.text, len(starts)))
+        return equal_to(t, buf, starts)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scan, "PIECE_MIN_LINES", 8)
+        scanner = scan.PieceScanner()
+        scanner.classify(pieces[0])
+        assert [t.text for t in scanner.known] == [added(0).encode(), finished(1).encode()]
+        assert scanner.lines == [1, 58]  # (a piece's last line is left to the reference: see below)
+        mp.setattr(scan, "_equal_to", noted)
+        got = scanner.classify(pieces[1])
+        mp.setattr(scan, "_equal_to", equal_to)
+        in_order = scan.PieceScanner()
+        in_order.known, in_order.lines = list(scanner.known), [0, 0]  # (no line placed: tried as found)
+        want = in_order.classify(pieces[1])
+    # (the piece's last line is left out: its last word would be read past the piece's end)
+    assert calls == [(finished(1).encode(), 99), (added(0).encode(), 5)]
+    assert (got.codes == want.codes).all() and (got.which == want.which).all()
+    assert (got.codes != REFERENCE).sum() == 99
+    assert scanner.lines == [1 + 5, 58 + 94]
