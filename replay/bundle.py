@@ -632,7 +632,7 @@ class BundleWriter:
     def merge_samples(self, remove: Callable[[Path], None] | None = None) -> None:
         """samples.parquet, the samples' parts merged in time order; ``close`` merges them where this was not
         called, and no sample may be added after. A recording merges them beside its request join, which
-        keeps one of the two cores busy at most: every sample is written by then."""
+        leaves part of a core idle: every sample is written by then."""
         if self._samples_merged:
             return
         remove = remove or _remove

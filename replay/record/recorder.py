@@ -15,6 +15,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -1487,14 +1488,17 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
     with background_removal() as remove, ThreadPoolExecutor(1, thread_name_prefix="samples") as beside:
         # (the samples written and merged beside the request join, which keeps ~1.7 of 2 cores busy: a fleet's
         # day's record 2-4 s sooner in 2 of 3 runs taken in turns, 1.1 s later in the third; its peak as low)
-        samples = beside.submit(_write_samples, w, g, t0 or 0, remove)
+        stop = threading.Event()
+        samples = beside.submit(_write_samples, w, g, t0 or 0, remove, stop)
         try:
             if any(log.ff.requests for log in g.logs):  # (the joined rows encoded as they come)
                 joined = request_join.requests_from_logs(g.logs, t0 or 0, opts.keep_prompts, spill_root, remove, opts.stage)
                 with contextlib.closing(joined) as rows:  # (its spill removed here, whatever befalls)
                     w.requests_stream(ids.seen_in(rows), request_join.request_extras(opts.keep_prompts))
-        finally:
-            untimed = samples.result()  # (an error of either raised, once the samples' thread is done with the spill)
+        except BaseException:
+            stop.set()  # (the samples' thread ends at its next step; the pool's end waits for it)
+            raise
+        untimed = samples.result()
         remove(spill_root)
         for df in ids.seen_in(g.request_frames):  # (a harness's)
             w.requests_frame(df.with_columns(pl.col(c) - (t0 or 0) for c in _TIMES))
@@ -1510,16 +1514,21 @@ def _write(into: Path, meta: BundleMeta, g: _Gathered, t0: int | None, opts: Rec
             "requests": _rows(into / "requests.parquet"), "quarantined": w.counts["quarantined"], "notes": meta.notes}
 
 
-def _write_samples(w: BundleWriter, g: _Gathered, t0: int, remove: Callable[[Path], None]) -> int:
+def _write_samples(w: BundleWriter, g: _Gathered, t0: int, remove: Callable[[Path], None], stop: threading.Event) -> int:
     """Every sample gathered and every log's stats written to the bundle, and merged in time order; how
-    many had no time."""
+    many had no time. Once ``stop`` is set (the bundle will not be), nothing more is written."""
     untimed = 0
     for df in _batches(g.sample_frames, SAMPLES_AT_ONCE):
+        if stop.is_set():
+            return untimed
         untimed += df["t_us"].null_count()
         w.samples_frame(df.filter(pl.col("t_us").is_not_null()).with_columns(pl.col("t_us") - t0))
     for log in g.logs:
+        if stop.is_set():
+            return untimed
         untimed += _write_stats(w, log, t0)
-    w.merge_samples(remove)
+    if not stop.is_set():
+        w.merge_samples(remove)
     return untimed
 
 

@@ -1342,8 +1342,8 @@ def test_a_log_at_debug_is_read_before_one_at_info_of_its_size(tmp_path: Path, m
 def test_an_error_beside_the_request_join_leaves_nothing_behind(failing: str, tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """GIVEN a log with requests and an nvidia-smi capture, whose samples are written and merged beside the
-    request join WHEN either side fails THEN the record raises that error, once the other side
-    is done, and leaves no bundle, no partial folder and no spill."""
+    request join WHEN either side fails THEN the record raises that error, once the other side has stopped
+    or is done, and leaves no bundle, no partial folder and no spill."""
     from replay.bundle import BundleWriter
     from replay.record import request_join
 
@@ -1357,3 +1357,33 @@ def test_an_error_beside_the_request_join_leaves_nothing_behind(failing: str, tm
     with pytest.raises(ValueError, match=failing):
         record([log, DATA / "tesla_p100_query_gpu_nounits.csv"], tmp_path / "b", RecordOptions(year=2026))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_the_samples_beside_the_join_stop_once_told(stopped: bool, tmp_path: Path) -> None:
+    """GIVEN gathered samples (in frames of more than one batch) WHEN they are written beside the request join
+    and the join has failed before (``stop`` set) THEN nothing is written nor merged; else every sample is
+    written, its time made the bundle's, and merged in time order, and those with no time are counted."""
+    import threading
+
+    from replay.bundle import BundleMeta, BundleWriter
+    from replay.record import recorder
+    n = recorder.SAMPLES_AT_ONCE + 10
+    frame = pl.DataFrame({"t_us": [None if i % 1000 == 0 else 5_000 + n - i for i in range(n)], "gpu": [0] * n,
+                          "source": ["nvidia-smi"] * n, "metric": ["device_used_bytes"] * n, "value": [float(i) for i in range(n)]},
+                         schema_overrides={"t_us": pl.Int64, "gpu": pl.Int64})
+    g = recorder._Gathered(year=2026, notes=[], sample_frames=[frame])
+    w = BundleWriter(tmp_path / "b", BundleMeta(kind="production"))
+    stop = threading.Event()
+    if stopped:
+        stop.set()
+    untimed = recorder._write_samples(w, g, 5_000, lambda p: p.unlink(), stop)
+    written = tmp_path / "b" / "samples.parquet"
+    if stopped:
+        assert untimed == 0 and not written.exists() and not list((tmp_path / "b").glob("samples.part*"))
+        return
+    got = pl.read_parquet(written)
+    assert untimed == frame["t_us"].null_count() > 0
+    assert got.height == n - untimed and got["t_us"].is_sorted() and got["t_us"].min() == 1
+    with pytest.raises(RuntimeError, match="merged"):
+        w.samples_frame(frame.head(1))
