@@ -104,8 +104,8 @@ def _rise_start(t: list[int], x: list[float], i_onset: int, i_over: int, step: f
     more than ``step``, that ends at the first sample over the threshold (``i_over``), where that run rose
     by more than ``jump`` from a level still ``near`` the baseline (at most that). (A creep of a few MiB a
     request, or a step that then stays level, keeps the cumulative excess above zero and would date the
-    onset to it; the divergence began where the rise did. A leak rises a little a sample, and a staircase of steps is well above the
-    baseline before its last: their onsets stay.)"""
+    onset to it; the divergence began where the rise did. A leak rises a little a sample, and a staircase
+    of steps is well above the baseline before its last: their onsets stay.)"""
     j = i_over
     while j - 1 >= max(i_onset, 1) and x[j - 1] - x[j - 2] > step:
         j -= 1
